@@ -1,0 +1,1 @@
+"""Everything with side effects that a workflow asks for: LLM, MCP tools, commands."""

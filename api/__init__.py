@@ -1,0 +1,1 @@
+"""The ways in: the HTTP/SSE service and the command line."""

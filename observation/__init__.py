@@ -1,0 +1,1 @@
+"""Read-only: projections, the history exporter, log replay and verification."""

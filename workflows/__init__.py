@@ -1,0 +1,1 @@
+"""Deterministic code only: transition tables, pure decisions, workflow classes."""

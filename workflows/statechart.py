@@ -1,0 +1,148 @@
+"""The canonical session statechart of seed 004, declared once as data.
+
+``auto`` mode is a *policy* over the same table (guards on two edges), not a
+second machine: both modes share one set of states and one set of terminal
+states. Every transition yields its FCMP output: ``conversation.state.changed``
+and, for ``interaction.*`` events, the interaction event itself.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from workflows.fsm import Edge, TransitionTable
+
+
+class SessionStatus(StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    WAITING_USER = "waiting_user"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELED = "canceled"
+
+
+class SessionEvent(StrEnum):
+    TURN_STARTED = "turn.started"
+    INTERACTION_REQUESTED = "interaction.requested"
+    REPLY_ACCEPTED = "interaction.reply.accepted"
+    AUTO_DECIDE_TIMEOUT = "interaction.auto_decide.timeout"
+    REPLY_EXPIRED = "interaction.reply.expired"
+    MESSAGE_ACCEPTED = "message.accepted"
+    RESTART_PRESERVE_WAITING = "restart.preserve_waiting"
+    RESTART_RECONCILE_FAILED = "restart.reconcile_failed"
+    RUN_SUCCEEDED = "run.succeeded"
+    CONVERSATION_ENDED = "conversation.ended"
+    RUN_FAILED = "run.failed"
+    RUN_CANCELED = "run.canceled"
+
+
+class SessionPolicy(BaseModel):
+    """The knobs that select a policy subset of the one table."""
+
+    model_config = ConfigDict(frozen=True)
+    mode: Literal["interactive", "auto"] = "interactive"
+    interactive_require_user_reply: bool = True
+
+
+DEFAULT_POLICY = SessionPolicy()
+
+
+def _policy(p: object) -> SessionPolicy:
+    return p if isinstance(p, SessionPolicy) else DEFAULT_POLICY
+
+
+Q, R, W = SessionStatus.QUEUED, SessionStatus.RUNNING, SessionStatus.WAITING_USER
+OK, KO, X = SessionStatus.SUCCEEDED, SessionStatus.FAILED, SessionStatus.CANCELED
+E = SessionEvent
+
+SESSION_TABLE: TransitionTable[SessionStatus, SessionEvent] = TransitionTable(
+    name="session",
+    states=SessionStatus,
+    triggers=SessionEvent,
+    initial=Q,
+    terminal=frozenset({OK, KO, X}),
+    stable=frozenset({W, OK, KO, X}),
+    resumable=frozenset({W}),
+    guards={
+        # strict=false: a reply timeout makes the documented default decision.
+        "auto_decide": lambda p: not _policy(p).interactive_require_user_reply,
+        # strict: a reply timeout only expires the request (if configured).
+        "strict": lambda p: _policy(p).interactive_require_user_reply,
+    },
+    edges=(
+        Edge(Q, E.TURN_STARTED, R, doc="a worker picks up the turn"),
+        Edge(Q, E.RUN_FAILED, KO, doc="the turn cannot start"),
+        Edge(Q, E.RUN_CANCELED, X, doc="cancelled before it ran"),
+        Edge(R, E.INTERACTION_REQUESTED, W, doc="the agent needs the person"),
+        Edge(R, E.RUN_SUCCEEDED, OK, doc="the driver finished"),
+        Edge(R, E.RUN_FAILED, KO, doc="a non-retryable failure"),
+        Edge(R, E.RUN_CANCELED, X, doc="cancelled while running"),
+        Edge(W, E.REPLY_ACCEPTED, Q, doc="the person answered the pending request"),
+        Edge(W, E.AUTO_DECIDE_TIMEOUT, Q, guard="auto_decide",
+             doc="no reply in time: the default decision is taken"),
+        Edge(W, E.REPLY_EXPIRED, Q, guard="strict",
+             doc="no reply in time: the request is withdrawn (timeout trigger)"),
+        Edge(W, E.MESSAGE_ACCEPTED, Q, doc="a new message from the person starts a turn"),
+        Edge(W, E.RESTART_PRESERVE_WAITING, W, doc="restart: pending request still valid"),
+        Edge(W, E.RESTART_RECONCILE_FAILED, KO, doc="restart: pending request not valid"),
+        Edge(W, E.CONVERSATION_ENDED, OK, doc="the person ended the conversation"),
+        Edge(W, E.RUN_CANCELED, X, doc="cancelled while waiting"),
+    ),
+)
+
+
+class FcmpEvent(BaseModel):
+    """One FCMP protocol event (seed 004)."""
+
+    model_config = ConfigDict(frozen=True)
+    type: str
+    payload: dict[str, Any]
+
+
+class SessionTransition(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    from_status: SessionStatus
+    to_status: SessionStatus
+    event: SessionEvent
+    fcmp: tuple[FcmpEvent, ...]
+
+
+def fire(
+    status: SessionStatus,
+    event: SessionEvent | str,
+    policy: SessionPolicy = DEFAULT_POLICY,
+    detail: dict[str, Any] | None = None,
+) -> SessionTransition:
+    """Apply ``event`` in ``status`` under ``policy``; raise if the table forbids it."""
+    target = SESSION_TABLE.target(status, event, policy)
+    ev = SessionEvent(event)
+    out: list[FcmpEvent] = []
+    if ev.value.startswith("interaction."):
+        out.append(FcmpEvent(type=ev.value, payload=dict(detail or {})))
+    out.append(
+        FcmpEvent(
+            type="conversation.state.changed",
+            payload={"from": status.value, "to": target.value, "trigger": ev.value},
+        )
+    )
+    return SessionTransition(from_status=status, to_status=target, event=ev, fcmp=tuple(out))
+
+
+def is_terminal(status: SessionStatus) -> bool:
+    return SESSION_TABLE.is_terminal(status)
+
+
+__all__ = [
+    "SESSION_TABLE",
+    "FcmpEvent",
+    "SessionEvent",
+    "SessionPolicy",
+    "SessionStatus",
+    "SessionTransition",
+    "fire",
+    "is_terminal",
+]
