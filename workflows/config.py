@@ -1,0 +1,164 @@
+"""The session config (DESIGN.md), validated by pydantic. Pure data.
+
+New fields always get defaults so that running sessions keep working.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from workflows.plan import PlanStep
+from workflows.statechart import SessionPolicy
+
+SafetyOverride = Literal["read_only", "irreversible", "at_most_once", "reversible"]
+NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ToolCallRequest(_Strict):
+    """A tool call as the LLM asks for it. ``server`` may be omitted when unambiguous."""
+
+    id: str = ""
+    tool: str = Field(min_length=1)
+    server: str | None = None
+    arguments: dict[str, Any] = Field(default_factory=dict)
+
+
+class FormField(_Strict):
+    name: str = Field(min_length=1)
+    label: str = ""
+    type: Literal["string", "number", "boolean"] = "string"
+    required: bool = True
+
+
+class EcsRequest(_Strict):
+    """A structured request to the person: confirm, choose, or a small form."""
+
+    kind: Literal["confirm", "choose", "form"]
+    prompt: str = Field(min_length=1)
+    options: list[str] = Field(default_factory=list)
+    fields: list[FormField] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _shape(self) -> EcsRequest:
+        if self.kind == "choose" and len(self.options) < 2:
+            raise ValueError("a `choose` request needs at least two options")
+        if self.kind == "form" and not self.fields:
+            raise ValueError("a `form` request needs at least one field")
+        return self
+
+
+class ScriptedResponse(_Strict):
+    """One canned LLM answer for the ``scripted`` provider."""
+
+    text: str | None = None
+    tool_calls: list[ToolCallRequest] = Field(default_factory=list)
+    ecs_request: EcsRequest | None = None
+    # The agent considers the conversation done after this answer.
+    end: bool = False
+    # Make this call fail as a provider error would (tests, demos).
+    error: str | None = None
+    http_status: int | None = None
+
+
+class LLMConfig(_Strict):
+    provider: Literal["scripted", "openai"]
+    model: str = "scripted"
+    base_url: str | None = None
+    # The *name* of the environment variable that holds the key; never the key.
+    api_key_env: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    temperature: float = Field(default=0.0, ge=0.0, le=2.0)
+    max_tokens: int = Field(default=1024, ge=1, le=200_000)
+    timeout_s: float = Field(default=120.0, gt=0, le=3600)
+    responses: list[ScriptedResponse] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _shape(self) -> LLMConfig:
+        if self.provider == "openai" and not self.base_url:
+            raise ValueError("the openai provider needs a base_url")
+        if self.provider == "scripted" and not self.responses:
+            raise ValueError("the scripted provider needs at least one response")
+        return self
+
+
+class McpServerConfig(_Strict):
+    """An MCP server: a stdio command, or a streamable-HTTP URL."""
+
+    name: str = Field(pattern=NAME_RE)
+    command: list[str] | None = None
+    url: str | None = None
+    env: dict[str, str] = Field(default_factory=dict)
+    cwd: str | None = None
+    roots: list[str] | None = None
+    # Per-tool override of the safety class derived from the MCP annotations.
+    tool_overrides: dict[str, SafetyOverride] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _shape(self) -> McpServerConfig:
+        if (self.command is None) == (self.url is None):
+            raise ValueError(f"MCP server {self.name!r} needs exactly one of command or url")
+        if self.command is not None and not self.command:
+            raise ValueError(f"MCP server {self.name!r}: command is empty")
+        return self
+
+
+class AgentDriver(_Strict):
+    llm: LLMConfig
+    system_prompt: str = "You are a careful assistant."
+    tools: list[McpServerConfig] = Field(default_factory=list)
+    # LLM calls allowed for one user turn before the session fails.
+    max_turns: int = Field(default=20, ge=1, le=1000)
+
+    @model_validator(mode="after")
+    def _unique(self) -> AgentDriver:
+        names = [s.name for s in self.tools]
+        if len(names) != len(set(names)):
+            raise ValueError("MCP server names must be unique")
+        return self
+
+
+class PlanDriver(_Strict):
+    name: str = "plan"
+    steps: list[PlanStep] = Field(min_length=1, max_length=500)
+    tools: list[McpServerConfig] = Field(default_factory=list)
+
+
+class SessionConfig(_Strict):
+    mode: Literal["interactive", "auto"] = "interactive"
+    interactive_require_user_reply: bool = True
+    # Seconds a request to the person may wait before the timeout path (None: forever).
+    reply_timeout_s: float | None = Field(default=None, gt=0, le=365 * 24 * 3600)
+    # Strict mode on timeout: keep waiting, or cancel the waiting contract (`timeout`).
+    on_reply_timeout: Literal["keep_waiting", "cancel"] = "keep_waiting"
+    # The documented default decision of `interaction.auto_decide.timeout`.
+    auto_decision: Literal["reject", "approve"] = "reject"
+    initial_message: str | None = None
+    title: str = ""
+    agent: AgentDriver | None = None
+    plan: PlanDriver | None = None
+
+    @model_validator(mode="after")
+    def _one_driver(self) -> SessionConfig:
+        if (self.agent is None) == (self.plan is None):
+            raise ValueError("a session has exactly one driver: `agent` or `plan`")
+        return self
+
+    @property
+    def policy(self) -> SessionPolicy:
+        return SessionPolicy(
+            mode=self.mode, interactive_require_user_reply=self.interactive_require_user_reply
+        )
+
+
+SESSION_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")
+
+
+def valid_session_id(session_id: str) -> bool:
+    """Session ids name files on disk: a safe character set, no path separators."""
+    return bool(SESSION_ID_RE.fullmatch(session_id))

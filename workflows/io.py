@@ -1,0 +1,126 @@
+"""The one typed input and output of every activity (pure data, shared by both sides).
+
+Activities import these to implement the calls; workflows import them to make
+the calls. New fields always get defaults so that running sessions keep working.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from workflows.config import EcsRequest, LLMConfig, McpServerConfig, ToolCallRequest
+from workflows.safety import SafetyClass, ToolAnnotations
+
+# -- LLM ------------------------------------------------------------------------
+
+
+class ChatMessage(BaseModel):
+    role: Literal["system", "user", "assistant", "tool"]
+    content: str = ""
+    tool_calls: list[ToolCallRequest] = Field(default_factory=list)
+    tool_call_id: str | None = None
+
+
+class ToolSpec(BaseModel):
+    """A tool as listed by its MCP server, with its derived safety class."""
+
+    server: str
+    name: str
+    description: str = ""
+    input_schema: dict[str, Any] = Field(default_factory=lambda: {"type": "object"})
+    annotations: ToolAnnotations = Field(default_factory=ToolAnnotations)
+    safety: SafetyClass = SafetyClass.IRREVERSIBLE
+
+
+class LLMCallInput(BaseModel):
+    session_id: str
+    call_id: str
+    # How many LLM calls the session made before this one (the scripted cursor).
+    call_index: int = Field(ge=0)
+    llm: LLMConfig
+    messages: list[ChatMessage]
+    tools: list[ToolSpec] = Field(default_factory=list)
+
+
+class TokenUsage(BaseModel):
+    input_tokens: int = 0
+    output_tokens: int = 0
+    total_tokens: int = 0
+
+
+class LLMCallStarted(BaseModel):
+    """Seed 003's LLM_CALL_STARTED payload (binding field names)."""
+
+    call_id: str
+    model: str
+    provider_base_url: str
+    prompt_hash: str
+    temperature: float
+    max_tokens: int
+    tool_schema_hash: str | None = None
+    response_format: str | None = None
+
+
+class LLMCallFinished(BaseModel):
+    """Seed 003's LLM_CALL_FINISHED payload (binding field names)."""
+
+    call_id: str
+    latency_ms: int = Field(ge=0)
+    token_usage: TokenUsage
+    finish_reason: str
+    output_hash: str
+    api_cost_usd: float | None = None
+    tool_calls_count: int | None = None
+
+
+class LLMCallFailed(BaseModel):
+    """Seed 003's LLM_CALL_FAILED payload; the details of a failed LLM activity."""
+
+    call_id: str
+    latency_ms: int = Field(ge=0)
+    error_class: str
+    error_summary: str
+    retryable: bool
+    error_details: str | None = None
+    http_status: int | None = None
+
+
+class LLMCallResult(BaseModel):
+    text: str | None = None
+    tool_calls: list[ToolCallRequest] = Field(default_factory=list)
+    ecs_request: EcsRequest | None = None
+    end: bool = False
+    started: LLMCallStarted
+    finished: LLMCallFinished
+
+
+# -- MCP tools ------------------------------------------------------------------
+
+
+class ListToolsInput(BaseModel):
+    servers: list[McpServerConfig]
+
+
+class ToolCatalog(BaseModel):
+    tools: list[ToolSpec] = Field(default_factory=list)
+
+
+class ToolCallInput(BaseModel):
+    session_id: str
+    execution_id: str
+    server: McpServerConfig
+    tool: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    idempotency_key: str | None = None
+
+
+class ToolCallResult(BaseModel):
+    """A structured tool result (seed 001). ``is_error`` covers both ways an MCP
+    server reports a failure: an exception (Python servers) or ``isError`` (Node)."""
+
+    is_error: bool = False
+    text: str = ""
+    structured: dict[str, Any] | None = None
+    error_message: str | None = None
