@@ -1,0 +1,29 @@
+"""Settings for every process (``HITLFLOW_*`` environment variables or CLI options)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+TASK_QUEUE = "hitlflow-sessions"
+
+
+class HitlflowSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="HITLFLOW_", extra="ignore")
+
+    data_dir: Path = Path(".hitlflow")
+    # host:port of a Temporal frontend; empty means the embedded dev server of `up`.
+    temporal_address: str = ""
+    namespace: str = "default"
+    task_queue: str = TASK_QUEUE
+    temporal_port: int = Field(default=7233, ge=1, le=65535)
+    ui_port: int = Field(default=8233, ge=1, le=65535)
+    api_port: int = Field(default=8000, ge=1, le=65535)
+    api_host: str = "127.0.0.1"
+    api_token: str | None = None
+
+    @property
+    def target(self) -> str:
+        return self.temporal_address or f"127.0.0.1:{self.temporal_port}"

@@ -1,0 +1,231 @@
+"""Pure decisions of the agent driver: what to tell the LLM, what a tool call
+needs, whether a reply fits, what a timeout decides, whether recovery holds.
+
+No Temporal import: the workflow calls these and acts on their answers.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel
+
+from observation.projections import consequence_view, render_facts_for_prompt, render_for_prompt
+from workflows.config import McpServerConfig, SessionConfig, ToolCallRequest
+from workflows.contract import ExecutionContract, ExecutionStatus, check_idempotency
+from workflows.contract import idempotency_key_for as _key
+from workflows.io import ChatMessage, ToolSpec
+from workflows.messages import ReplyInput
+from workflows.safety import SafetyClass
+from workflows.session_state import PendingRequest, SessionState
+from workflows.statechart import SessionEvent
+
+# -- what the reasoning step sees (invariant 4: consequences, never contracts) --
+
+
+def build_messages(state: SessionState) -> list[ChatMessage]:
+    agent = state.config.agent
+    system = agent.system_prompt if agent else ""
+    facts = render_facts_for_prompt(state.memory)
+    if facts:
+        system += "\n\nExecution facts so far (outcomes of earlier actions):\n" + facts
+    return [ChatMessage(role="system", content=system), *state.conversation]
+
+
+def consequence_message(contract: ExecutionContract, tool_call_id: str | None) -> ChatMessage:
+    return ChatMessage(
+        role="tool",
+        content=render_for_prompt([consequence_view(contract)]),
+        tool_call_id=tool_call_id,
+    )
+
+
+# -- tool calls -------------------------------------------------------------------
+
+ToolDecisionKind = Literal["run", "approve_first", "already_done", "unknown_server"]
+
+
+class ToolDecision(BaseModel):
+    kind: ToolDecisionKind
+    server: McpServerConfig | None = None
+    tool: str
+    safety: SafetyClass = SafetyClass.AT_MOST_ONCE
+    idempotency_key: str
+    message: str = ""
+    detail: dict[str, Any]
+
+
+def _find_server(config: SessionConfig, call: ToolCallRequest, catalog: list[ToolSpec]):
+    servers = {s.name: s for s in (config.agent.tools if config.agent else [])}
+    if call.server is not None:
+        return servers.get(call.server)
+    owners = [t.server for t in catalog if t.name == call.tool]
+    if len(owners) == 1:
+        return servers.get(owners[0])
+    if len(servers) == 1:
+        return next(iter(servers.values()))
+    return None
+
+
+def decide_tool_call(
+    state: SessionState, call: ToolCallRequest, catalog: list[ToolSpec]
+) -> ToolDecision:
+    """Which safety class a call has, and whether it may run now, later or never.
+
+    A tool that its server did not list is sent anyway and runs at most once:
+    the server refuses it with its own message, which fails the contract.
+    """
+    server = _find_server(state.config, call, catalog)
+    server_name = server.name if server else (call.server or "?")
+    detail = {"server": server_name, "tool": call.tool, "arguments": call.arguments}
+    key = _key({"session": state.session_id, **detail})
+    if server is None:
+        return ToolDecision(
+            kind="unknown_server", tool=call.tool, idempotency_key=key, detail=detail,
+            message=f"no configured MCP server offers tool {call.tool!r}"
+            + (f" (server {call.server!r} is not configured)" if call.server else ""),
+        )
+    spec = next((t for t in catalog if t.server == server.name and t.name == call.tool), None)
+    safety = spec.safety if spec else SafetyClass.AT_MOST_ONCE
+    # At-most-once tools (a commit) are never run twice either: treat their
+    # completed contracts like irreversible ones for the idempotency rule.
+    once = [
+        c.model_copy(update={"irreversible": True})
+        if c.action_detail.get("safety") == SafetyClass.AT_MOST_ONCE.value else c
+        for c in state.contracts
+    ]
+    done = check_idempotency(once, key)
+    if not done.allowed:
+        return ToolDecision(
+            kind="already_done", server=server, tool=call.tool, safety=safety,
+            idempotency_key=key, detail=detail,
+            message=f"{done.reason}; its result was: {done.completed_result!r}",
+        )
+    kind: ToolDecisionKind = "approve_first" if safety is SafetyClass.IRREVERSIBLE else "run"
+    return ToolDecision(
+        kind=kind, server=server, tool=call.tool, safety=safety, idempotency_key=key,
+        detail=detail,
+    )
+
+
+# -- replies ------------------------------------------------------------------------
+
+
+def reply_problem(pending: PendingRequest | None, reply: ReplyInput) -> str | None:
+    """Why ``reply`` cannot be accepted now, or None when it fits the request."""
+    if pending is None:
+        return "nothing is pending: the session is not waiting for a reply"
+    if pending.kind == "message":
+        return "the session waits for a new message, not a reply: send a message instead"
+    if reply.request_id != pending.request_id:
+        return (
+            f"reply names request {reply.request_id!r}, but the pending request is "
+            f"{pending.request_id!r}"
+        )
+    if pending.kind in ("approval", "confirm") and reply.approve is None:
+        return f"a {pending.kind} request needs `approve`: true or false"
+    if pending.kind == "choose" and reply.choice not in pending.options:
+        return f"`choice` must be one of {pending.options}"
+    if pending.kind == "form":
+        values = reply.values or {}
+        missing = [f.name for f in pending.fields if f.required and f.name not in values]
+        unknown = sorted(set(values) - {f.name for f in pending.fields})
+        if missing or unknown:
+            return f"form values: missing {missing}, unknown {unknown}"
+        types = {"string": str, "number": (int, float), "boolean": bool}
+        for f in pending.fields:
+            if f.name in values and not isinstance(values[f.name], types[f.type]):
+                return f"form field {f.name!r} must be a {f.type}"
+    return None
+
+
+def answer_of(pending: PendingRequest, reply: ReplyInput) -> dict[str, Any]:
+    answer: dict[str, Any]
+    if pending.kind in ("approval", "confirm"):
+        answer = {"approved": bool(reply.approve)}
+    elif pending.kind == "choose":
+        answer = {"choice": reply.choice}
+    else:
+        answer = {"values": reply.values or {}}
+    if reply.comment:
+        answer["comment"] = reply.comment
+    return answer
+
+
+def auto_answer(pending: PendingRequest, config: SessionConfig) -> dict[str, Any]:
+    """The documented default decision of ``interaction.auto_decide.timeout``.
+
+    approval and confirm follow ``auto_decision`` (default: reject); choose takes
+    the first option when approving, declines otherwise; a form is declined
+    (values cannot be invented).
+    """
+    approve = config.auto_decision == "approve"
+    if pending.kind in ("approval", "confirm"):
+        return {"approved": approve, "auto": True}
+    if pending.kind == "choose" and approve:
+        return {"choice": pending.options[0], "auto": True}
+    return {"declined": True, "auto": True}
+
+
+# -- restart recovery (seeds 004 and 000) -------------------------------------------
+
+
+class RecoveryDecision(BaseModel):
+    event: SessionEvent
+    waiting_contracts: int
+    expected_waiting: int
+    warnings: list[str]
+    reason: str
+
+
+def recovery_check(state: SessionState) -> RecoveryDecision:
+    """Resume alignment: count WAITING contracts against the pending request, then
+    preserve the wait if the request and its handle are valid, else fail."""
+    pending = state.pending
+    waiting = [c for c in state.contracts if c.status == ExecutionStatus.WAITING]
+    expected = 1 if pending is not None and pending.execution_id else 0
+    warnings = []
+    if len(waiting) != expected:
+        warnings.append(
+            f"alignment: {len(waiting)} WAITING contract(s), expected {expected} "
+            f"for the pending request"
+        )
+    problem = None
+    if pending is None:
+        problem = "no pending request"
+    elif pending.execution_id is not None:
+        try:
+            c = state.contract(pending.execution_id)
+        except KeyError:
+            problem = f"pending request names unknown contract {pending.execution_id}"
+        else:
+            if c.status != ExecutionStatus.WAITING:
+                problem = f"contract {c.execution_id} is {c.status.value}, not waiting"
+    event = (
+        SessionEvent.RESTART_RECONCILE_FAILED if problem else SessionEvent.RESTART_PRESERVE_WAITING
+    )
+    return RecoveryDecision(
+        event=event, waiting_contracts=len(waiting), expected_waiting=expected,
+        warnings=warnings, reason=problem or "pending request and its contract are valid",
+    )
+
+
+def waiting_details(state: SessionState) -> str:
+    """``set_current_details`` text: what the session waits for, in words."""
+    p = state.pending
+    if state.status.value == "waiting_user" and p is not None:
+        verbs = {
+            "approval": "approval of an irreversible action",
+            "confirm": "a confirmation",
+            "choose": "a choice",
+            "form": "a form to be filled in",
+            "message": "the next message",
+        }
+        return f"Waiting for the person: {verbs[p.kind]} — {p.prompt} (request {p.request_id})"
+    if state.status.value == "running":
+        return "Running: the agent is working"
+    if state.status.value == "queued":
+        return "Queued: a turn is about to start"
+    return f"Session {state.status.value}" + (
+        f": {state.failure_reason}" if state.failure_reason else ""
+    )

@@ -1,0 +1,96 @@
+"""The typed input of every signal, update and query of the session workflow.
+
+One pydantic model per call; new fields always get defaults so that running
+sessions keep working.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from observation.projections import ExecutionFact, ExecutionSnapshot
+from workflows.config import SessionConfig
+from workflows.session_state import PendingRequest, SessionState, StatusChange
+from workflows.statechart import SessionStatus
+
+
+class SessionInput(BaseModel):
+    session_id: str
+    config: SessionConfig
+    # Set by continue-as-new: the state carried over from the previous run.
+    state: SessionState | None = None
+    # Continue-as-new once history grows past this many events (None: when
+    # Temporal suggests it). Tests use a small number to cross several runs.
+    continue_as_new_after_events: int | None = Field(default=None, ge=10)
+    # Upsert SessionStatus/WaitingSince (off only where a server cannot hold them).
+    search_attributes: bool = True
+
+
+class SessionResult(BaseModel):
+    session_id: str
+    status: SessionStatus
+    failure_reason: str | None = None
+    contracts: int = 0
+    turns: int = 0
+
+
+class ReplyInput(BaseModel):
+    """An answer to the pending request, naming it by ``request_id``.
+
+    approval / confirm: ``approve``; choose: ``choice``; form: ``values``.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+    request_id: str = Field(min_length=1, max_length=200)
+    approve: bool | None = None
+    choice: str | None = None
+    values: dict[str, Any] | None = None
+    comment: str | None = Field(default=None, max_length=10_000)
+    by: str = Field(default="user", min_length=1, max_length=200)
+
+
+class MessageInput(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    text: str = Field(min_length=1, max_length=100_000)
+    by: str = Field(default="user", min_length=1, max_length=200)
+
+
+class EndInput(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    by: str = Field(default="user", min_length=1, max_length=200)
+    reason: str = ""
+
+
+class RecoverInput(BaseModel):
+    """Sent by a worker at start-up to each session in ``waiting_user``."""
+
+    worker_identity: str = ""
+
+
+class Ack(BaseModel):
+    accepted: bool = True
+    request_id: str | None = None
+    status: SessionStatus
+
+
+class ContractQuery(BaseModel):
+    execution_id: str
+
+
+class SessionSnapshot(BaseModel):
+    """What a person or a client sees of a session (no raw contracts)."""
+
+    session_id: str
+    status: SessionStatus
+    mode: str
+    pending: PendingRequest | None
+    contracts: list[ExecutionSnapshot]
+    memory: list[ExecutionFact]
+    status_history: list[StatusChange]
+    replies: int
+    turns: int
+    llm_calls: int
+    failure_reason: str | None = None
+    last_text: str | None = None

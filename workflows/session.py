@@ -1,0 +1,557 @@
+"""SessionWorkflow: one Temporal workflow per session (workflow id = session id).
+
+``run()`` reads as the statechart: in each state it does that state's work and
+fires the table's event. Decisions come from ``workflows.agent`` (pure); state
+changes go through ``SessionBook`` (pure); this class only wires them to
+Temporal: activities, timers, signals, updates, queries, search attributes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from typing import Any
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError
+
+with workflow.unsafe.imports_passed_through():
+    from observation.projections import (
+        ExecutionConsequenceView,
+        ExecutionFact,
+        ExecutionObserver,
+        ExecutionSnapshot,
+        ExecutionTimeline,
+    )
+    from observation.projections import snapshot as contract_snapshot_at
+    from workflows import agent
+    from workflows.config import EcsRequest, ToolCallRequest
+    from workflows.contract import (
+        ActionType,
+        Actor,
+        ExecutionContract,
+        Trigger,
+        summarize_action,
+    )
+    from workflows.fsm import StateMachineTopology
+    from workflows.io import (
+        ChatMessage,
+        ListToolsInput,
+        LLMCallInput,
+        LLMCallResult,
+        ToolCallInput,
+        ToolCallResult,
+        ToolCatalog,
+    )
+    from workflows.messages import (
+        Ack,
+        ContractQuery,
+        EndInput,
+        MessageInput,
+        RecoverInput,
+        ReplyInput,
+        SessionInput,
+        SessionResult,
+        SessionSnapshot,
+    )
+    from workflows.safety import SafetyClass, at_most_once
+    from workflows.search_attributes import SESSION_STATUS, WAITING_SINCE
+    from workflows.session_state import (
+        PendingRequest,
+        QueuedAction,
+        SessionBook,
+        SessionState,
+    )
+    from workflows.statechart import SessionEvent, SessionStatus, is_terminal
+
+E, S = SessionEvent, SessionStatus
+RETRY_FREELY = RetryPolicy(
+    initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30),
+    maximum_attempts=5,
+)
+AT_MOST_ONCE = RetryPolicy(maximum_attempts=1)
+TOOL_TIMEOUT = timedelta(minutes=5)
+TOOL_HEARTBEAT = timedelta(seconds=15)
+
+
+def _cause(err: BaseException) -> str:
+    inner = err.__cause__ or err
+    return str(getattr(inner, "message", None) or inner) or type(inner).__name__
+
+
+@workflow.defn(name="SessionWorkflow")
+class SessionWorkflow:
+    @workflow.init
+    def __init__(self, input: SessionInput) -> None:
+        state = input.state or SessionState(
+            session_id=input.session_id,
+            config=input.config,
+            inbox=[input.config.initial_message] if input.config.initial_message else [],
+        )
+        self._book = SessionBook(state)
+        self._input = input
+        self._reply: ReplyInput | None = None
+        self._end: EndInput | None = None
+        self._recover = False
+
+    @property
+    def _s(self) -> SessionState:
+        return self._book.state
+
+    # -- the statechart ---------------------------------------------------------------
+
+    @workflow.run
+    async def run(self, input: SessionInput) -> SessionResult:
+        self._publish()
+        try:
+            while not is_terminal(self._s.status):
+                match self._s.status:
+                    case S.QUEUED:
+                        self._fire(E.TURN_STARTED)
+                    case S.RUNNING:
+                        await self._run_turn()
+                    case S.WAITING_USER:
+                        await self._wait_for_person()
+                await self._maybe_continue_as_new()
+        except asyncio.CancelledError:
+            self._close(E.RUN_CANCELED, "the session was cancelled", Actor.SYSTEM)
+            raise
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        return SessionResult(
+            session_id=self._s.session_id, status=self._s.status,
+            failure_reason=self._s.failure_reason, contracts=len(self._s.contracts),
+            turns=self._s.turns,
+        )
+
+    def _fire(self, event: SessionEvent, detail: dict[str, Any] | None = None) -> None:
+        change = self._book.fire(event, workflow.now(), detail)
+        if change.to_status == S.RUNNING and change.from_status == S.QUEUED:
+            self._s.turns += 1
+        self._publish()
+
+    def _publish(self) -> None:
+        """Search attributes and current details, so operators see the status."""
+        waiting = self._s.status == S.WAITING_USER
+        if self._input.search_attributes:
+            workflow.upsert_search_attributes([
+                SESSION_STATUS.value_set(self._s.status.value),
+                WAITING_SINCE.value_set(self._s.status_history[-1].at)
+                if waiting and self._s.status_history else WAITING_SINCE.value_unset(),
+            ])
+        workflow.set_current_details(agent.waiting_details(self._s))
+
+    def _close(self, event: SessionEvent, reason: str, actor: Actor) -> None:
+        now = workflow.now()
+        for c in self._s.open_contracts():
+            if c.status.value == "pending":
+                self._book.transition(c, Trigger.START, actor, now)
+            self._book.transition(c, Trigger.CANCEL, actor, now, error_message=reason)
+        self._s.pending = None
+        self._s.queued_actions = []
+        if event in (E.RUN_FAILED, E.RESTART_RECONCILE_FAILED):
+            self._s.failure_reason = reason
+        self._fire(event, {"reason": reason})
+
+    async def _maybe_continue_as_new(self) -> None:
+        if self._s.status not in (S.WAITING_USER, S.QUEUED):
+            return
+        if self._reply or self._end or self._recover:
+            return
+        limit = self._input.continue_as_new_after_events
+        info = workflow.info()
+        if info.is_continue_as_new_suggested() or (
+            limit is not None and info.get_current_history_length() > limit
+        ):
+            await workflow.wait_condition(workflow.all_handlers_finished)
+            self._s.continued_runs += 1
+            workflow.continue_as_new(
+                self._input.model_copy(update={"state": self._s})
+            )
+
+    # -- running: the agent's turn ------------------------------------------------------
+
+    async def _run_turn(self) -> None:
+        if self._s.config.agent is None:
+            self._close(E.RUN_FAILED, "plan sessions are not supported by this worker yet",
+                        Actor.SYSTEM)
+            return
+        if not await self._ensure_catalog():
+            return
+        while self._s.status == S.RUNNING:
+            if await self._drain_actions():
+                return
+            answer = await self._think()
+            if answer is None:
+                return
+            self._s.queued_actions = [QueuedAction(tool_call=c) for c in answer.tool_calls]
+            if answer.ecs_request is not None:
+                self._s.queued_actions.append(QueuedAction(ecs_request=answer.ecs_request))
+            if self._s.queued_actions:
+                continue
+            if answer.end or self._s.config.mode == "auto":
+                self._fire(E.RUN_SUCCEEDED, {"text": answer.text or ""})
+                return
+            self._ask(PendingRequest(
+                request_id=f"message-{self._s.llm_calls}", kind="message",
+                prompt=answer.text or "", created_at=workflow.now(),
+            ))
+
+    async def _ensure_catalog(self) -> bool:
+        servers = self._s.config.agent.tools if self._s.config.agent else []
+        if self._s.tool_catalog is not None or not servers:
+            self._s.tool_catalog = self._s.tool_catalog or []
+            return True
+        try:
+            catalog = await workflow.execute_activity(
+                "list_tools", ListToolsInput(servers=servers), result_type=ToolCatalog,
+                start_to_close_timeout=timedelta(minutes=2), retry_policy=RETRY_FREELY,
+            )
+        except ActivityError as err:
+            self._close(E.RUN_FAILED, f"could not list the MCP tools: {_cause(err)}",
+                        Actor.SYSTEM)
+            return False
+        self._s.tool_catalog = catalog.tools
+        return True
+
+    async def _think(self) -> LLMCallResult | None:
+        """The reasoning step: an LLM call that sees consequence views, never contracts."""
+        s = self._s
+        llm = s.config.agent.llm  # type: ignore[union-attr]
+        if s.turn_llm_calls >= s.config.agent.max_turns:  # type: ignore[union-attr]
+            self._close(E.RUN_FAILED, f"max_turns reached: {s.turn_llm_calls} LLM calls "
+                        "in this turn without a final answer", Actor.SYSTEM)
+            return None
+        s.conversation += [ChatMessage(role="user", content=m) for m in s.inbox]
+        s.inbox = []
+        try:
+            answer = await workflow.execute_activity(
+                "llm_call",
+                LLMCallInput(
+                    session_id=s.session_id, call_id=f"{s.session_id}-llm-{s.llm_calls}",
+                    call_index=s.llm_calls, llm=llm, messages=agent.build_messages(s),
+                    tools=s.tool_catalog or [],
+                ),
+                result_type=LLMCallResult,
+                start_to_close_timeout=timedelta(seconds=llm.timeout_s + 30),
+                retry_policy=RETRY_FREELY,
+            )
+        except ActivityError as err:
+            self._close(E.RUN_FAILED, f"LLM call failed: {_cause(err)}", Actor.REASONING)
+            return None
+        s.llm_calls += 1
+        s.turn_llm_calls += 1
+        calls = [
+            c if c.id else c.model_copy(update={"id": f"call-{s.llm_calls}-{i}"})
+            for i, c in enumerate(answer.tool_calls)
+        ]
+        answer = answer.model_copy(update={"tool_calls": calls})
+        s.conversation.append(
+            ChatMessage(role="assistant", content=answer.text or "", tool_calls=calls)
+        )
+        return answer
+
+    async def _drain_actions(self) -> bool:
+        """Run approved and queued actions in order; True once the session stopped."""
+        s = self._s
+        for c in [c for c in s.contracts if c.status.value == "running"
+                  and c.action_type is ActionType.TOOL_CALL]:
+            await self._execute(c)
+        while s.queued_actions and s.status == S.RUNNING:
+            action = s.queued_actions.pop(0)
+            if action.ecs_request is not None:
+                self._ask_person(action.ecs_request)
+                return True
+            assert action.tool_call is not None
+            c = self._start_tool_call(action.tool_call)
+            if c is None:
+                continue
+            if c.status.value == "waiting":
+                return True
+            await self._execute(c)
+        return s.status != S.RUNNING
+
+    def _start_tool_call(self, call: ToolCallRequest) -> ExecutionContract | None:
+        """Create the contract for a tool call: RUNNING to execute now, WAITING for
+        approval, or None when it ends here (already done, no such server)."""
+        s, now = self._s, workflow.now()
+        d = agent.decide_tool_call(s, call, s.tool_catalog or [])
+        if d.kind == "already_done":
+            s.conversation.append(ChatMessage(role="tool", content=d.message,
+                                              tool_call_id=call.id))
+            return None
+        c = self._book.new_contract(
+            str(workflow.uuid4()), ActionType.TOOL_CALL,
+            {**d.detail, "safety": d.safety.value, "tool_call_id": call.id}, now,
+            irreversible=d.kind == "approve_first", idempotency_key=d.idempotency_key,
+        )
+        self._book.transition(c, Trigger.START, Actor.REASONING, now)
+        if d.kind == "unknown_server":
+            self._book.transition(c, Trigger.FAIL, Actor.TOOL_NODE, now,
+                                  error_message=d.message)
+            s.conversation.append(agent.consequence_message(c, call.id))
+            return None
+        if d.kind == "approve_first":
+            self._book.transition(c, Trigger.SUSPEND, Actor.TOOL_NODE, now)
+            self._ask(PendingRequest(
+                request_id=c.execution_id, kind="approval", execution_id=c.execution_id,
+                prompt="Approve irreversible action: "
+                + summarize_action(c.action_type, c.action_detail),
+                created_at=now,
+            ))
+        return c
+
+    async def _execute(self, c: ExecutionContract) -> None:
+        """The tool node: call the MCP tool once (or retried, if it is safe to)."""
+        s, d = self._s, c.action_detail
+        server = next(t for t in s.config.agent.tools if t.name == d["server"])  # type: ignore[union-attr]
+        once = at_most_once(SafetyClass(d["safety"]))
+        try:
+            result = await workflow.execute_activity(
+                "call_tool",
+                ToolCallInput(
+                    session_id=s.session_id, execution_id=c.execution_id, server=server,
+                    tool=d["tool"], arguments=d["arguments"], idempotency_key=c.idempotency_key,
+                ),
+                result_type=ToolCallResult,
+                start_to_close_timeout=TOOL_TIMEOUT,
+                heartbeat_timeout=TOOL_HEARTBEAT,
+                retry_policy=AT_MOST_ONCE if once else RETRY_FREELY,
+            )
+        except ActivityError as err:
+            msg = _cause(err)
+            if once:
+                msg = f"outcome unknown: the call did not report back ({msg}); not retried"
+            self._book.transition(c, Trigger.FAIL, Actor.TOOL_NODE, workflow.now(),
+                                  error_message=msg)
+        else:
+            if result.is_error:
+                self._book.transition(c, Trigger.FAIL, Actor.TOOL_NODE, workflow.now(),
+                                      error_message=result.error_message or result.text)
+            else:
+                self._book.transition(
+                    c, Trigger.SUCCEED, Actor.TOOL_NODE, workflow.now(),
+                    result=result.structured if result.structured is not None else result.text,
+                )
+        s.conversation.append(agent.consequence_message(c, d.get("tool_call_id")))
+
+    # -- waiting_user: the person ---------------------------------------------------
+
+    def _ask(self, pending: PendingRequest) -> None:
+        self._book.request(pending)
+        self._fire(E.INTERACTION_REQUESTED, pending.model_dump(mode="json"))
+
+    def _ask_person(self, req: EcsRequest) -> None:
+        now = workflow.now()
+        c = self._book.new_contract(str(workflow.uuid4()), ActionType.ECS_REQUEST,
+                                    req.model_dump(mode="json"), now)
+        self._book.transition(c, Trigger.START, Actor.ECS_NODE, now)
+        self._book.transition(c, Trigger.SUSPEND, Actor.ECS_NODE, now)
+        self._ask(PendingRequest(
+            request_id=c.execution_id, kind=req.kind, execution_id=c.execution_id,
+            prompt=req.prompt, options=req.options, fields=req.fields, created_at=now,
+        ))
+
+    def _reply_deadline(self) -> timedelta | None:
+        s, pending = self._s, self._s.pending
+        timeout = s.config.reply_timeout_s
+        if pending is None or pending.kind == "message" or timeout is None:
+            return None
+        if s.config.interactive_require_user_reply and s.config.on_reply_timeout != "cancel":
+            return None
+        left = pending.created_at + timedelta(seconds=timeout) - workflow.now()
+        return max(left, timedelta(milliseconds=1))
+
+    async def _wait_for_person(self) -> None:
+        s = self._s
+        waits_message = s.pending is not None and s.pending.kind == "message"
+        try:
+            await workflow.wait_condition(
+                lambda: bool(self._reply or self._end or self._recover
+                             or (waits_message and s.inbox)),
+                timeout=self._reply_deadline(),
+            )
+        except TimeoutError:
+            self._on_reply_timeout()
+            return
+        if self._recover:
+            self._recover = False
+            self._reconcile()
+        elif self._end is not None:
+            end, self._end = self._end, None
+            self._close(E.CONVERSATION_ENDED, end.reason or f"ended by {end.by}", Actor.USER)
+        elif self._reply is not None:
+            reply, self._reply = self._reply, None
+            assert s.pending is not None
+            self._accept(agent.answer_of(s.pending, reply), reply.by, auto=False)
+        elif waits_message and s.inbox:
+            s.pending = None
+            s.turn_llm_calls = 0
+            self._fire(E.MESSAGE_ACCEPTED, {"text": s.inbox[0]})
+
+    def _accept(self, answer: dict[str, Any], by: str, *, auto: bool) -> None:
+        """Record the reply once, leave waiting_user, and settle the waiting contract."""
+        s, now = self._s, workflow.now()
+        pending = s.pending
+        assert pending is not None
+        self._book.accept_reply(answer, by, now, auto=auto)
+        self._fire(E.AUTO_DECIDE_TIMEOUT if auto else E.REPLY_ACCEPTED,
+                   {"request_id": pending.request_id, "answer": answer, "by": by})
+        if pending.execution_id is None:
+            return
+        c = s.contract(pending.execution_id)
+        actor = Actor.TIMER if auto else Actor.USER
+        self._book.transition(c, Trigger.RESUME, actor, now)
+        if pending.kind == "approval":
+            if answer.get("approved"):
+                return  # RUNNING: the tool node executes it at the start of the turn
+            self._book.transition(c, Trigger.REJECT, actor, now,
+                                  error_message=f"rejected by {by}: {answer}")
+        else:
+            self._book.transition(c, Trigger.SUCCEED, Actor.ECS_NODE, now, result=answer)
+        s.conversation.append(agent.consequence_message(c, c.action_detail.get("tool_call_id")))
+
+    def _on_reply_timeout(self) -> None:
+        s = self._s
+        assert s.pending is not None
+        if not s.config.interactive_require_user_reply:
+            self._accept(agent.auto_answer(s.pending, s.config), "auto_decide", auto=True)
+            return
+        pending, now = s.pending, workflow.now()
+        s.pending = None
+        self._fire(E.REPLY_EXPIRED, {"request_id": pending.request_id})
+        if pending.execution_id:
+            c = s.contract(pending.execution_id)
+            self._book.transition(c, Trigger.TIMEOUT, Actor.TIMER, now,
+                                  error_message="nobody answered in time")
+            s.conversation.append(
+                agent.consequence_message(c, c.action_detail.get("tool_call_id"))
+            )
+
+    def _reconcile(self) -> None:
+        decision = agent.recovery_check(self._s)
+        for warning in decision.warnings:
+            workflow.logger.warning("session %s: %s", self._s.session_id, warning)
+        if decision.event is E.RESTART_PRESERVE_WAITING:
+            self._fire(decision.event, {"reason": decision.reason})
+        else:
+            self._close(decision.event, decision.reason, Actor.SYSTEM)
+
+    # -- signals and updates (operators can send the signals from the Temporal UI) --
+
+    @workflow.signal(name="submit_reply")
+    def submit_reply(self, reply: ReplyInput) -> None:
+        problem = self._reply_problem(reply)
+        if problem:
+            workflow.logger.warning("reply ignored: %s", problem)
+            return
+        self._reply = reply
+
+    @workflow.update(name="reply")
+    def reply(self, reply: ReplyInput) -> Ack:
+        problem = self._reply_problem(reply)
+        if problem:  # two replies in one task: the first one wins
+            raise ApplicationError(problem, type="ReplyRefused", non_retryable=True)
+        self._reply = reply
+        return Ack(request_id=reply.request_id, status=self._s.status)
+
+    @reply.validator
+    def _validate_reply(self, reply: ReplyInput) -> None:
+        problem = self._reply_problem(reply)
+        if problem:
+            raise ValueError(problem)
+
+    def _reply_problem(self, reply: ReplyInput) -> str | None:
+        if self._reply is not None:
+            return "a reply to this request was already accepted"
+        if self._s.status != S.WAITING_USER:
+            return f"nothing is pending: the session is {self._s.status.value}"
+        return agent.reply_problem(self._s.pending, reply)
+
+    @workflow.signal(name="submit_message")
+    def submit_message(self, message: MessageInput) -> None:
+        if is_terminal(self._s.status):
+            workflow.logger.warning("message ignored: the session is %s", self._s.status.value)
+            return
+        self._s.inbox.append(message.text)
+
+    @workflow.update(name="send_message")
+    def send_message(self, message: MessageInput) -> Ack:
+        self._s.inbox.append(message.text)
+        return Ack(status=self._s.status)
+
+    @send_message.validator
+    def _validate_message(self, message: MessageInput) -> None:
+        if is_terminal(self._s.status):
+            raise ValueError(f"the session is {self._s.status.value}: it takes no messages")
+
+    @workflow.signal(name="end_conversation")
+    def end_conversation_signal(self, end: EndInput) -> None:
+        if self._s.status == S.WAITING_USER:
+            self._end = end
+
+    @workflow.update(name="end")
+    def end(self, end: EndInput) -> Ack:
+        self._end = end
+        return Ack(status=self._s.status)
+
+    @end.validator
+    def _validate_end(self, end: EndInput) -> None:
+        if self._s.status != S.WAITING_USER:
+            raise ValueError(
+                f"the session is {self._s.status.value}: it can be ended while it waits "
+                "for the person (cancel it otherwise)"
+            )
+
+    @workflow.signal(name="recover")
+    def recover(self, input: RecoverInput) -> None:
+        if self._s.status == S.WAITING_USER:
+            self._recover = True
+
+    # -- queries: everything observation needs ---------------------------------------
+
+    def _observer(self) -> ExecutionObserver:
+        return ExecutionObserver(self._s.session_id, self._s.contracts, workflow.now())
+
+    @workflow.query(name="snapshot")
+    def snapshot(self) -> SessionSnapshot:
+        s, now = self._s, workflow.now()
+        last = next((m.content for m in reversed(s.conversation)
+                     if m.role == "assistant" and m.content), None)
+        return SessionSnapshot(
+            session_id=s.session_id, status=s.status, mode=s.config.mode, pending=s.pending,
+            contracts=[contract_snapshot_at(c, now) for c in s.contracts], memory=s.memory,
+            status_history=s.status_history, replies=len(s.replies), turns=s.turns,
+            llm_calls=s.llm_calls, failure_reason=s.failure_reason, last_text=last,
+        )
+
+    @workflow.query(name="contract_snapshot")
+    def contract_snapshot(self, q: ContractQuery) -> ExecutionSnapshot:
+        try:
+            return self._observer().snapshot(q.execution_id)
+        except KeyError:
+            raise ValueError(f"no contract {q.execution_id} in this session") from None
+
+    @workflow.query(name="consequence_views")
+    def consequence_views(self) -> list[ExecutionConsequenceView]:
+        return self._observer().consequence_views()
+
+    @workflow.query(name="timeline")
+    def timeline(self) -> ExecutionTimeline:
+        return self._observer().timeline()
+
+    @workflow.query(name="topology")
+    def topology(self) -> StateMachineTopology:
+        return ExecutionObserver.topology()
+
+    @workflow.query(name="memory")
+    def memory(self) -> list[ExecutionFact]:
+        return self._s.memory
+
+    @workflow.query(name="pending_request")
+    def pending_request(self) -> PendingRequest | None:
+        return self._s.pending
+
+    @workflow.query(name="state")
+    def state(self) -> SessionState:
+        return self._s

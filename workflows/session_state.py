@@ -1,0 +1,188 @@
+"""A session's state and the pure operations on it (no Temporal import).
+
+The workflow owns one :class:`SessionState` and changes it only through
+:class:`SessionBook`, passing ``workflow.now()`` in. Everything here is
+deterministic and testable without a server; the same state is what
+continue-as-new carries and what the queries project.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from observation.projections import ExecutionFact, execution_fact
+from workflows.config import EcsRequest, FormField, SessionConfig, ToolCallRequest
+from workflows.contract import (
+    ActionType,
+    Actor,
+    ExecutionContract,
+    ExecutionStatus,
+    ExecutionStep,
+    TransitionRecord,
+    Trigger,
+)
+from workflows.io import ChatMessage, ToolSpec
+from workflows.statechart import FcmpEvent, SessionEvent, SessionStatus, fire
+
+RequestKind = Literal["approval", "confirm", "choose", "form", "message"]
+
+
+class PendingRequest(BaseModel):
+    """What the session waits for. ``request_id`` is what a reply must name."""
+
+    request_id: str
+    kind: RequestKind
+    prompt: str
+    execution_id: str | None = None
+    options: list[str] = Field(default_factory=list)
+    fields: list[FormField] = Field(default_factory=list)
+    created_at: datetime
+
+
+class StatusChange(BaseModel):
+    from_status: SessionStatus
+    to_status: SessionStatus
+    event: SessionEvent
+    at: datetime
+    fcmp: list[FcmpEvent] = Field(default_factory=list)
+
+
+class ReplyRecord(BaseModel):
+    """An accepted reply, kept once in the state (invariant 6)."""
+
+    request_id: str
+    kind: RequestKind
+    answer: dict[str, Any]
+    by: str
+    at: datetime
+    auto: bool = False
+
+
+class QueuedAction(BaseModel):
+    """One action of an LLM answer still to process: a tool call or an ECS request."""
+
+    tool_call: ToolCallRequest | None = None
+    ecs_request: EcsRequest | None = None
+
+
+class SessionState(BaseModel):
+    session_id: str
+    config: SessionConfig
+    status: SessionStatus = SessionStatus.QUEUED
+    status_history: list[StatusChange] = Field(default_factory=list)
+    contracts: list[ExecutionContract] = Field(default_factory=list)
+    execution_trace: list[ExecutionStep] = Field(default_factory=list)
+    memory: list[ExecutionFact] = Field(default_factory=list)
+    conversation: list[ChatMessage] = Field(default_factory=list)
+    replies: list[ReplyRecord] = Field(default_factory=list)
+    pending: PendingRequest | None = None
+    # Messages from the person not yet taken into a turn.
+    inbox: list[str] = Field(default_factory=list)
+    # Actions of the current LLM answer still to process, in order.
+    queued_actions: list[QueuedAction] = Field(default_factory=list)
+    tool_catalog: list[ToolSpec] | None = None
+    llm_calls: int = 0
+    turn_llm_calls: int = 0
+    turns: int = 0
+    failure_reason: str | None = None
+    continued_runs: int = 0
+
+    def contract(self, execution_id: str) -> ExecutionContract:
+        for c in self.contracts:
+            if c.execution_id == execution_id:
+                return c
+        raise KeyError(execution_id)
+
+    def open_contracts(self) -> list[ExecutionContract]:
+        return [c for c in self.contracts if not c.is_terminal]
+
+
+class SessionBook:
+    """The only writer of a :class:`SessionState`. Every method takes ``now``."""
+
+    def __init__(self, state: SessionState) -> None:
+        self.state = state
+
+    # -- the statechart --------------------------------------------------------
+
+    def fire(
+        self, event: SessionEvent, now: datetime, detail: dict[str, Any] | None = None
+    ) -> StatusChange:
+        t = fire(self.state.status, event, self.state.config.policy, detail)
+        change = StatusChange(
+            from_status=t.from_status, to_status=t.to_status, event=t.event, at=now,
+            fcmp=list(t.fcmp),
+        )
+        self.state.status = t.to_status
+        self.state.status_history.append(change)
+        return change
+
+    # -- contracts ------------------------------------------------------------
+
+    def new_contract(
+        self,
+        execution_id: str,
+        action_type: ActionType,
+        detail: dict[str, Any],
+        now: datetime,
+        *,
+        irreversible: bool = False,
+        idempotency_key: str | None = None,
+    ) -> ExecutionContract:
+        c = ExecutionContract(
+            execution_id=execution_id,
+            session_id=self.state.session_id,
+            action_type=action_type,
+            action_detail=detail,
+            irreversible=irreversible,
+            idempotency_key=idempotency_key,
+            created_at=now,
+        )
+        self.state.contracts.append(c)
+        return c
+
+    def transition(
+        self,
+        contract: ExecutionContract,
+        trigger: Trigger,
+        actor: Actor,
+        now: datetime,
+        *,
+        result: Any = None,
+        error_message: str | None = None,
+    ) -> TransitionRecord:
+        record = contract.transition(
+            trigger, actor=actor, timestamp=now, result=result, error_message=error_message
+        )
+        self.state.execution_trace.append(ExecutionStep.from_record(record))
+        if contract.is_terminal:
+            self.state.memory.append(execution_fact(contract, now))
+        return record
+
+    def cancel_open_contracts(self, now: datetime, reason: str) -> None:
+        for c in self.state.open_contracts():
+            if c.status == ExecutionStatus.PENDING:
+                self.transition(c, Trigger.START, Actor.SYSTEM, now)
+            self.transition(c, Trigger.CANCEL, Actor.SYSTEM, now, error_message=reason)
+
+    # -- the person ------------------------------------------------------------
+
+    def request(self, pending: PendingRequest) -> None:
+        self.state.pending = pending
+
+    def accept_reply(
+        self, answer: dict[str, Any], by: str, now: datetime, *, auto: bool = False
+    ) -> ReplyRecord:
+        pending = self.state.pending
+        if pending is None:
+            raise ValueError("no request is pending")
+        record = ReplyRecord(
+            request_id=pending.request_id, kind=pending.kind, answer=answer, by=by, at=now,
+            auto=auto,
+        )
+        self.state.replies.append(record)
+        self.state.pending = None
+        return record
