@@ -33,8 +33,9 @@ def build_messages(state: SessionState) -> list[ChatMessage]:
 
 
 def consequence_message(contract: ExecutionContract, tool_call_id: str | None) -> ChatMessage:
+    # Without a tool call to answer (an ECS request), the view goes in as a user turn.
     return ChatMessage(
-        role="tool",
+        role="tool" if tool_call_id else "user",
         content=render_for_prompt([consequence_view(contract)]),
         tool_call_id=tool_call_id,
     )
