@@ -1,0 +1,113 @@
+"""Record the histories that ``test_replay.py`` replays in CI.
+
+Run by hand, and only when a change is *meant* to be incompatible with running
+sessions (then say so in the commit):
+
+    .venv/bin/python -m tests.workflows.record_histories
+
+Each scenario runs on the time-skipping server with the real activities; its
+final history is saved as ``histories/<name>.json``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sys
+import tempfile
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.testing import WorkflowEnvironment
+
+from api.demo import demo_config, notes_server
+from api.devserver import temporal_test_server_path
+from tests.support.sessions import running_worker, start_session, until, until_status
+from workflows.config import SessionConfig
+from workflows.messages import ReplyInput
+from workflows.statechart import SessionStatus
+
+HISTORIES = Path(__file__).parent / "histories"
+W = SessionStatus.WAITING_USER
+
+
+def scripted(notes_dir: Path, responses: list[dict], **kw) -> SessionConfig:
+    return SessionConfig.model_validate({
+        "initial_message": "go",
+        "agent": {"llm": {"provider": "scripted", "responses": responses},
+                  "tools": [notes_server(notes_dir)]},
+        **kw,
+    })
+
+
+async def answer(h: WorkflowHandle, **kw) -> None:
+    snap = await until_status(h, W)
+    await h.execute_update("reply", ReplyInput(request_id=snap.pending.request_id, **kw))
+
+
+async def demo(client: Client, tq: str, d: Path) -> WorkflowHandle:
+    h = await start_session(client, demo_config(d), tq, search_attributes=False)
+    await answer(h, approve=True)
+    await until(h, lambda s: s.pending is not None and s.pending.kind == "confirm")
+    await answer(h, approve=True)
+    await h.result()
+    return h
+
+
+async def rejected(client: Client, tq: str, d: Path) -> WorkflowHandle:
+    (d / "a").write_text("x")
+    h = await start_session(client, scripted(d, [
+        {"tool_calls": [{"tool": "delete_note", "arguments": {"name": "a"}}]},
+        {"text": "kept it", "end": True}]), tq, search_attributes=False)
+    await answer(h, approve=False)
+    await h.result()
+    return h
+
+
+async def auto_timeout(client: Client, tq: str, d: Path) -> WorkflowHandle:
+    h = await start_session(client, scripted(d, [
+        {"ecs_request": {"kind": "choose", "prompt": "which?", "options": ["a", "b"]}},
+        {"text": "took a"}], mode="auto", interactive_require_user_reply=False,
+        reply_timeout_s=3600, auto_decision="approve"), tq, search_attributes=False)
+    await h.result()
+    return h
+
+
+async def canceled(client: Client, tq: str, d: Path) -> WorkflowHandle:
+    h = await start_session(client, scripted(d, [
+        {"ecs_request": {"kind": "confirm", "prompt": "sure?"}}]), tq, search_attributes=False)
+    await until_status(h, W)
+    await h.cancel()
+    with contextlib.suppress(WorkflowFailureError):  # a cancelled session fails its result
+        await h.result()
+    return h
+
+
+SCENARIOS: dict[str, Callable[[Client, str, Path], Awaitable[WorkflowHandle]]] = {
+    "demo": demo, "rejected": rejected, "auto_timeout": auto_timeout, "canceled": canceled,
+}
+
+
+async def main() -> None:
+    HISTORIES.mkdir(exist_ok=True)
+    env = await WorkflowEnvironment.start_time_skipping(
+        test_server_existing_path=str(temporal_test_server_path()),
+        data_converter=pydantic_data_converter,
+    )
+    try:
+        for name, scenario in SCENARIOS.items():
+            with tempfile.TemporaryDirectory() as tmp:
+                tq = f"record-{name}"
+                async with running_worker(env.client, tq):
+                    h = await scenario(env.client, tq, Path(tmp))
+                    history = await h.fetch_history()
+            (HISTORIES / f"{name}.json").write_text(history.to_json())
+            print(f"recorded {name}: {len(history.events)} events", file=sys.stderr)
+    finally:
+        await env.shutdown()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
