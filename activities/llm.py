@@ -1,0 +1,587 @@
+"""The LLM activity: one model call, scripted or OpenAI-compatible, with seed 003 payloads.
+
+``llm_call`` returns the model's answer in our terms (text, tool calls, a request
+to the person, end of conversation) together with the binding LLM_CALL_STARTED and
+LLM_CALL_FINISHED payloads. A failure is raised as an ``ApplicationError`` whose
+single detail is the LLM_CALL_FAILED payload (``LLMCallFailed``) and whose
+``non_retryable`` flag follows the one classification table below, so that
+Temporal's retry policy, not the SDK, decides when to try again.
+
+Providers:
+
+- ``scripted``: plays ``llm.responses[call_index]``; no network, deterministic.
+- ``openai``: any OpenAI-compatible chat-completions endpoint through the ``openai``
+  SDK (``max_retries=0``). The key is read from the environment variable *named*
+  by ``api_key_env`` at call time; it is never logged, returned or put in an error.
+
+The model sees our MCP tools as function tools named ``<server>__<tool>`` (made
+safe for the function-name rules, see ``ToolNames``) plus two pseudo tools:
+``ask_user`` (its call becomes ``ecs_request``) and ``end_conversation`` (its call
+sets ``end``). That mapping, both ways, lives in this module only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import time
+import traceback
+import typing
+from dataclasses import dataclass, field
+from typing import Any
+
+import openai
+from pydantic import ValidationError
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from workflows.config import EcsRequest, FormField, LLMConfig, ToolCallRequest
+from workflows.io import (
+    ChatMessage,
+    LLMCallFailed,
+    LLMCallFinished,
+    LLMCallInput,
+    LLMCallResult,
+    LLMCallStarted,
+    TokenUsage,
+    ToolSpec,
+)
+
+__all__ = [
+    "ASK_USER",
+    "END_CONVERSATION",
+    "PRICES_USD_PER_MTOK",
+    "SCRIPTED_BASE_URL",
+    "LLMConfigError",
+    "LLMError",
+    "LLMResponseError",
+    "LlmActivities",
+    "ScriptedProviderError",
+    "ToolNames",
+    "api_cost_usd",
+    "classify_error",
+    "llm_call_started",
+    "openai_messages",
+    "openai_tools",
+    "retryable_status",
+    "sha256_json",
+]
+
+SCRIPTED_BASE_URL = "scripted://"
+ASK_USER = "ask_user"
+END_CONVERSATION = "end_conversation"
+ERROR_DETAILS_MAX_CHARS = 4000
+ERROR_SUMMARY_MAX_CHARS = 500
+
+# List prices in USD per million tokens: (input, output). A model not listed here
+# (after stripping a date suffix such as ``-2024-08-06``) gets ``api_cost_usd=None``.
+PRICES_USD_PER_MTOK: dict[str, tuple[float, float]] = {
+    "gpt-4o": (2.50, 10.00),
+    "gpt-4o-mini": (0.15, 0.60),
+    "gpt-4.1": (2.00, 8.00),
+    "gpt-4.1-mini": (0.40, 1.60),
+    "gpt-4.1-nano": (0.10, 0.40),
+    "gpt-4-turbo": (10.00, 30.00),
+    "gpt-3.5-turbo": (0.50, 1.50),
+}
+_DATE_SUFFIX = re.compile(r"-\d{4}-\d{2}-\d{2}$")
+
+
+def api_cost_usd(model: str, usage: TokenUsage) -> float | None:
+    price = PRICES_USD_PER_MTOK.get(model) or PRICES_USD_PER_MTOK.get(_DATE_SUFFIX.sub("", model))
+    if price is None:
+        return None
+    cost = (usage.input_tokens * price[0] + usage.output_tokens * price[1]) / 1_000_000
+    return round(cost, 8)
+
+
+# -- hashing --------------------------------------------------------------------------
+
+
+def canonical_json(value: Any) -> str:
+    """Sorted keys, no whitespace: the same value always gives the same bytes."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def sha256_json(value: Any) -> str:
+    return hashlib.sha256(canonical_json(value).encode("utf-8")).hexdigest()
+
+
+# -- failures -------------------------------------------------------------------------
+
+
+class LLMError(Exception):
+    """A failure this module detects itself (not the SDK's)."""
+
+    def __init__(self, message: str, *, http_status: int | None = None, retryable: bool = False):
+        super().__init__(message)
+        self.http_status = http_status
+        self.retryable = retryable
+
+
+class LLMConfigError(LLMError):
+    """The call cannot be made as configured (e.g. the key's variable is not set)."""
+
+
+class LLMResponseError(LLMError):
+    """The model answered something we cannot use (bad JSON arguments, bad ask_user)."""
+
+
+class ScriptedProviderError(LLMError):
+    """A provider failure simulated by a scripted response with ``error`` set."""
+
+
+_RETRYABLE_HTTP_STATUSES = frozenset({408, 409, 429})
+
+
+def retryable_status(http_status: int | None) -> bool:
+    """No status (network, timeout), 408/409/429 and 5xx: a retry may help; other 4xx not."""
+    return http_status is None or http_status in _RETRYABLE_HTTP_STATUSES or http_status >= 500
+
+
+def classify_error(exc: BaseException) -> tuple[int | None, bool]:
+    """The one classification table: ``(http_status, retryable)`` for any failure."""
+    if isinstance(exc, LLMError):
+        return exc.http_status, exc.retryable
+    if isinstance(exc, openai.APIStatusError):
+        return exc.status_code, retryable_status(exc.status_code)
+    if isinstance(exc, openai.APIResponseValidationError):
+        return exc.status_code, False
+    if isinstance(exc, openai.APIConnectionError | TimeoutError | ConnectionError):
+        return None, True  # includes openai.APITimeoutError
+    return None, False
+
+
+def _summary(exc: BaseException) -> str:
+    if isinstance(exc, openai.APIStatusError):
+        body = exc.body
+        message = exc.message
+        if isinstance(body, dict):
+            inner = body.get("error", body)
+            if isinstance(inner, dict) and isinstance(inner.get("message"), str):
+                message = inner["message"]
+        text = f"HTTP {exc.status_code}: {message}"
+    else:
+        text = str(exc) or type(exc).__name__
+    return text.strip()
+
+
+def _redact(text: str, secret: str | None) -> str:
+    return text.replace(secret, "[redacted]") if secret else text
+
+
+def _failure(
+    exc: BaseException, call_id: str, latency_ms: int, secret: str | None
+) -> ApplicationError:
+    http_status, retryable = classify_error(exc)
+    summary = _redact(_summary(exc), secret)[:ERROR_SUMMARY_MAX_CHARS]
+    details = _redact("".join(traceback.format_exception(exc)), secret)
+    if len(details) > ERROR_DETAILS_MAX_CHARS:
+        details = "…(truncated)\n" + details[-ERROR_DETAILS_MAX_CHARS:]
+    failed = LLMCallFailed(
+        call_id=call_id,
+        latency_ms=latency_ms,
+        error_class=type(exc).__name__,
+        error_summary=summary,
+        retryable=retryable,
+        error_details=details,
+        http_status=http_status,
+    )
+    return ApplicationError(
+        summary,
+        failed.model_dump(mode="json"),
+        type=failed.error_class,
+        non_retryable=not retryable,
+    )
+
+
+# -- the mapping between our tools and the model's functions -----------------------------
+
+_FUNCTION_NAME_OK = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+_FUNCTION_NAME_BAD_CHARS = re.compile(r"[^a-zA-Z0-9_-]")
+
+
+def _function_name(server: str, tool: str) -> str:
+    raw = f"{server}__{tool}"
+    if _FUNCTION_NAME_OK.fullmatch(raw):
+        return raw
+    # Sanitised or shortened: a digest of the original keeps distinct tools distinct.
+    digest = hashlib.sha256(raw.encode("utf-8")).hexdigest()[:8]
+    return f"{_FUNCTION_NAME_BAD_CHARS.sub('_', raw)[:55]}_{digest}"
+
+
+def _literal_values(model: type, field_name: str) -> list[str]:
+    return list(typing.get_args(model.model_fields[field_name].annotation))  # type: ignore[attr-defined]
+
+
+ASK_USER_FUNCTION: dict[str, Any] = {
+    "type": "function",
+    "function": {
+        "name": ASK_USER,
+        "description": (
+            "Ask the person and wait for the answer. kind=confirm: a yes/no question; "
+            "kind=choose: pick one of `options` (at least two); kind=form: fill in `fields`. "
+            "Use it before anything you cannot decide alone."
+        ),
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "kind": {"type": "string", "enum": _literal_values(EcsRequest, "kind")},
+                "prompt": {"type": "string", "description": "The question, in plain words."},
+                "options": {"type": "array", "items": {"type": "string"}},
+                "fields": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "properties": {
+                            "name": {"type": "string"},
+                            "label": {"type": "string"},
+                            "type": {"type": "string", "enum": _literal_values(FormField, "type")},
+                            "required": {"type": "boolean"},
+                        },
+                        "required": ["name"],
+                    },
+                },
+            },
+            "required": ["kind", "prompt"],
+        },
+    },
+}
+
+END_CONVERSATION_FUNCTION: dict[str, Any] = {
+    "type": "function",
+    "function": {
+        "name": END_CONVERSATION,
+        "description": "Call when the task is done and the conversation can end.",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "final_message": {"type": "string", "description": "Last words to the person."}
+            },
+        },
+    },
+}
+
+
+@dataclass(frozen=True)
+class ToolNames:
+    """Function name <-> (server, tool), for the tools of one call.
+
+    A ``(None, name)`` key is a tool without a server (the pseudo tools, or a
+    call the model made to a function we did not offer): its function name is
+    the tool name itself.
+    """
+
+    by_function: dict[str, tuple[str | None, str]] = field(default_factory=dict)
+    by_tool: dict[tuple[str | None, str], str] = field(default_factory=dict)
+
+    @classmethod
+    def build(cls, tools: list[ToolSpec]) -> ToolNames:
+        names = cls()
+        for reserved in (ASK_USER, END_CONVERSATION):
+            names.by_function[reserved] = (None, reserved)
+            names.by_tool[(None, reserved)] = reserved
+        for spec in tools:
+            key = (spec.server, spec.name)
+            if key in names.by_tool:
+                continue
+            fname = _function_name(spec.server, spec.name)
+            if fname in names.by_function:  # pragma: no cover - needs a sha256 prefix clash
+                raise LLMConfigError(f"two tools map to the same function name {fname!r}")
+            names.by_function[fname] = key
+            names.by_tool[key] = fname
+        return names
+
+    def function_name(self, server: str | None, tool: str) -> str:
+        if (server, tool) in self.by_tool:
+            return self.by_tool[(server, tool)]
+        return tool if server is None else _function_name(server, tool)
+
+    def resolve(self, function_name: str) -> tuple[str | None, str]:
+        return self.by_function.get(function_name, (None, function_name))
+
+
+def openai_tools(tools: list[ToolSpec], names: ToolNames) -> list[dict[str, Any]]:
+    """The ``tools`` payload: our MCP tools, then ``ask_user`` and ``end_conversation``."""
+    payload: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    for spec in tools:
+        fname = names.function_name(spec.server, spec.name)
+        if fname in seen:
+            continue
+        seen.add(fname)
+        payload.append(
+            {
+                "type": "function",
+                "function": {
+                    "name": fname,
+                    "description": spec.description or f"{spec.name} (MCP server {spec.server})",
+                    "parameters": spec.input_schema,
+                },
+            }
+        )
+    return [*payload, ASK_USER_FUNCTION, END_CONVERSATION_FUNCTION]
+
+
+def openai_messages(messages: list[ChatMessage], names: ToolNames) -> list[dict[str, Any]]:
+    """Our messages in chat-completions form (assistant tool_calls, tool results)."""
+    out: list[dict[str, Any]] = []
+    for m in messages:
+        if m.role == "tool":
+            out.append({"role": "tool", "tool_call_id": m.tool_call_id or "", "content": m.content})
+        elif m.role == "assistant" and m.tool_calls:
+            out.append(
+                {
+                    "role": "assistant",
+                    "content": m.content or None,
+                    "tool_calls": [
+                        {
+                            "id": call.id,
+                            "type": "function",
+                            "function": {
+                                "name": names.function_name(call.server, call.tool),
+                                "arguments": canonical_json(call.arguments),
+                            },
+                        }
+                        for call in m.tool_calls
+                    ],
+                }
+            )
+        else:
+            out.append({"role": m.role, "content": m.content})
+    return out
+
+
+def _parse_arguments(function_name: str, raw: str | None) -> dict[str, Any]:
+    if raw is None or not raw.strip():
+        return {}
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise LLMResponseError(
+            f"the model called {function_name!r} with arguments that are not valid JSON ({exc})"
+        ) from None
+    if not isinstance(value, dict):
+        raise LLMResponseError(
+            f"the model called {function_name!r} with arguments that are not a JSON object"
+        )
+    return value
+
+
+@dataclass
+class _Answer:
+    """The model's answer in our terms, before the telemetry is attached."""
+
+    text: str | None = None
+    tool_calls: list[ToolCallRequest] = field(default_factory=list)
+    ecs_request: EcsRequest | None = None
+    end: bool = False
+
+    def output_hash(self) -> str:
+        return sha256_json(
+            {
+                "text": self.text,
+                "tool_calls": [c.model_dump(mode="json") for c in self.tool_calls],
+                "ecs_request": self.ecs_request.model_dump(mode="json")
+                if self.ecs_request
+                else None,
+                "end": self.end,
+            }
+        )
+
+
+def _answer_from_function_calls(
+    text: str | None, calls: list[tuple[str, str, str | None]], names: ToolNames
+) -> _Answer:
+    """``calls`` are ``(id, function name, raw JSON arguments)`` as the model sent them."""
+    answer = _Answer(text=text)
+    for call_id, fname, raw in calls:
+        arguments = _parse_arguments(fname, raw)
+        if fname == ASK_USER:
+            if answer.ecs_request is not None:
+                activity.logger.warning("the model called ask_user twice; keeping the first")
+                continue
+            try:
+                answer.ecs_request = EcsRequest.model_validate(arguments)
+            except ValidationError as exc:
+                raise LLMResponseError(f"the model's ask_user request is invalid: {exc}") from None
+        elif fname == END_CONVERSATION:
+            answer.end = True
+            final = arguments.get("final_message")
+            if not answer.text and isinstance(final, str) and final:
+                answer.text = final
+        else:
+            server, tool = names.resolve(fname)
+            answer.tool_calls.append(
+                ToolCallRequest(id=call_id, tool=tool, server=server, arguments=arguments)
+            )
+    return answer
+
+
+# -- the payloads ---------------------------------------------------------------------
+
+
+def llm_call_started(input: LLMCallInput) -> LLMCallStarted:
+    """LLM_CALL_STARTED for a call input: pure, so an exporter can recompute it."""
+    llm = input.llm
+    tools_payload = openai_tools(input.tools, ToolNames.build(input.tools))
+    return LLMCallStarted(
+        call_id=input.call_id,
+        model=llm.model,
+        provider_base_url=SCRIPTED_BASE_URL if llm.provider == "scripted" else str(llm.base_url),
+        prompt_hash=sha256_json([m.model_dump(mode="json") for m in input.messages]),
+        temperature=llm.temperature,
+        max_tokens=llm.max_tokens,
+        tool_schema_hash=sha256_json(tools_payload) if tools_payload else None,
+        response_format="text",
+    )
+
+
+def _elapsed_ms(t0: float) -> int:
+    return max(0, int((time.monotonic() - t0) * 1000))
+
+
+def _read_api_key(llm: LLMConfig) -> str:
+    if not llm.api_key_env:
+        raise LLMConfigError(
+            "the openai provider needs api_key_env: the name of the environment variable "
+            "that holds the API key"
+        )
+    key = os.environ.get(llm.api_key_env)
+    if not key:
+        raise LLMConfigError(
+            f"environment variable {llm.api_key_env} is not set or empty; "
+            f"it should hold the API key for {llm.base_url}"
+        )
+    return key
+
+
+# -- the activity ---------------------------------------------------------------------
+
+
+class LlmActivities:
+    """The LLM activity. Stateless: one instance serves every session of a worker."""
+
+    @activity.defn(name="llm_call")
+    async def llm_call(self, input: LLMCallInput) -> LLMCallResult:
+        started = llm_call_started(input)
+        log = activity.logger
+        log.info(
+            "LLM call %s: provider=%s model=%s base_url=%s prompt_hash=%s",
+            input.call_id,
+            input.llm.provider,
+            started.model,
+            started.provider_base_url,
+            started.prompt_hash[:12],
+        )
+        t0 = time.monotonic()
+        secret: str | None = None
+        try:
+            if input.llm.provider == "scripted":
+                answer, usage, finish_reason, cost = self._scripted(input)
+            else:
+                secret = _read_api_key(input.llm)
+                answer, usage, finish_reason, cost = await self._openai(input, secret)
+        except Exception as exc:
+            error = _failure(exc, input.call_id, _elapsed_ms(t0), secret)
+            log.warning("LLM call %s failed: %s", input.call_id, error.message)
+            # ``from None``: the SDK exception (which may quote a server's reply) stays out
+            # of the Temporal failure; its redacted traceback is in the details.
+            raise error from None
+        finished = LLMCallFinished(
+            call_id=input.call_id,
+            latency_ms=_elapsed_ms(t0),
+            token_usage=usage,
+            finish_reason=finish_reason,
+            output_hash=answer.output_hash(),
+            api_cost_usd=cost,
+            tool_calls_count=len(answer.tool_calls),
+        )
+        log.info(
+            "LLM call %s finished: finish_reason=%s tokens=%d latency_ms=%d",
+            input.call_id,
+            finish_reason,
+            usage.total_tokens,
+            finished.latency_ms,
+        )
+        return LLMCallResult(
+            text=answer.text,
+            tool_calls=answer.tool_calls,
+            ecs_request=answer.ecs_request,
+            end=answer.end,
+            started=started,
+            finished=finished,
+        )
+
+    # -- scripted ---------------------------------------------------------------------
+
+    @staticmethod
+    def _scripted(input: LLMCallInput) -> tuple[_Answer, TokenUsage, str, float | None]:
+        responses = input.llm.responses
+        if input.call_index >= len(responses):
+            raise LLMConfigError(
+                f"scripted provider has no response #{input.call_index} "
+                f"(the script has {len(responses)})"
+            )
+        r = responses[input.call_index]
+        if r.error is not None:
+            raise ScriptedProviderError(
+                r.error, http_status=r.http_status, retryable=retryable_status(r.http_status)
+            )
+        # Scripted calls get stable ids where the script left them out.
+        tool_calls = [
+            c if c.id else c.model_copy(update={"id": f"{input.call_id}-{i}"})
+            for i, c in enumerate(r.tool_calls)
+        ]
+        answer = _Answer(text=r.text, tool_calls=tool_calls, ecs_request=r.ecs_request, end=r.end)
+        # A deterministic estimate: words in, words out.
+        words_in = sum(len(m.content.split()) for m in input.messages)
+        words_out = len((r.text or "").split())
+        usage = TokenUsage(
+            input_tokens=words_in, output_tokens=words_out, total_tokens=words_in + words_out
+        )
+        finish_reason = "tool_calls" if (tool_calls or r.ecs_request) else "stop"
+        return answer, usage, finish_reason, 0.0
+
+    # -- openai-compatible ------------------------------------------------------------
+
+    @staticmethod
+    async def _openai(
+        input: LLMCallInput, api_key: str
+    ) -> tuple[_Answer, TokenUsage, str, float | None]:
+        llm = input.llm
+        names = ToolNames.build(input.tools)
+        async with openai.AsyncOpenAI(
+            api_key=api_key, base_url=llm.base_url, max_retries=0, timeout=llm.timeout_s
+        ) as client:
+            response = await client.chat.completions.create(
+                model=llm.model,
+                messages=openai_messages(input.messages, names),  # type: ignore[arg-type]
+                tools=openai_tools(input.tools, names),  # type: ignore[arg-type]
+                temperature=llm.temperature,
+                max_tokens=llm.max_tokens,
+            )
+        if not response.choices:
+            raise LLMResponseError("the model returned no choices")
+        choice = response.choices[0]
+        message = choice.message
+        calls: list[tuple[str, str, str | None]] = []
+        for call in message.tool_calls or []:
+            if call.type != "function":
+                raise LLMResponseError(f"the model made a {call.type!r} tool call; not supported")
+            calls.append((call.id, call.function.name, call.function.arguments))
+        text = message.content if message.content is not None else message.refusal
+        answer = _answer_from_function_calls(text, calls, names)
+        if response.usage is not None:
+            usage = TokenUsage(
+                input_tokens=response.usage.prompt_tokens,
+                output_tokens=response.usage.completion_tokens,
+                total_tokens=response.usage.total_tokens,
+            )
+            cost = api_cost_usd(response.model or llm.model, usage)
+        else:
+            usage, cost = TokenUsage(), None
+        finish_reason = choice.finish_reason or ("tool_calls" if calls else "stop")
+        return answer, usage, finish_reason, cost

@@ -1,0 +1,187 @@
+# This stands in for a paid LLM API, which cannot run here (no network); the client
+# under test is the real openai SDK over real HTTP.
+"""A small OpenAI-compatible chat-completions server for tests.
+
+A test queues what the next requests get (``reply_text``, ``reply_tool_calls``,
+``reply_error``), optionally sets the key the server expects, runs the client,
+then reads ``requests`` (every request received: headers and JSON body).
+
+The server runs uvicorn in a background thread on a socket bound here, on
+127.0.0.1 and a free port, before the thread starts: the port is known and
+accepts connections at once, so nothing has to wait for the server to come up.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import uvicorn
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+
+__all__ = ["FakeOpenAIServer", "RecordedRequest", "tool_call"]
+
+
+@dataclass
+class RecordedRequest:
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: Any
+
+
+@dataclass
+class _Reply:
+    status: int
+    body: dict[str, Any]
+
+
+def tool_call(call_id: str, name: str, arguments: dict[str, Any] | str) -> dict[str, Any]:
+    """One tool call as an OpenAI response carries it (``arguments`` is a JSON string)."""
+    raw = arguments if isinstance(arguments, str) else json.dumps(arguments)
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": raw}}
+
+
+def _error_body(message: str, type_: str, code: str | None = None) -> dict[str, Any]:
+    return {"error": {"message": message, "type": type_, "param": None, "code": code}}
+
+
+@dataclass
+class FakeOpenAIServer:
+    """Scripted behaviour for ``POST /v1/chat/completions``; thread-safe."""
+
+    expected_key: str | None = None
+    requests: list[RecordedRequest] = field(default_factory=list)
+    _replies: deque[_Reply] = field(default_factory=deque)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _server: uvicorn.Server | None = None
+    _thread: threading.Thread | None = None
+    _port: int = 0
+
+    # -- configuring ------------------------------------------------------------------
+
+    def reset(self) -> None:
+        with self._lock:
+            self.expected_key = None
+            self.requests.clear()
+            self._replies.clear()
+
+    def reply_text(
+        self,
+        text: str,
+        *,
+        finish_reason: str = "stop",
+        usage: tuple[int, int] = (12, 5),
+        model: str = "fake-model",
+    ) -> None:
+        self._queue(200, self._completion({"content": text}, finish_reason, usage, model))
+
+    def reply_tool_calls(
+        self,
+        calls: list[dict[str, Any]],
+        *,
+        text: str | None = None,
+        usage: tuple[int, int] = (20, 9),
+        model: str = "fake-model",
+    ) -> None:
+        message = {"content": text, "tool_calls": calls}
+        self._queue(200, self._completion(message, "tool_calls", usage, model))
+
+    def reply_error(self, status: int, message: str = "", *, type_: str = "api_error") -> None:
+        self._queue(status, _error_body(message or f"fake error {status}", type_))
+
+    def _queue(self, status: int, body: dict[str, Any]) -> None:
+        with self._lock:
+            self._replies.append(_Reply(status, body))
+
+    @staticmethod
+    def _completion(
+        message: dict[str, Any], finish_reason: str, usage: tuple[int, int], model: str
+    ) -> dict[str, Any]:
+        prompt, completion = usage
+        return {
+            "id": "chatcmpl-fake",
+            "object": "chat.completion",
+            "created": 1_700_000_000,
+            "model": model,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", **message},
+                    "finish_reason": finish_reason,
+                    "logprobs": None,
+                }
+            ],
+            "usage": {
+                "prompt_tokens": prompt,
+                "completion_tokens": completion,
+                "total_tokens": prompt + completion,
+            },
+        }
+
+    # -- serving ----------------------------------------------------------------------
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self._port}/v1"
+
+    def _app(self) -> FastAPI:
+        app = FastAPI()
+
+        @app.post("/v1/chat/completions")
+        async def chat_completions(request: Request) -> JSONResponse:
+            raw = await request.body()
+            try:
+                body: Any = json.loads(raw)
+            except json.JSONDecodeError:
+                body = raw.decode("utf-8", "replace")
+            with self._lock:
+                self.requests.append(
+                    RecordedRequest(request.method, request.url.path, dict(request.headers), body)
+                )
+                expected = self.expected_key
+                authorized = expected is None or (
+                    request.headers.get("authorization") == f"Bearer {expected}"
+                )
+                # A rejected request leaves the queued replies for the next one.
+                reply = self._replies.popleft() if authorized and self._replies else None
+            if not authorized:
+                body = _error_body(
+                    "Incorrect API key provided.", "invalid_request_error", "invalid_api_key"
+                )
+                return JSONResponse(body, status_code=401)
+            if reply is None:
+                return JSONResponse(
+                    _error_body("fake server: no reply queued for this request", "fake_error"),
+                    status_code=500,
+                )
+            return JSONResponse(reply.body, status_code=reply.status)
+
+        return app
+
+    def start(self) -> FakeOpenAIServer:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(64)
+        self._port = sock.getsockname()[1]
+        config = uvicorn.Config(self._app(), log_level="warning", lifespan="off")
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(
+            target=self._server.run, kwargs={"sockets": [sock]}, name="fake-openai", daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.should_exit = True
+        if self._thread is not None:
+            self._thread.join()
+        self._server = None
+        self._thread = None
