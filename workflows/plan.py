@@ -279,6 +279,9 @@ def apply(state: PlanState, event: PlanEvent) -> PlanState:
         and at == s.current_step - 1
         and at in s.completed_steps
     )
+    # V11: no event acts on a step the plan does not have (the cursor stays in range).
+    if at is not None and not isinstance(event, TaskStopped | StepReset) and at >= s.steps:
+        raise PlanReplayError(f"{event.type} for step {at}, but the plan has {s.steps} steps")
     off_cursor = at is not None and not isinstance(event, TaskStopped) and at != s.current_step
     if off_cursor and not yield_point:
         raise PlanReplayError(f"{event.type} for step {at}, but the cursor is at {s.current_step}")

@@ -118,6 +118,7 @@ def fire(
     detail: dict[str, Any] | None = None,
 ) -> SessionTransition:
     """Apply ``event`` in ``status`` under ``policy``; raise if the table forbids it."""
+    status = SessionStatus(status)
     target = SESSION_TABLE.target(status, event, policy)
     ev = SessionEvent(event)
     out: list[FcmpEvent] = []
