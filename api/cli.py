@@ -58,6 +58,18 @@ def topology_command(
     )
 
 
+def _register_commands() -> None:
+    from api import cli_demo
+
+    cli_demo.register(app)
+    from api import cli_stack  # up, worker
+
+    cli_stack.register(app)
+
+
+_register_commands()
+
+
 def main() -> None:
     app()
 

@@ -11,6 +11,7 @@ import asyncio
 import logging
 import os
 import socket
+from typing import Any
 
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
@@ -32,13 +33,16 @@ async def connect(settings: HitlflowSettings) -> Client:
     )
 
 
-def build_worker(client: Client, task_queue: str, pool: McpClientPool) -> Worker:
+def build_worker(
+    client: Client, task_queue: str, pool: McpClientPool, **options: Any
+) -> Worker:
     tools = McpToolActivities(pool)
     return Worker(
         client,
         task_queue=task_queue,
         workflows=[SessionWorkflow],
         activities=[LlmActivities().llm_call, tools.list_tools, tools.call_tool],
+        **options,
     )
 
 

@@ -58,6 +58,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.safety import SafetyClass, at_most_once
     from workflows.search_attributes import SESSION_STATUS, WAITING_SINCE
     from workflows.session_state import (
+        JOURNAL_MEMO_KEY,
         PendingRequest,
         QueuedAction,
         SessionBook,
@@ -116,8 +117,9 @@ class SessionWorkflow:
                 await self._maybe_continue_as_new()
         except asyncio.CancelledError:
             self._close(E.RUN_CANCELED, "the session was cancelled", Actor.SYSTEM)
+            self._flush()
             raise
-        await workflow.wait_condition(workflow.all_handlers_finished)
+        await self._wait(workflow.all_handlers_finished)
         return SessionResult(
             session_id=self._s.session_id, status=self._s.status,
             failure_reason=self._s.failure_reason, contracts=len(self._s.contracts),
@@ -129,6 +131,21 @@ class SessionWorkflow:
         if change.to_status == S.RUNNING and change.from_status == S.QUEUED:
             self._s.turns += 1
         self._publish()
+
+    def _flush(self) -> None:
+        """Write the journal into history (a memo upsert) before every await, so
+        the exporter maps history alone, in order, with the right times."""
+        entries = self._book.take_journal()
+        if entries:
+            workflow.upsert_memo({JOURNAL_MEMO_KEY: [e.model_dump(mode="json") for e in entries]})
+
+    async def _activity(self, name: str, arg: Any, result_type: type, **options: Any) -> Any:
+        self._flush()
+        return await workflow.execute_activity(name, arg, result_type=result_type, **options)
+
+    async def _wait(self, condition: Any, timeout: timedelta | None = None) -> None:
+        self._flush()
+        await workflow.wait_condition(condition, timeout=timeout)
 
     def _publish(self) -> None:
         """Search attributes and current details, so operators see the status."""
@@ -163,7 +180,7 @@ class SessionWorkflow:
         if info.is_continue_as_new_suggested() or (
             limit is not None and info.get_current_history_length() > limit
         ):
-            await workflow.wait_condition(workflow.all_handlers_finished)
+            await self._wait(workflow.all_handlers_finished)
             self._s.continued_runs += 1
             workflow.continue_as_new(
                 self._input.model_copy(update={"state": self._s})
@@ -203,7 +220,7 @@ class SessionWorkflow:
             self._s.tool_catalog = self._s.tool_catalog or []
             return True
         try:
-            catalog = await workflow.execute_activity(
+            catalog = await self._activity(
                 "list_tools", ListToolsInput(servers=servers), result_type=ToolCatalog,
                 start_to_close_timeout=timedelta(minutes=2), retry_policy=RETRY_FREELY,
             )
@@ -222,10 +239,12 @@ class SessionWorkflow:
             self._close(E.RUN_FAILED, f"max_turns reached: {s.turn_llm_calls} LLM calls "
                         "in this turn without a final answer", Actor.SYSTEM)
             return None
-        s.conversation += [ChatMessage(role="user", content=m) for m in s.inbox]
+        for text in s.inbox:
+            s.conversation.append(ChatMessage(role="user", content=text))
+            self._book.note("message.accepted", workflow.now(), {"text": text})
         s.inbox = []
         try:
-            answer = await workflow.execute_activity(
+            answer = await self._activity(
                 "llm_call",
                 LLMCallInput(
                     session_id=s.session_id, call_id=f"{s.session_id}-llm-{s.llm_calls}",
@@ -249,6 +268,10 @@ class SessionWorkflow:
         s.conversation.append(
             ChatMessage(role="assistant", content=answer.text or "", tool_calls=calls)
         )
+        self._book.note("assistant.text", workflow.now(), {
+            "call_id": answer.started.call_id, "text": answer.text or "",
+            "tool_calls": len(calls), "ecs_request": answer.ecs_request is not None,
+            "end": answer.end})
         return answer
 
     async def _drain_actions(self) -> bool:
@@ -307,7 +330,7 @@ class SessionWorkflow:
         server = next(t for t in s.config.agent.tools if t.name == d["server"])  # type: ignore[union-attr]
         once = at_most_once(SafetyClass(d["safety"]))
         try:
-            result = await workflow.execute_activity(
+            result = await self._activity(
                 "call_tool",
                 ToolCallInput(
                     session_id=s.session_id, execution_id=c.execution_id, server=server,
@@ -366,7 +389,7 @@ class SessionWorkflow:
         s = self._s
         waits_message = s.pending is not None and s.pending.kind == "message"
         try:
-            await workflow.wait_condition(
+            await self._wait(
                 lambda: bool(self._reply or self._end or self._recover
                              or (waits_message and s.inbox)),
                 timeout=self._reply_deadline(),

@@ -8,6 +8,7 @@ continue-as-new carries and what the queries project.
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from typing import Any, Literal
 
@@ -68,6 +69,26 @@ class QueuedAction(BaseModel):
     ecs_request: EcsRequest | None = None
 
 
+JournalKind = Literal[
+    "session.status", "contract.created", "contract.transition", "reply.accepted",
+    "message.accepted", "assistant.text", "plan.event",
+]
+
+
+class JournalEntry(BaseModel):
+    """One fact the exporter cannot read off history by itself (DESIGN: history is
+    the truth). The workflow writes these into history with ``upsert_memo``."""
+
+    seq: int
+    kind: JournalKind
+    at: datetime
+    data: dict[str, Any]
+
+
+JOURNAL_RESULT_LIMIT = 4000
+JOURNAL_MEMO_KEY = "hitlflow.journal"
+
+
 class SessionState(BaseModel):
     session_id: str
     config: SessionConfig
@@ -89,6 +110,9 @@ class SessionState(BaseModel):
     turns: int = 0
     failure_reason: str | None = None
     continued_runs: int = 0
+    # Journal entries not yet written to history, and how many ever were.
+    journal_outbox: list[JournalEntry] = Field(default_factory=list)
+    journal_seq: int = 0
 
     def contract(self, execution_id: str) -> ExecutionContract:
         for c in self.contracts:
@@ -106,6 +130,15 @@ class SessionBook:
     def __init__(self, state: SessionState) -> None:
         self.state = state
 
+    def note(self, kind: JournalKind, now: datetime, data: dict[str, Any]) -> None:
+        s = self.state
+        s.journal_outbox.append(JournalEntry(seq=s.journal_seq, kind=kind, at=now, data=data))
+        s.journal_seq += 1
+
+    def take_journal(self) -> list[JournalEntry]:
+        out, self.state.journal_outbox = self.state.journal_outbox, []
+        return out
+
     # -- the statechart --------------------------------------------------------
 
     def fire(
@@ -118,6 +151,8 @@ class SessionBook:
         )
         self.state.status = t.to_status
         self.state.status_history.append(change)
+        self.note("session.status", now,
+                  {**change.model_dump(mode="json", exclude={"at"}), "detail": detail or {}})
         return change
 
     # -- contracts ------------------------------------------------------------
@@ -142,6 +177,9 @@ class SessionBook:
             created_at=now,
         )
         self.state.contracts.append(c)
+        self.note("contract.created", now, c.model_dump(
+            mode="json", include={"execution_id", "action_type", "action_detail",
+                                  "irreversible", "idempotency_key", "created_at"}))
         return c
 
     def transition(
@@ -158,6 +196,10 @@ class SessionBook:
             trigger, actor=actor, timestamp=now, result=result, error_message=error_message
         )
         self.state.execution_trace.append(ExecutionStep.from_record(record))
+        outcome: dict[str, Any] = {}
+        if contract.is_terminal:
+            outcome = {"result": _clip(contract.result), "error_message": contract.error_message}
+        self.note("contract.transition", now, {**record.model_dump(mode="json"), **outcome})
         if contract.is_terminal:
             self.state.memory.append(execution_fact(contract, now))
         return record
@@ -185,4 +227,12 @@ class SessionBook:
         )
         self.state.replies.append(record)
         self.state.pending = None
+        self.note("reply.accepted", now, record.model_dump(mode="json", exclude={"at"}))
         return record
+
+
+def _clip(result: Any) -> Any:
+    """Results go into the journal whole unless large; the full value stays in the
+    activity's completion event in history."""
+    text = json.dumps(result, default=str)
+    return result if len(text) <= JOURNAL_RESULT_LIMIT else text[:JOURNAL_RESULT_LIMIT] + "…"

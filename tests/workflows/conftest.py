@@ -36,3 +36,11 @@ async def ts_worker(time_skipping_env: WorkflowEnvironment, task_queue: str
     """The time-skipping server with a session worker on ``task_queue`` for the test."""
     async with running_worker(time_skipping_env.client, task_queue):
         yield time_skipping_env
+
+
+@pytest.fixture
+async def dev_worker(dev_env: WorkflowEnvironment, task_queue: str
+                     ) -> AsyncIterator[WorkflowEnvironment]:
+    """The real dev server with a session worker on ``task_queue`` for the test."""
+    async with running_worker(dev_env.client, task_queue):
+        yield dev_env

