@@ -162,3 +162,14 @@ SESSION_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")
 def valid_session_id(session_id: str) -> bool:
     """Session ids name files on disk: a safe character set, no path separators."""
     return bool(SESSION_ID_RE.fullmatch(session_id))
+
+
+def execution_id_for(session_id: str, unique: str) -> str:
+    """Execution ids name their session (``<session_id>.<unique>``): session ids
+    never contain a dot, so any contract can be found from its id alone."""
+    return f"{session_id}.{unique}"
+
+
+def session_of_execution(execution_id: str) -> str | None:
+    session_id, dot, unique = execution_id.partition(".")
+    return session_id if dot and unique and valid_session_id(session_id) else None

@@ -26,7 +26,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from observation.projections import snapshot as contract_snapshot_at
     from workflows import agent
-    from workflows.config import EcsRequest, ToolCallRequest
+    from workflows.config import EcsRequest, ToolCallRequest, execution_id_for
     from workflows.contract import (
         ActionType,
         Actor,
@@ -146,6 +146,9 @@ class SessionWorkflow:
     async def _wait(self, condition: Any, timeout: timedelta | None = None) -> None:
         self._flush()
         await workflow.wait_condition(condition, timeout=timeout)
+
+    def _new_execution_id(self) -> str:
+        return execution_id_for(self._s.session_id, workflow.uuid4().hex[:16])
 
     def _publish(self) -> None:
         """Search attributes and current details, so operators see the status."""
@@ -304,7 +307,7 @@ class SessionWorkflow:
                                               tool_call_id=call.id))
             return None
         c = self._book.new_contract(
-            str(workflow.uuid4()), ActionType.TOOL_CALL,
+            self._new_execution_id(), ActionType.TOOL_CALL,
             {**d.detail, "safety": d.safety.value, "tool_call_id": call.id}, now,
             irreversible=d.kind == "approve_first", idempotency_key=d.idempotency_key,
         )
@@ -366,7 +369,7 @@ class SessionWorkflow:
 
     def _ask_person(self, req: EcsRequest) -> None:
         now = workflow.now()
-        c = self._book.new_contract(str(workflow.uuid4()), ActionType.ECS_REQUEST,
+        c = self._book.new_contract(self._new_execution_id(), ActionType.ECS_REQUEST,
                                     req.model_dump(mode="json"), now)
         self._book.transition(c, Trigger.START, Actor.ECS_NODE, now)
         self._book.transition(c, Trigger.SUSPEND, Actor.ECS_NODE, now)
