@@ -10,6 +10,7 @@ import subprocess
 import sys
 import uuid
 from datetime import datetime
+from pathlib import Path
 
 from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.client import Client
@@ -128,3 +129,45 @@ async def test_worker_killed_mid_session_loses_nothing(dev_env, notes, notes_dir
     calls = [json.loads(x) for x in (notes_dir / ".calls.log").read_text().splitlines()]
     assert [c["tool"] for c in calls] == ["delete_note"]
     assert not (notes_dir / "old").exists()
+
+
+async def test_worker_lost_mid_call_fails_an_at_most_once_contract_as_unknown(
+    dev_env, tmp_path
+):
+    """Invariant 5: a call under way when its worker dies is never run again; its
+    contract fails with 'outcome unknown' and the agent is told so."""
+    client = dev_env.client
+    repo = Path(__file__).resolve().parents[2]
+    hanging = {"name": "rocket", "cwd": str(repo),
+               "command": [sys.executable, "-m", "tests.fakes.hanging_mcp_server",
+                           "--dir", str(tmp_path)]}
+    cfg = SessionConfig.model_validate({"initial_message": "go", "mode": "auto", "agent": {
+        "llm": {"provider": "scripted", "responses": [
+            {"tool_calls": [{"tool": "launch", "arguments": {"name": "apollo"}}]},
+            {"text": "I could not tell whether it launched.", "end": True}]},
+        "tools": [hanging]}})
+    task_queue = f"tq-{uuid.uuid4().hex[:8]}"
+    target = client.service_client.config.target_host
+    env = {**os.environ, "HITLFLOW_TEMPORAL_ADDRESS": target, "HITLFLOW_TASK_QUEUE": task_queue}
+    first = subprocess.Popen([sys.executable, "-m", "api.cli", "worker"], env=env,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    launches = tmp_path / "launches.log"
+    try:
+        h = await start_session(client, cfg, task_queue)
+        deadline = asyncio.get_running_loop().time() + 60
+        while not launches.exists():  # the tool is running now
+            assert asyncio.get_running_loop().time() < deadline, "the tool never started"
+            await asyncio.sleep(0.05)
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.wait()
+    async with running_worker(client, task_queue):
+        result: SessionResult = await h.result()  # after the heartbeat timeout
+        state = await h.query("state", result_type=SessionState)
+    assert result.status is SessionStatus.SUCCEEDED
+    (contract,) = state.contracts
+    assert contract.status.value == "failed"
+    assert contract.error_message.startswith("outcome unknown: the call did not report back")
+    assert launches.read_text() == "apollo\n"  # it ran once, and was not retried
+    told = [m.content for m in state.conversation if m.role == "tool"]
+    assert told and told[0].startswith("[FAILED] Call tool launch(name='apollo') on rocket")
