@@ -17,6 +17,7 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Worker
 
+from activities.commands import run_command
 from activities.llm import LlmActivities
 from activities.mcp_pool import McpClientPool
 from activities.tools import McpToolActivities
@@ -41,7 +42,7 @@ def build_worker(
         client,
         task_queue=task_queue,
         workflows=[SessionWorkflow],
-        activities=[LlmActivities().llm_call, tools.list_tools, tools.call_tool],
+        activities=[LlmActivities().llm_call, tools.list_tools, tools.call_tool, run_command],
         **options,
     )
 

@@ -123,6 +123,8 @@ def reply_problem(pending: PendingRequest | None, reply: ReplyInput) -> str | No
             f"reply names request {reply.request_id!r}, but the pending request is "
             f"{pending.request_id!r}"
         )
+    if pending.kind in ("step", "window"):
+        return None  # plan commands are checked against the plan's cursor by the workflow
     if pending.kind in ("approval", "confirm") and reply.approve is None:
         return f"a {pending.kind} request needs `approve`: true or false"
     if pending.kind == "choose" and reply.choice not in pending.options:
@@ -142,7 +144,9 @@ def reply_problem(pending: PendingRequest | None, reply: ReplyInput) -> str | No
 
 def answer_of(pending: PendingRequest, reply: ReplyInput) -> dict[str, Any]:
     answer: dict[str, Any]
-    if pending.kind in ("approval", "confirm"):
+    if pending.kind in ("step", "window"):
+        answer = {"choice": reply.choice, "values": reply.values or {}}
+    elif pending.kind in ("approval", "confirm"):
         answer = {"approved": bool(reply.approve)}
     elif pending.kind == "choose":
         answer = {"choice": reply.choice}
@@ -158,9 +162,11 @@ def auto_answer(pending: PendingRequest, config: SessionConfig) -> dict[str, Any
 
     approval and confirm follow ``auto_decision`` (default: reject); choose takes
     the first option when approving, declines otherwise; a form is declined
-    (values cannot be invented).
+    (values cannot be invented); a plan step is approved, or the plan stops.
     """
     approve = config.auto_decision == "approve"
+    if pending.kind == "step":  # a plan fails closed: 'reject' stops it
+        return {"choice": "approve" if approve else "stop", "auto": True}
     if pending.kind in ("approval", "confirm"):
         return {"approved": approve, "auto": True}
     if pending.kind == "choose" and approve:
@@ -221,6 +227,8 @@ def waiting_details(state: SessionState) -> str:
             "choose": "a choice",
             "form": "a form to be filled in",
             "message": "the next message",
+            "step": "a decision on a plan step",
+            "window": "an in-window step (or a decision on it)",
         }
         return f"Waiting for the person: {verbs[p.kind]} — {p.prompt} (request {p.request_id})"
     if state.status.value == "running":

@@ -124,3 +124,26 @@ class ToolCallResult(BaseModel):
     text: str = ""
     structured: dict[str, Any] | None = None
     error_message: str | None = None
+
+
+# -- plan steps: shell commands -------------------------------------------------
+
+
+class CommandInput(BaseModel):
+    session_id: str
+    execution_id: str
+    command: str
+    # "run" for the step itself, "verify" for its verify command (a gate run).
+    purpose: Literal["run", "verify", "window"] = "run"
+    step: int = 0
+    timeout_s: float = 3600.0
+    cwd: str | None = None
+
+
+class CommandResult(BaseModel):
+    exit_code: int
+    stdout: str = ""
+    stderr: str = ""
+    duration_s: float = 0.0
+    # Set when the process was killed by a signal (an in-window step's window died).
+    killed_by_signal: int | None = None

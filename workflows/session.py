@@ -55,6 +55,9 @@ with workflow.unsafe.imports_passed_through():
         SessionResult,
         SessionSnapshot,
     )
+    from workflows.plan import TaskStopped
+    from workflows.plan_dispatch import step_command_problem
+    from workflows.plan_turn import PlanTurn
     from workflows.safety import SafetyClass, at_most_once
     from workflows.search_attributes import SESSION_STATUS, WAITING_SINCE
     from workflows.session_state import (
@@ -82,7 +85,7 @@ def _cause(err: BaseException) -> str:
 
 
 @workflow.defn(name="SessionWorkflow")
-class SessionWorkflow:
+class SessionWorkflow(PlanTurn):
     @workflow.init
     def __init__(self, input: SessionInput) -> None:
         state = input.state or SessionState(
@@ -163,6 +166,9 @@ class SessionWorkflow:
 
     def _close(self, event: SessionEvent, reason: str, actor: Actor) -> None:
         now = workflow.now()
+        if self._s.config.plan is not None and self._s.plan_events and event in (
+                E.RUN_CANCELED, E.CONVERSATION_ENDED) and not self._plan_state().finished:
+            self._record([TaskStopped(reason="canceled", feedback=reason)])
         for c in self._s.open_contracts():
             if c.status.value == "pending":
                 self._book.transition(c, Trigger.START, actor, now)
@@ -192,9 +198,8 @@ class SessionWorkflow:
     # -- running: the agent's turn ------------------------------------------------------
 
     async def _run_turn(self) -> None:
-        if self._s.config.agent is None:
-            self._close(E.RUN_FAILED, "plan sessions are not supported by this worker yet",
-                        Actor.SYSTEM)
+        if self._s.config.plan is not None:
+            await self._run_plan()
             return
         if not await self._ensure_catalog():
             return
@@ -423,6 +428,9 @@ class SessionWorkflow:
         self._book.accept_reply(answer, by, now, auto=auto)
         self._fire(E.AUTO_DECIDE_TIMEOUT if auto else E.REPLY_ACCEPTED,
                    {"request_id": pending.request_id, "answer": answer, "by": by})
+        if pending.kind == "step":
+            self._accept_step(pending, answer, by)
+            return
         if pending.execution_id is None:
             return
         c = s.contract(pending.execution_id)
@@ -490,9 +498,19 @@ class SessionWorkflow:
     def _reply_problem(self, reply: ReplyInput) -> str | None:
         if self._reply is not None:
             return "a reply to this request was already accepted"
-        if self._s.status != S.WAITING_USER:
+        pending = self._s.pending
+        in_window = pending is not None and pending.kind == "window"
+        if self._s.status != S.WAITING_USER and not in_window:
             return f"nothing is pending: the session is {self._s.status.value}"
-        return agent.reply_problem(self._s.pending, reply)
+        problem = agent.reply_problem(pending, reply)
+        if problem is None and pending is not None and pending.kind in ("step", "window"):
+            if reply.request_id != pending.request_id:
+                return (f"reply names request {reply.request_id!r}, but the pending request "
+                        f"is {pending.request_id!r}")
+            if in_window and reply.choice not in pending.options:
+                return f"an in-window step can only be decided with {pending.options}"
+            problem = step_command_problem(self._plan_state(), reply.choice, reply.values)
+        return problem
 
     @workflow.signal(name="submit_message")
     def submit_message(self, message: MessageInput) -> None:

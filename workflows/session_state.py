@@ -26,9 +26,10 @@ from workflows.contract import (
     Trigger,
 )
 from workflows.io import ChatMessage, ToolSpec
+from workflows.plan import PlanEvent
 from workflows.statechart import FcmpEvent, SessionEvent, SessionStatus, fire
 
-RequestKind = Literal["approval", "confirm", "choose", "form", "message"]
+RequestKind = Literal["approval", "confirm", "choose", "form", "message", "step", "window"]
 
 
 class PendingRequest(BaseModel):
@@ -110,6 +111,8 @@ class SessionState(BaseModel):
     turns: int = 0
     failure_reason: str | None = None
     continued_runs: int = 0
+    # A plan session's event log: its cursor is replay(plan_events) (seed 002).
+    plan_events: list[PlanEvent] = Field(default_factory=list)
     # Journal entries not yet written to history, and how many ever were.
     journal_outbox: list[JournalEntry] = Field(default_factory=list)
     journal_seq: int = 0

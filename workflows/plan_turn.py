@@ -1,0 +1,239 @@
+"""The plan driver of SessionWorkflow (seed 002): walks the steps at the cursor.
+
+A mixin: the workflow class wires it in. Decisions come from ``resolve()`` and
+``dispatch()`` (pure, ``workflows/plan*.py``); this code only runs the step's
+activities and records what was decided. The cursor lives in the plan's event
+log (``state = replay(log)``), which is part of the session state.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from datetime import timedelta
+from typing import Any
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError
+
+with workflow.unsafe.imports_passed_through():
+    from workflows.contract import ActionType, Actor, ExecutionContract, Trigger
+    from workflows.io import CommandInput, CommandResult, ToolCallInput, ToolCallResult
+    from workflows.plan import (
+        PlanEvent,
+        PlanState,
+        PlanStep,
+        StepWaiting,
+        TaskStarted,
+        TaskStopped,
+        ToolRun,
+        VerifyCmd,
+        VerifyOutcome,
+        WindowLaunched,
+        replay,
+        resolve,
+    )
+    from workflows.plan_dispatch import STEP_CHOICES, Dispatch, dispatch, person_command
+    from workflows.session_state import PendingRequest
+    from workflows.statechart import SessionEvent, SessionStatus
+
+E, S = SessionEvent, SessionStatus
+ONCE = RetryPolicy(maximum_attempts=1)
+STEP_HEARTBEAT = timedelta(seconds=10)
+
+
+class PlanTurn:
+    """Mixin for SessionWorkflow; relies on its ``_s``, ``_book``, ``_fire``,
+    ``_close``, ``_ask``, ``_activity``, ``_wait``, ``_reply`` and ``_new_execution_id``."""
+
+    _s: Any
+    _book: Any
+    _reply: Any
+
+    # -- the log --------------------------------------------------------------
+
+    def _plan_state(self) -> PlanState:
+        return replay(len(self._s.config.plan.steps), self._s.plan_events)
+
+    def _record(self, events: list[PlanEvent]) -> None:
+        for event in events:
+            self._s.plan_events.append(event)
+            replay(len(self._s.config.plan.steps), self._s.plan_events)  # rules hold
+            self._book.note("plan.event", workflow.now(), event.model_dump(mode="json"))
+
+    # -- running: the step at the cursor ----------------------------------------
+
+    async def _run_plan(self) -> None:
+        plan = self._s.config.plan
+        if not self._s.plan_events:
+            self._record([TaskStarted(task=plan.name, steps=len(plan.steps))])
+        while self._s.status == S.RUNNING:
+            at = self._plan_state()
+            if at.current_step >= len(plan.steps):
+                self._record([TaskStopped(reason="completed")])
+                self._fire(E.RUN_SUCCEEDED, {"steps": len(plan.steps)})
+                return
+            step = plan.steps[at.current_step]
+            if step.gate:
+                c = self._step_contract(at.current_step, step)
+                self._book.transition(c, Trigger.SUSPEND, Actor.PLAN, workflow.now())
+                self._record([StepWaiting(step=at.current_step, reason="gate")])
+                self._ask_step(at, "gate", c, step.name or f"gate {at.current_step}")
+                return
+            await self._run_step(at, step)
+
+    def _step_contract(self, index: int, step: PlanStep) -> ExecutionContract:
+        run = step.run.model_dump() if isinstance(step.run, ToolRun) else step.run
+        c = self._book.new_contract(
+            self._new_execution_id(), ActionType.PLAN_STEP,
+            {"step": index, "name": step.name, "run": run, "gate": step.gate,
+             "in_window": step.in_window}, workflow.now())
+        self._book.transition(c, Trigger.START, Actor.PLAN, workflow.now())
+        return c
+
+    async def _run_step(self, at: PlanState, step: PlanStep) -> None:
+        i = at.current_step
+        c = self._step_contract(i, step)
+        out, lost = await self._execute_step(i, step, c)
+        if out is None and lost is None:
+            return  # a person decided the in-window step while it ran
+        code = out.exit_code if out is not None else -1
+        verify, feedback = VerifyOutcome.NOT_CONFIGURED, ""
+        if lost is not None:
+            feedback = f"window lost: {lost}"
+        elif code != 0:
+            feedback = (out.stderr or out.stdout or "").strip() if out else ""
+        elif step.verify == "human":
+            verify = VerifyOutcome.HUMAN_REQUIRED
+        elif isinstance(step.verify, VerifyCmd):
+            v = await self._command(c, i, step.verify.cmd, "verify", step.timeout_s)
+            verify = VerifyOutcome.PASSED if v.exit_code == 0 else VerifyOutcome.FAILED
+            feedback = (v.stdout + v.stderr).strip()
+            if verify is VerifyOutcome.FAILED:
+                code = 1  # seed 002 §4: the verify's exit code, not the run's
+        action = resolve(code, verify, step.on_fail, at.retry_count, step.max_retries,
+                         feedback=feedback)
+        self._settle(at, c, dispatch(i, action, out, code, lost))
+
+    def _settle(self, at: PlanState, c: ExecutionContract, d: Dispatch) -> None:
+        """Carry out a dispatch: record its events, settle the contract, go on."""
+        self._record(d.events)
+        now = workflow.now()
+        if d.then == "advance":
+            self._book.transition(c, Trigger.SUCCEED, Actor.PLAN, now,
+                                  result=c.action_detail.get("output"))
+        elif d.then == "wait_verify_human":
+            self._book.transition(c, Trigger.SUSPEND, Actor.VERIFY, now)
+            self._ask_step(self._plan_state(), "verify_human", c,
+                           f"verify step {at.current_step} and approve it")
+        else:
+            self._book.transition(c, Trigger.FAIL, Actor.PLAN, now, error_message=d.feedback)
+            if d.then == "wait_on_fail_human":
+                self._ask_step(self._plan_state(), "on_fail_human", None,
+                               f"step {at.current_step} failed: {d.feedback[:500]}")
+            elif d.then == "stop":
+                self._close(E.RUN_FAILED, f"plan stopped at step {at.current_step}: "
+                            f"{d.events[-1].reason}: {d.feedback[:500]}", Actor.PLAN)
+
+    async def _command(self, c: ExecutionContract, step: int, command: str, purpose: str,
+                       timeout_s: float) -> CommandResult:
+        inp = CommandInput(session_id=self._s.session_id, execution_id=c.execution_id,
+                           command=command, purpose=purpose, step=step, timeout_s=timeout_s)
+        try:
+            return await self._activity(
+                "run_command", inp, CommandResult, retry_policy=ONCE,
+                start_to_close_timeout=timedelta(seconds=timeout_s + 60),
+                heartbeat_timeout=STEP_HEARTBEAT)
+        except ActivityError as err:
+            return CommandResult(exit_code=-1, stderr=f"outcome unknown: {err.cause or err}")
+
+    async def _execute_step(self, i: int, step: PlanStep, c: ExecutionContract
+                            ) -> tuple[CommandResult | None, str | None]:
+        """Run the step: (its output, None), or (None, why the window was lost), or
+        (None, None) when a person decided an in-window step first."""
+        if isinstance(step.run, ToolRun):
+            server = next(t for t in self._s.config.plan.tools if t.name == step.run.server)
+            try:
+                r = await self._activity(
+                    "call_tool", ToolCallInput(
+                        session_id=self._s.session_id, execution_id=c.execution_id,
+                        server=server, tool=step.run.tool, arguments=step.run.arguments,
+                        idempotency_key=c.execution_id),
+                    ToolCallResult, retry_policy=ONCE, heartbeat_timeout=STEP_HEARTBEAT,
+                    start_to_close_timeout=timedelta(seconds=step.timeout_s))
+            except ActivityError as err:
+                return CommandResult(exit_code=-1, stderr=f"outcome unknown: {err.cause}"), None
+            return CommandResult(exit_code=1 if r.is_error else 0, stdout=r.text,
+                                 stderr=r.error_message or ""), None
+        assert isinstance(step.run, str)
+        if not step.in_window:
+            return await self._command(c, i, step.run, "run", step.timeout_s), None
+        return await self._window(i, step, c)
+
+    async def _window(self, i: int, step: PlanStep, c: ExecutionContract
+                      ) -> tuple[CommandResult | None, str | None]:
+        """An in-window step: the one arbiter between the window's exit, its loss and
+        a person's decision is this workflow — whichever it sees first wins, once."""
+        self._record([WindowLaunched(step=i, command=str(step.run))])
+        inp = CommandInput(session_id=self._s.session_id, execution_id=c.execution_id,
+                           command=str(step.run), purpose="window", step=i,
+                           timeout_s=step.timeout_s)
+        self._flush()
+        run = workflow.start_activity(
+            "run_command", inp, result_type=CommandResult, retry_policy=ONCE,
+            start_to_close_timeout=timedelta(seconds=step.timeout_s + 60),
+            heartbeat_timeout=STEP_HEARTBEAT)
+        self._s.pending = PendingRequest(
+            request_id=c.execution_id, kind="window", execution_id=None,
+            prompt=f"step {i} runs in a window; approve or skip to decide it now",
+            options=["approve", "skip"], created_at=workflow.now())
+        await self._wait(lambda: run.done() or self._reply is not None)
+        # An accepted reply is always applied (invariant 6): if the window ended in
+        # the same instant, the person's decision still wins and the exit is moot.
+        if self._reply is not None:
+            reply, self._reply = self._reply, None
+            self._book.accept_reply({"choice": reply.choice}, reply.by, workflow.now())
+            run.cancel()
+            with contextlib.suppress(ActivityError):  # its cancellation is expected
+                await run
+            self._record(person_command(self._plan_state(), reply.choice, None, reply.by))
+            trig = Trigger.SUCCEED if reply.choice == "approve" else Trigger.REJECT
+            self._book.transition(c, trig, Actor.USER, workflow.now())
+            return None, None
+        self._s.pending = None  # the window ended first: nothing left to decide
+        try:
+            out = run.result()
+        except ActivityError as err:
+            return None, f"the window's heartbeat was lost ({err.cause or err})"
+        if out.killed_by_signal is not None:
+            return out, f"the process was killed by signal {out.killed_by_signal}"
+        return out, None
+
+    # -- waiting_user: the person's commands --------------------------------------
+
+    def _ask_step(self, at: PlanState, reason: str, c: ExecutionContract | None,
+                  prompt: str) -> None:
+        self._ask(PendingRequest(
+            request_id=c.execution_id if c else f"{self._s.session_id}.step{at.current_step}"
+            f"-{len(self._s.plan_events)}", kind="step",
+            execution_id=c.execution_id if c else None, prompt=f"{reason}: {prompt}",
+            options=list(STEP_CHOICES), created_at=workflow.now()))
+
+    def _accept_step(self, pending: PendingRequest, answer: dict[str, Any], by: str) -> None:
+        """After the reply is recorded: the person's command becomes plan events."""
+        choice = answer.get("choice")
+        now = workflow.now()
+        if choice == "stop":  # the auto-decision of a 'reject' policy: fail closed
+            self._record([TaskStopped(reason="canceled", step=self._plan_state().current_step,
+                                      feedback="no decision in time")])
+        else:
+            self._record(person_command(self._plan_state(), choice, answer.get("values"), by))
+        if pending.execution_id is not None:
+            c = self._s.contract(pending.execution_id)
+            self._book.transition(c, Trigger.RESUME, Actor.USER, now)
+            trig = {"approve": Trigger.SUCCEED, "skip": Trigger.REJECT}.get(choice, Trigger.FAIL)
+            self._book.transition(c, trig, Actor.USER, now,
+                                  error_message=None if trig == Trigger.SUCCEED
+                                  else f"{choice} by {by}")
+        if choice == "stop":
+            self._close(E.RUN_FAILED, "no decision in time: the plan stopped", Actor.TIMER)
