@@ -174,7 +174,8 @@ async def test_seed004_auto_decide_timeout_takes_the_default(ts_worker, notes,
     ], mode="auto", interactive_require_user_reply=False, reply_timeout_s=3 * 3600)
     h = await start_session(client, cfg, task_queue, search_attributes=False)
     await until_status(h, W)
-    result = await h.result()  # time skips 3 hours
+    await ts_worker.sleep(timedelta(hours=3, seconds=1))  # skips the time, explicitly
+    result = await h.result()
     assert result.status is SessionStatus.SUCCEEDED  # auto: a final answer ends the run
     snap = await h.query("snapshot", result_type=SessionSnapshot)
     changes = [(c.from_status.value, c.to_status.value, c.event.value)
@@ -211,6 +212,7 @@ async def test_strict_mode_with_cancel_times_the_contract_out(ts_worker, notes,
                    reply_timeout_s=60, on_reply_timeout="cancel")
     h = await start_session(client, cfg, task_queue, search_attributes=False)
     await until_status(h, W)
+    await ts_worker.sleep(timedelta(seconds=61))
     await h.result()
     snap = await h.query("snapshot", result_type=SessionSnapshot)
     assert "interaction.reply.expired" in events(snap)

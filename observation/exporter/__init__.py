@@ -1,0 +1,52 @@
+"""The history exporter: Temporal history -> hash-chained NDJSON log, snapshot, artifacts.
+
+See README.md in this folder for the exact bytes. Public API:
+
+* mapping (pure): :func:`map_history`, :class:`SessionMapper`, :class:`MappedEvent`
+* chain (pure): :class:`Chain`, :class:`LogEvent`, :func:`line_bytes`, ``GENESIS``
+* snapshot (pure): :class:`Snapshot`, :func:`snapshot_bytes`
+* verify: :func:`verify_dir`, :func:`verify_lines`, :class:`ChainBrokenError`
+* I/O: :class:`LogWriter`, :func:`export_session`, :func:`session_events`,
+  :class:`Exporter`, :func:`run_exporter`
+"""
+
+from observation.exporter.chain import GENESIS, HASH_PREFIX, Chain, hash_body, line_bytes
+from observation.exporter.decode import MappingError
+from observation.exporter.follower import (
+    ExportResult,
+    LogDivergedError,
+    SessionExport,
+    export_history,
+    export_session,
+    history_events,
+    session_events,
+)
+from observation.exporter.log import (
+    LogCorruptError,
+    LogError,
+    LogLockedError,
+    LogWriteError,
+    LogWriter,
+)
+from observation.exporter.mapping import SessionMapper, map_history
+from observation.exporter.model import (
+    SEED_TYPES,
+    SSE_TYPES,
+    Artifact,
+    LogEvent,
+    MappedEvent,
+    is_sse,
+)
+from observation.exporter.service import Exporter, run_exporter
+from observation.exporter.snapshot import ReplayError, Snapshot, snapshot_bytes
+from observation.exporter.verify import ChainBrokenError, Verified, verify_dir, verify_lines
+
+__all__ = [
+    "GENESIS", "HASH_PREFIX", "SEED_TYPES", "SSE_TYPES", "Artifact", "Chain",
+    "ChainBrokenError", "ExportResult", "Exporter", "LogCorruptError", "LogDivergedError",
+    "LogError", "LogEvent", "LogLockedError", "LogWriteError", "LogWriter", "MappedEvent",
+    "MappingError", "ReplayError", "SessionExport", "SessionMapper", "Snapshot", "Verified",
+    "export_history", "export_session", "hash_body", "history_events", "is_sse",
+    "line_bytes", "map_history", "run_exporter", "session_events", "snapshot_bytes",
+    "verify_dir", "verify_lines",
+]

@@ -1,0 +1,176 @@
+"""Activity events (LLM calls, MCP tool calls, the tool catalog) to log events.
+
+LLM_CALL_STARTED is ``llm_call_started(input)`` at the activity's start (the time
+of ActivityTaskStarted, which Temporal writes when the attempt ends), FINISHED the
+activity's own binding payload, FAILED the ``LLMCallFailed`` detail of its failure
+(or one made from the failure when the activity timed out or was cancelled). The
+model's answer and every tool output are kept as artifacts: files whose bytes are
+a pure function of history. Part of the pure mapping (see ``mapping.py``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any
+
+from temporalio.api.failure.v1 import Failure
+from temporalio.api.history.v1 import HistoryEvent
+
+from activities.llm import canonical_json, llm_call_started
+from observation.exporter import ids
+from observation.exporter.chain import jcs
+from observation.exporter.decode import event_ms, first_value, payload_value
+from observation.exporter.model import Artifact, MappedEvent
+from workflows.io import LLMCallFailed, LLMCallInput, LLMCallResult
+
+LLM_OUTPUT_SCHEMA = "hitlflow/llm_output/v1"
+TOOL_RESULT_SCHEMA = "hitlflow/tool_result/v1"
+
+
+@dataclass
+class _Activity:
+    type: str
+    input: dict[str, Any]
+    started_ms: int | None = None
+    attempt: int = 1
+
+
+def _dump(model: Any) -> dict[str, Any]:
+    return model.model_dump(mode="json", exclude_none=True)
+
+
+class ActivityMapper:
+    sid: str
+    run_id: str | None
+    _ts: str
+
+    def __init__(self) -> None:
+        self.activities: dict[tuple[str | None, int], _Activity] = {}
+        self.artifact_paths: set[str] = set()
+
+    def emit(self, type: str, payload: dict[str, Any], span: str | None = None,
+             parent: str | None = None, artifact: Artifact | None = None) -> MappedEvent:
+        raise NotImplementedError
+
+    def _spans(self, act: _Activity) -> tuple[str | None, str | None]:
+        if act.type == "llm_call":
+            call = act.input["call_id"]
+            return ids.llm_span(self.sid, call), ids.reasoning_span(self.sid, call)
+        if act.type == "call_tool":
+            return ids.work_item_span(self.sid, act.input["execution_id"]), \
+                ids.session_span(self.sid)
+        return None, None
+
+    def _take(self, scheduled_event_id: int, keep: bool = False) -> _Activity | None:
+        key = (self.run_id, scheduled_event_id)
+        return self.activities.get(key) if keep else self.activities.pop(key, None)
+
+    def _artifact(self, path: str, content: bytes, schema_id: str, act: _Activity,
+                  **about: Any) -> None:
+        base, n = path.removesuffix(".json"), 2
+        while path in self.artifact_paths:
+            path, n = f"{base}-{n}.json", n + 1
+        self.artifact_paths.add(path)
+        self.emit("ARTIFACT_WRITTEN", {
+            "name": path.rsplit("/", 1)[-1], "path": path,
+            "sha256": hashlib.sha256(content).hexdigest(), "size": len(content),
+            "schema_id": schema_id, "media_type": "application/json", **about},
+            *self._spans(act), artifact=Artifact(path=path, content=content))
+
+    # -- history events -------------------------------------------------------------
+
+    def _scheduled(self, e: HistoryEvent) -> None:
+        a = e.activity_task_scheduled_event_attributes
+        self.activities[(self.run_id, e.event_id)] = _Activity(
+            type=a.activity_type.name, input=first_value(a.input) or {})
+
+    def _act_started(self, e: HistoryEvent) -> None:
+        a = e.activity_task_started_event_attributes
+        act = self._take(a.scheduled_event_id, keep=True)
+        if act is None:
+            return
+        act.started_ms, act.attempt = event_ms(e), a.attempt
+        if act.type == "llm_call":
+            started = llm_call_started(LLMCallInput.model_validate(act.input))
+            self.emit("LLM_CALL_STARTED", _dump(started), *self._spans(act))
+        elif act.type == "call_tool":
+            i = act.input
+            self.emit("TOOL_CALL_STARTED", {
+                "work_item_id": i["execution_id"], "server": i["server"]["name"],
+                "tool": i["tool"], "arguments": i.get("arguments", {}),
+                "idempotency_key": i.get("idempotency_key"), "attempt": a.attempt},
+                *self._spans(act))
+
+    def _act_completed(self, e: HistoryEvent) -> None:
+        a = e.activity_task_completed_event_attributes
+        act = self._take(a.scheduled_event_id)
+        if act is None:
+            return
+        result = first_value(a.result) or {}
+        if act.type == "llm_call":
+            r = LLMCallResult.model_validate(result)
+            self.emit("LLM_CALL_FINISHED", _dump(r.finished), *self._spans(act))
+            answer = {
+                "text": r.text, "tool_calls": [c.model_dump(mode="json") for c in r.tool_calls],
+                "ecs_request": r.ecs_request.model_dump(mode="json") if r.ecs_request else None,
+                "end": r.end}
+            call = r.finished.call_id
+            self._artifact(f"artifacts/llm/{call}.json", canonical_json(answer).encode(),
+                           LLM_OUTPUT_SCHEMA, act, call_id=call, work_item_id=None)
+        elif act.type == "call_tool":
+            self._tool_result(act, result)
+            self._artifact(f"artifacts/tool/{act.input['execution_id']}.json",
+                           jcs(result), TOOL_RESULT_SCHEMA, act, call_id=None,
+                           work_item_id=act.input["execution_id"])
+        elif act.type == "list_tools":
+            self.emit("TOOLS_LISTED", {"tools": [
+                {k: t.get(k) for k in ("server", "name", "safety", "annotations")}
+                for t in result.get("tools", [])]})
+
+    def _tool_result(self, act: _Activity, result: dict[str, Any]) -> None:
+        i = act.input
+        self.emit("tool_result", {
+            "execution_id": i["execution_id"], "server": i["server"]["name"], "tool": i["tool"],
+            "is_error": bool(result.get("is_error")), "text": result.get("text", ""),
+            "structured": result.get("structured"), "error_message": result.get("error_message")},
+            *self._spans(act))
+
+    def _ended_badly(self, e: HistoryEvent, scheduled_event_id: int, failure: Failure | None,
+                     error_class: str, summary: str) -> None:
+        act = self._take(scheduled_event_id)
+        if act is None:
+            return
+        if act.type == "call_tool":
+            self._tool_result(act, {"is_error": True, "error_message": summary})
+        if act.type != "llm_call" or act.started_ms is None:
+            return
+        payload = None
+        info = failure.application_failure_info if failure is not None else None
+        if info is not None and info.details.payloads:
+            try:
+                payload = _dump(LLMCallFailed.model_validate(
+                    payload_value(info.details.payloads[0])))
+            except ValueError:
+                payload = None
+        if payload is None:
+            payload = _dump(LLMCallFailed(
+                call_id=act.input["call_id"], latency_ms=max(0, event_ms(e) - act.started_ms),
+                error_class=(info.type if info is not None and info.type else error_class),
+                error_summary=summary[:500],
+                retryable=not (info.non_retryable if info is not None else True)))
+        self.emit("LLM_CALL_FAILED", payload, *self._spans(act))
+
+    def _act_failed(self, e: HistoryEvent) -> None:
+        a = e.activity_task_failed_event_attributes
+        self._ended_badly(e, a.scheduled_event_id, a.failure, "ActivityError", a.failure.message)
+
+    def _act_timed_out(self, e: HistoryEvent) -> None:
+        a = e.activity_task_timed_out_event_attributes
+        self._ended_badly(e, a.scheduled_event_id, None, "TimeoutError",
+                          a.failure.message or "the activity timed out")
+
+    def _act_canceled(self, e: HistoryEvent) -> None:
+        a = e.activity_task_canceled_event_attributes
+        self._ended_badly(e, a.scheduled_event_id, None, "CancelledError",
+                          "the activity was cancelled")

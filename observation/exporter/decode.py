@@ -1,0 +1,55 @@
+"""Reading Temporal history events: payload values, event times, run ids."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+from temporalio.api.common.v1 import Payload
+from temporalio.api.history.v1 import HistoryEvent
+
+
+class MappingError(ValueError):
+    """History that the mapping cannot map exactly (it never guesses)."""
+
+
+def format_ts(event: HistoryEvent) -> str:
+    """ISO 8601 in UTC with microseconds, e.g. ``2026-11-22T14:53:32.083963Z``."""
+    t = event.event_time
+    dt = datetime.fromtimestamp(t.seconds, UTC)
+    return f"{dt:%Y-%m-%dT%H:%M:%S}.{t.nanos // 1000:06d}Z"
+
+
+def event_ms(event: HistoryEvent) -> int:
+    t = event.event_time
+    return t.seconds * 1000 + t.nanos // 1_000_000
+
+
+def payload_value(p: Payload) -> Any:
+    """A payload of the pydantic JSON converter (``json/plain``) or ``binary/null``."""
+    encoding = p.metadata.get("encoding", b"")
+    if encoding == b"binary/null":
+        return None
+    if encoding == b"json/plain":
+        return json.loads(p.data)
+    raise MappingError(f"payload encoding {encoding!r} is not supported by the exporter "
+                       "(a payload codec would need to be configured here too)")
+
+
+def first_value(payloads: Any) -> Any:
+    return payload_value(payloads.payloads[0]) if payloads.payloads else None
+
+
+def load_history(data: str | bytes) -> tuple[str, list[HistoryEvent]]:
+    """``(session_id, events)`` of a history saved as JSON (``WorkflowHistory.to_json``
+    or ``temporal workflow show --output json``)."""
+    from temporalio.client import WorkflowHistory
+
+    history = WorkflowHistory.from_json("", data if isinstance(data, str) else data.decode())
+    if not history.events:
+        raise MappingError("the history has no events")
+    start = first_value(history.events[0].workflow_execution_started_event_attributes.input)
+    if not isinstance(start, dict) or "session_id" not in start:
+        raise MappingError("the history does not start a session (no session_id in its input)")
+    return start["session_id"], list(history.events)

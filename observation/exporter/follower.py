@@ -1,0 +1,184 @@
+"""Following a session's history as it grows (the service is in ``service.py``).
+
+* :func:`history_events` — a session's history, every run from the first, chained
+  across continue-as-new, optionally waiting for new events.
+* :func:`session_events` — the chained log events of a session straight from
+  history, live (what the HTTP/SSE layer streams; the same events the log holds).
+* :func:`export_session` — mirror one session into ``runs/<session_id>/``,
+  resuming after the last line already written (re-mapped and checked, not trusted).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator, Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+from temporalio.api.history.v1 import HistoryEvent
+from temporalio.client import Client
+
+from observation.exporter.chain import Chain
+from observation.exporter.log import LogError, LogWriter
+from observation.exporter.mapping import SessionMapper
+from observation.exporter.model import LogEvent, is_sse
+from observation.exporter.verify import SNAPSHOT_NAME
+
+SESSION_QUERY = 'WorkflowType="SessionWorkflow"'
+T = TypeVar("T")
+
+
+class LogDivergedError(LogError):
+    """The log on disk is not what this history maps to (another history or mapping)."""
+
+
+async def first_run_id(client: Client, session_id: str) -> str:
+    async for event in client.get_workflow_handle(session_id).fetch_history_events(
+            page_size=1):
+        a = event.workflow_execution_started_event_attributes
+        return a.first_execution_run_id or a.original_execution_run_id
+    raise LookupError(f"session {session_id} has no history")
+
+
+async def history_events(
+    client: Client, session_id: str, *, follow: bool = False
+) -> AsyncIterator[tuple[HistoryEvent, bool]]:
+    """``(event, end_of_page)`` for every history event of every run, in order."""
+    run_id: str | None = await first_run_id(client, session_id)
+    while run_id:
+        it = client.get_workflow_handle(session_id, run_id=run_id).fetch_history_events(
+            wait_new_event=follow)
+        run_id = None
+        async for event in it:
+            if event.HasField("workflow_execution_continued_as_new_event_attributes"):
+                run_id = event.workflow_execution_continued_as_new_event_attributes \
+                    .new_execution_run_id
+            page = it.current_page
+            yield event, page is None or it.current_page_index >= len(page)
+
+
+async def session_events(
+    client: Client, session_id: str, after_seq: int | None = None, *, follow: bool = True,
+    only: Callable[[str], bool] | None = is_sse,
+) -> AsyncIterator[LogEvent]:
+    """The session's log events with ``seq > after_seq``, mapped from history (the
+    same events, ids and hashes as the log), live until the session ends.
+
+    The SSE feed (``api.sse.EventProvider``): by default only the SSE types
+    (``execution_state``, ``conversation.state.changed``, ``interaction.*``, ``text``,
+    ``tool_result``); ``seq`` (the log's line number) is the SSE id, strictly
+    increasing, so ``Last-Event-ID`` resumes. ``only=None``: every event;
+    ``follow=False``: stop at the current end of history."""
+    mapper, chain = SessionMapper(session_id), Chain()
+    async for event, _ in history_events(client, session_id, follow=follow):
+        for m in mapper.feed(event):
+            e = chain.link(m)
+            if e.seq > (after_seq or 0) and (only is None or only(e.type)):
+                yield e
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    session_id: str
+    written: int
+    last_seq: int
+    finished: bool
+
+
+class SessionExport:
+    """Feeds history events into an open :class:`LogWriter`. Lines already in the log
+    are re-mapped, not rewritten; the re-mapped event at the old head must hash to
+    the old head (else :class:`LogDivergedError`). Sync: the async follower and the
+    tests drive it alike."""
+
+    def __init__(self, writer: LogWriter, session_id: str) -> None:
+        self.w, self.start = writer, writer.last_seq
+        self.mapper, self.chain, self.dirty = SessionMapper(session_id), Chain(), False
+
+    def feed(self, event: HistoryEvent, page_end: bool = False) -> None:
+        w = self.w
+        for m in self.mapper.feed(event):
+            e = self.chain.link(m)
+            if e.seq > w.last_seq:
+                w.append(e, m.artifact)
+                self.dirty = True
+                continue
+            if e.seq == w.last_seq and e.event_hash != w.last_hash:
+                raise LogDivergedError(
+                    f"{w.run_dir}: line {e.seq} is not what the history maps to; the "
+                    "log was written from another history or mapping version")
+            if m.artifact is not None:  # already logged: put back a lost artifact file
+                w.write_artifact(m.artifact)
+        if page_end and self.dirty:
+            w.commit()
+            self.dirty = False
+
+    def feed_page(self, events: Iterable[HistoryEvent]) -> None:
+        for event in events:
+            self.feed(event)
+        if self.dirty:
+            self.w.commit()
+            self.dirty = False
+
+    def finish(self) -> ExportResult:
+        w = self.w
+        if self.chain.seq < w.last_seq:
+            raise LogDivergedError(f"{w.run_dir}: the log has {w.last_seq} events, the "
+                                   f"history maps to {self.chain.seq}")
+        w.commit()
+        return ExportResult(w.run_dir.name, w.last_seq - self.start, w.last_seq, w.finished)
+
+
+def export_history(session_id: str, events: Iterable[HistoryEvent], runs_dir: Path
+                   ) -> ExportResult:
+    """Export a history already at hand (e.g. a saved JSON history) the same way."""
+    with LogWriter(runs_dir / session_id) as w:
+        export = SessionExport(w, session_id)
+        for event in events:
+            export.feed(event)
+        return export.finish()
+
+
+async def _in_thread(fn: Callable[..., T], *args: object) -> T:
+    """File I/O (fsync!) off the event loop; a cancel waits for the write in flight,
+    so the writer is never closed (and its lock released) under a running write."""
+    fut = asyncio.ensure_future(asyncio.to_thread(fn, *args))
+    try:
+        return await asyncio.shield(fut)
+    except asyncio.CancelledError:
+        with contextlib.suppress(Exception):
+            await fut
+        raise
+
+
+async def export_session(
+    client: Client, session_id: str, runs_dir: Path, *, follow: bool = False
+) -> ExportResult:
+    """Mirror a session's history into ``runs_dir/<session_id>/`` (until its last
+    run closes when ``follow``), resuming after the lines already there."""
+    w = LogWriter(runs_dir / session_id)
+    await _in_thread(w.open)
+    try:
+        if w.finished:
+            return ExportResult(session_id, 0, w.last_seq, True)
+        export, page = SessionExport(w, session_id), []
+        async for event, page_end in history_events(client, session_id, follow=follow):
+            page.append(event)
+            if page_end:
+                await _in_thread(export.feed_page, page)
+                page = []
+        await _in_thread(export.feed_page, page)
+        return await _in_thread(export.finish)
+    finally:
+        w.close()
+
+
+def finished_on_disk(run_dir: Path) -> bool:
+    """The snapshot says the session ended (it is written only after the last line)."""
+    try:
+        return json.loads((run_dir / SNAPSHOT_NAME).read_bytes()).get("finished_at") is not None
+    except (OSError, ValueError, AttributeError):
+        return False

@@ -1,0 +1,145 @@
+"""Journal entries (the workflow's ``hitlflow.journal`` memo) to log events.
+
+The journal says what the workflow decided: status changes with their FCMP events,
+contracts and their transitions, replies, messages, the assistant's text, plan
+events. Part of the pure mapping (see ``mapping.py``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from observation.exporter import ids
+from observation.exporter.decode import MappingError
+from observation.exporter.model import MappedEvent
+from observation.projections import execution_state_event
+from workflows.contract import (
+    CONTRACT_TABLE,
+    ExecutionContract,
+    TransitionRecord,
+    summarize_action,
+)
+from workflows.plan import PLAN_EVENT_TYPES
+
+
+class JournalMapper:
+    """State and rules for journal entries; ``SessionMapper`` adds the history events."""
+
+    sid: str
+
+    def __init__(self) -> None:
+        self.journal_seq = 0
+        self.contracts: dict[str, ExecutionContract] = {}
+        self.open_issue: dict[str, Any] | None = None
+
+    # provided by SessionMapper
+    def emit(self, type: str, payload: dict[str, Any], span: str | None = None,
+             parent: str | None = None, artifact: Any = None) -> MappedEvent:
+        raise NotImplementedError
+
+    def _work_span(self, execution_id: str | None) -> tuple[str | None, str | None]:
+        if execution_id is None:
+            return None, None
+        return ids.work_item_span(self.sid, execution_id), ids.session_span(self.sid)
+
+    def journal(self, entries: list[dict[str, Any]]) -> None:
+        for entry in entries:
+            seq = entry.get("seq")
+            if seq != self.journal_seq:
+                raise MappingError(
+                    f"journal entry seq {seq} where {self.journal_seq} was expected: "
+                    "the journal in history has a gap or a repeat")
+            self.journal_seq += 1
+            kind, data, at = entry["kind"], entry["data"], entry["at"]
+            handler = getattr(self, "_j_" + kind.replace(".", "_"), None)
+            if handler is None:
+                raise MappingError(f"unknown journal kind {kind!r} (seq {seq})")
+            handler(data, at)
+
+    # -- the session statechart ------------------------------------------------------
+
+    def _j_session_status(self, d: dict[str, Any], at: str) -> None:
+        detail = d.get("detail") or {}
+        self.emit("RUN_STATE_CHANGED", {
+            "old_state": d["from_status"], "new_state": d["to_status"],
+            "trigger": d["event"], "detail": detail, "at": at})
+        if d["event"] == "interaction.requested":
+            self.open_issue = detail
+            self.emit("ISSUE_OPENED", {
+                "issue_id": detail["request_id"], "kind": detail["kind"],
+                "prompt": detail.get("prompt", ""),
+                "work_item_id": detail.get("execution_id"),
+                "options": detail.get("options", []), "fields": detail.get("fields", []),
+                "opened_at": detail.get("created_at", at)},
+                *self._work_span(detail.get("execution_id")))
+        elif (self.open_issue is not None and d["from_status"] == "waiting_user"
+              and d["to_status"] != "waiting_user"):
+            issue, self.open_issue = self.open_issue, None
+            self.emit("ISSUE_RESOLVED", {
+                "issue_id": issue["request_id"], "kind": issue["kind"],
+                "resolution": d["event"], "answer": detail.get("answer"),
+                "by": detail.get("by"), "auto": False, "detail": detail, "resolved_at": at},
+                *self._work_span(issue.get("execution_id")))
+        for f in d.get("fcmp", []):
+            self.emit(f["type"], dict(f["payload"]))
+
+    def _j_reply_accepted(self, d: dict[str, Any], at: str) -> None:
+        issue = self.open_issue
+        if issue is None or issue["request_id"] != d["request_id"]:
+            raise MappingError(f"reply to {d['request_id']!r} accepted, but that request "
+                               "is not open in the journal")
+        self.open_issue = None
+        self.emit("ISSUE_RESOLVED", {
+            "issue_id": d["request_id"], "kind": d["kind"],
+            "resolution": "auto_decided" if d.get("auto") else "answered",
+            "answer": d["answer"], "by": d["by"], "auto": bool(d.get("auto")),
+            "detail": {}, "resolved_at": at},
+            *self._work_span(issue.get("execution_id")))
+
+    def _j_message_accepted(self, d: dict[str, Any], at: str) -> None:
+        self.emit("message", {"text": d["text"], "at": at})
+
+    def _j_assistant_text(self, d: dict[str, Any], at: str) -> None:
+        self.emit("text", {**d, "at": at}, ids.reasoning_span(self.sid, d["call_id"]),
+                  ids.session_span(self.sid))
+
+    # -- contracts --------------------------------------------------------------------
+
+    def _j_contract_created(self, d: dict[str, Any], at: str) -> None:
+        c = ExecutionContract.model_validate({**d, "session_id": self.sid})
+        self.contracts[c.execution_id] = c
+        self.emit("WORK_ITEM_QUEUED", {
+            "work_item_id": c.execution_id, "action_type": c.action_type.value,
+            "action_summary": summarize_action(c.action_type, c.action_detail),
+            "action_detail": d["action_detail"], "irreversible": c.irreversible,
+            "idempotency_key": c.idempotency_key, "created_at": d["created_at"]},
+            *self._work_span(c.execution_id))
+
+    def _j_contract_transition(self, d: dict[str, Any], at: str) -> None:
+        c = self.contracts.get(d["execution_id"])
+        if c is None:
+            raise MappingError(f"transition of unknown contract {d['execution_id']!r}")
+        record = TransitionRecord.model_validate(
+            {k: d[k] for k in TransitionRecord.model_fields})
+        c.status = record.to_status
+        span = self._work_span(c.execution_id)
+        state = execution_state_event(c, record).model_dump(mode="json")
+        self.emit("execution_state", state, *span)
+        who = {"trigger": d["trigger"], "actor": d["actor"],
+               "actor_category": d["actor_category"]}
+        if record.from_status.value == "pending":
+            self.emit("WORK_ITEM_STARTED", {
+                "work_item_id": c.execution_id, "started_at": d["timestamp"], **who}, *span)
+        if record.to_status in CONTRACT_TABLE.terminal:
+            self.emit("WORK_ITEM_FINISHED", {
+                "work_item_id": c.execution_id, "outcome": record.to_status.value,
+                "finished_at": d["timestamp"], **who, "result": d.get("result"),
+                "error_message": d.get("error_message")}, *span)
+
+    # -- plan sessions (seed 002) -------------------------------------------------------
+
+    def _j_plan_event(self, d: dict[str, Any], at: str) -> None:
+        kind = d.get("type")
+        if kind not in PLAN_EVENT_TYPES:
+            raise MappingError(f"plan event of unknown type {kind!r}")
+        self.emit(kind, {**d, "at": at})

@@ -1,0 +1,221 @@
+"""The durable, append-only writer of one session's log directory.
+
+``runs/<session_id>/`` holds ``events.ndjson`` (one line per event, each appended
+with one ``write`` and an ``fsync``), ``artifacts/`` (written before the line that
+names them), ``snapshot.json`` and ``head`` (``last_seq``, ``last_hash``; each
+written to a temporary file, fsynced, renamed over the old one, then the
+directory fsynced). One writer per directory, enforced by ``flock`` on ``.lock``.
+
+On open a torn last line (no newline, or not JSON) is cut off, the rest of the
+log is verified and folded into the snapshot, and a lagging head is rewritten.
+Any write or fsync error stops the writer for good (:class:`LogWriteError`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import json
+import logging
+import os
+from pathlib import Path
+
+from observation.exporter import files
+from observation.exporter.chain import GENESIS, line_bytes
+from observation.exporter.files import atomic_write, cut_torn_tail, fsync_dir
+from observation.exporter.model import Artifact, LogEvent
+from observation.exporter.snapshot import ReplayError, Snapshot
+from observation.exporter.verify import (
+    HEAD_NAME,
+    LOG_NAME,
+    SNAPSHOT_NAME,
+    ChainBrokenError,
+    read_lines,
+    verify_lines,
+)
+
+log = logging.getLogger("hitlflow.exporter")
+LOCK_NAME = ".lock"
+END_TYPES = ("RUN_COMPLETED", "RUN_FAILED")
+
+
+class LogError(Exception):
+    """The log directory cannot be written."""
+
+
+class LogLockedError(LogError):
+    """Another exporter holds the directory's lock."""
+
+
+class LogCorruptError(LogError):
+    """The log on disk fails verification (beyond a torn last line): nothing is written."""
+
+
+class LogWriteError(LogError):
+    """A write or fsync failed: the writer stops, the exporter must stop too."""
+
+
+class LogWriter:
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
+        self.snapshot = Snapshot(run_dir.name)
+        self.last_seq, self.last_hash, self.last_type = 0, GENESIS, ""
+        self._lock_fd: int | None = None
+        self._log_fd: int | None = None
+        self._failed: BaseException | None = None
+        self.lost_head: tuple[int, str] | None = None  # (last_seq, last_hash) beyond the log
+
+    # -- open / close -------------------------------------------------------------------
+
+    def open(self) -> LogWriter:
+        if not self.run_dir.is_dir():
+            self.run_dir.mkdir(parents=True)
+            fsync_dir(self.run_dir.parent)
+        self._lock()
+        try:
+            self._load()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def _lock(self) -> None:
+        path = self.run_dir / LOCK_NAME
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as err:
+            os.close(fd)
+            if err.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise LogLockedError(f"{self.run_dir} is being written by another exporter "
+                                     f"(it holds the lock on {path})") from None
+            raise
+        self._lock_fd = fd
+
+    def _load(self) -> None:
+        path = self.run_dir / LOG_NAME
+        if path.exists():
+            cut = cut_torn_tail(path)
+            if cut:
+                log.warning("%s: cut a torn last line (%d bytes); it is re-exported", path, cut)
+            try:
+                for event in verify_lines(read_lines(path)):
+                    self.snapshot.apply(event)
+                    self.last_seq, self.last_hash = event["seq"], event["event_hash"]
+                    self.last_type = event["type"]
+            except (ChainBrokenError, ReplayError) as err:
+                raise LogCorruptError(f"{path}: {err}; nothing was written (check it with "
+                                      "`hitlflow log verify`, move it aside to re-export)"
+                                      ) from None
+        self._note_lost_tail()
+        self._log_fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        fsync_dir(self.run_dir)
+        if not self._on_disk(HEAD_NAME, self._head_bytes()) or not self._on_disk(
+                SNAPSHOT_NAME, self.snapshot.to_bytes()):
+            self.commit()
+
+    def _note_lost_tail(self) -> None:
+        """A head beyond the log means lines were lost: they are re-exported from
+        history, and the line at the old head must hash to the old head."""
+        try:
+            head = json.loads((self.run_dir / HEAD_NAME).read_bytes())
+            seq, digest = int(head["last_seq"]), str(head["last_hash"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return
+        if seq > self.last_seq:
+            log.warning("%s: the head says %d events, the log has %d: re-exporting the rest",
+                        self.run_dir, seq, self.last_seq)
+            self.lost_head = (seq, digest)
+
+    def _on_disk(self, name: str, data: bytes) -> bool:
+        path = self.run_dir / name
+        return path.is_file() and path.read_bytes() == data
+
+    def close(self) -> None:
+        for fd in (self._log_fd, self._lock_fd):
+            if fd is not None:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        self._log_fd = self._lock_fd = None
+
+    def __enter__(self) -> LogWriter:
+        return self.open()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def finished(self) -> bool:
+        """The log ends with RUN_COMPLETED or RUN_FAILED: nothing more will come."""
+        return self.last_type in END_TYPES
+
+    # -- writing ----------------------------------------------------------------------
+
+    def _guard(self) -> None:
+        if self._failed is not None:
+            raise LogWriteError(f"{self.run_dir}: the writer stopped after a write error: "
+                                f"{self._failed}")
+        if self._log_fd is None:
+            raise LogError(f"{self.run_dir}: the writer is not open")
+
+    def append(self, event: LogEvent, artifact: Artifact | None = None) -> None:
+        self._guard()
+        if event.seq != self.last_seq + 1 or event.prev_hash != self.last_hash:
+            raise LogError(f"{self.run_dir}: event seq {event.seq} does not follow "
+                           f"seq {self.last_seq}")
+        if self.lost_head is not None and self.lost_head[0] == event.seq:
+            if self.lost_head[1] != event.event_hash:
+                raise LogCorruptError(f"{self.run_dir}: line {event.seq} re-exported from "
+                                      "history does not hash to the head written before")
+            self.lost_head = None
+        data = line_bytes(event)
+        try:
+            if artifact is not None:
+                self._put_artifact(artifact)
+            if os.write(self._log_fd, data) != len(data):  # type: ignore[arg-type]
+                raise OSError(errno.EIO, "short write")
+            files.fsync(self._log_fd)  # type: ignore[arg-type]
+        except OSError as err:
+            self._failed = err
+            raise LogWriteError(f"{self.run_dir}: writing line {event.seq} failed: {err}"
+                                ) from err
+        self.snapshot.apply(json.loads(data))  # as replay sees it: 1.0 is 1 in JCS
+        self.last_seq, self.last_hash, self.last_type = event.seq, event.event_hash, event.type
+
+    def write_artifact(self, artifact: Artifact) -> None:
+        """Write an artifact file unless it is there with these bytes already."""
+        self._guard()
+        try:
+            self._put_artifact(artifact)
+        except OSError as err:
+            self._failed = err
+            raise LogWriteError(f"{self.run_dir}: writing {artifact.path} failed: {err}"
+                                ) from err
+
+    def _put_artifact(self, artifact: Artifact) -> None:
+        root = self.run_dir.resolve()
+        path = (root / artifact.path).resolve()
+        if not path.is_relative_to(root / "artifacts"):
+            raise LogError(f"artifact path {artifact.path!r} leaves the artifacts folder")
+        if not path.parent.is_dir():
+            path.parent.mkdir(parents=True)
+            for d in (path.parent.parent, root):  # make the new folders' entries durable
+                fsync_dir(d)
+        elif path.is_file() and path.read_bytes() == artifact.content:
+            return
+        atomic_write(path, artifact.content)
+
+    def _head_bytes(self) -> bytes:
+        head = {"last_hash": self.last_hash, "last_seq": self.last_seq}
+        return (json.dumps(head, indent=2, sort_keys=True) + "\n").encode()
+
+    def commit(self) -> None:
+        """Write ``snapshot.json`` then ``head`` (both atomically)."""
+        self._guard()
+        try:
+            atomic_write(self.run_dir / SNAPSHOT_NAME, self.snapshot.to_bytes())
+            atomic_write(self.run_dir / HEAD_NAME, self._head_bytes())
+        except OSError as err:
+            self._failed = err
+            raise LogWriteError(f"{self.run_dir}: writing the head failed: {err}") from err

@@ -1,0 +1,70 @@
+"""The mapped event model: what the exporter writes, and what SSE and telemetry read."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+#: Seed 003's required types that a session produces (gates: plan sessions).
+SEED_TYPES = (
+    "RUN_CREATED", "RUN_STATE_CHANGED", "WORK_ITEM_QUEUED", "WORK_ITEM_STARTED",
+    "WORK_ITEM_FINISHED", "ISSUE_OPENED", "ISSUE_RESOLVED", "ARTIFACT_WRITTEN",
+    "LLM_CALL_STARTED", "LLM_CALL_FINISHED", "LLM_CALL_FAILED", "GATE_RUN_STARTED",
+    "GATE_RUN_FINISHED", "RUN_COMPLETED", "RUN_FAILED",
+)
+#: The types the HTTP API streams over SSE (``interaction.*`` is a prefix).
+SSE_TYPES = ("execution_state", "conversation.state.changed", "text", "tool_result")
+SSE_PREFIXES = ("interaction.",)
+
+
+def is_sse(event_type: str) -> bool:
+    return event_type in SSE_TYPES or event_type.startswith(SSE_PREFIXES)
+
+
+class Artifact(BaseModel):
+    """A file the exporter writes under ``runs/<session_id>/`` before its
+    ARTIFACT_WRITTEN line; ``content`` is a pure function of history."""
+
+    model_config = ConfigDict(frozen=True)
+    path: str  # relative to the run directory, e.g. "artifacts/tool/<execution_id>.json"
+    content: bytes
+
+
+class MappedEvent(BaseModel):
+    """One log event before it is chained (no seq, no hashes)."""
+
+    model_config = ConfigDict(frozen=True)
+    event_id: str
+    run_id: str
+    ts: str
+    type: str
+    payload: dict[str, Any]
+    trace_id: str
+    span_id: str
+    parent_span_id: str | None = None
+    artifact: Artifact | None = None
+
+    def envelope(self) -> dict[str, Any]:
+        return self.model_dump(exclude={"artifact"})
+
+
+class LogEvent(BaseModel):
+    """One line of ``events.ndjson`` (seed 003's envelope plus ``seq``)."""
+
+    model_config = ConfigDict(frozen=True)
+    seq: int
+    event_id: str
+    run_id: str
+    ts: str
+    type: str
+    payload: dict[str, Any]
+    trace_id: str
+    span_id: str
+    parent_span_id: str | None
+    prev_hash: str
+    event_hash: str
+
+    @property
+    def is_sse(self) -> bool:
+        return is_sse(self.type)

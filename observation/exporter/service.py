@@ -1,0 +1,116 @@
+"""The exporter service: discovers sessions and runs one follower task each.
+
+``hitlflow up`` runs :func:`run_exporter` next to the worker. A session whose log
+another exporter holds is retried later (one writer per log); a write or fsync
+error stops the whole service (:class:`LogWriteError` is raised from ``run``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from temporalio.client import Client
+
+from observation.exporter import follower
+from observation.exporter.follower import SESSION_QUERY, finished_on_disk
+from observation.exporter.log import LogLockedError, LogWriteError
+
+if TYPE_CHECKING:
+    from api.settings import HitlflowSettings
+
+log = logging.getLogger("hitlflow.exporter")
+
+
+class Exporter:
+    """Follows every session (``list_workflows``) into ``runs_dir``; one task each.
+
+    A session whose log another exporter holds is retried later (one writer per
+    log); a write or fsync error stops the whole exporter (:class:`LogWriteError`).
+    """
+
+    def __init__(self, client: Client, runs_dir: Path, *, query: str = SESSION_QUERY,
+                 discover_every_s: float = 1.0, retry_after_s: float = 5.0) -> None:
+        self.client, self.runs_dir, self.query = client, runs_dir, query
+        self.discover_every_s, self.retry_after_s = discover_every_s, retry_after_s
+        self.tasks: dict[str, asyncio.Task[None]] = {}
+        self.done: set[str] = set()
+        self.errors: dict[str, str] = {}
+        self.fatal: BaseException | None = None
+        self._stop = asyncio.Event()
+        self._since: datetime | None = None
+
+    async def run(self, stop: asyncio.Event | None = None) -> None:
+        """Run until ``stop`` is set (or a fatal write error, which is raised)."""
+        watcher = asyncio.ensure_future((stop or asyncio.Event()).wait())
+        try:
+            while not self._stop.is_set() and not watcher.done():
+                try:
+                    await self.discover()
+                except Exception as err:  # Temporal unreachable for a moment
+                    log.warning("exporter: listing sessions failed: %s", err)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(asyncio.shield(self._stop.wait()),
+                                           self.discover_every_s)
+        finally:
+            watcher.cancel()
+            for t in self.tasks.values():
+                t.cancel()
+            await asyncio.gather(*self.tasks.values(), watcher, return_exceptions=True)
+        if self.fatal is not None:
+            raise self.fatal
+
+    async def discover(self) -> None:
+        query = self.query
+        if self._since is not None:
+            since = (self._since - timedelta(minutes=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
+            query += f' AND (ExecutionStatus="Running" OR CloseTime > "{since}")'
+        self._since = datetime.now(UTC)
+        async for wf in self.client.list_workflows(query):
+            self.follow(wf.id)
+
+    def follow(self, session_id: str) -> None:
+        if session_id not in self.tasks and session_id not in self.done:
+            self.tasks[session_id] = asyncio.create_task(
+                self._follow(session_id), name=f"export {session_id}")
+
+    async def _follow(self, session_id: str) -> None:
+        delay = self.retry_after_s
+        try:
+            while True:
+                if finished_on_disk(self.runs_dir / session_id):
+                    self.done.add(session_id)
+                    return
+                try:
+                    await follower.export_session(self.client, session_id, self.runs_dir,
+                                                  follow=True)
+                    self.done.add(session_id)
+                    self.errors.pop(session_id, None)
+                    return
+                except LogWriteError as err:
+                    self.fatal = err
+                    log.error("exporter stops: %s", err)
+                    self._stop.set()
+                    return
+                except LogLockedError as err:
+                    self.errors[session_id] = str(err)
+                except Exception as err:
+                    self.errors[session_id] = f"{type(err).__name__}: {err}"
+                    log.error("exporter: session %s: %s", session_id, self.errors[session_id])
+                    delay = min(delay * 2, 300.0)
+                await asyncio.sleep(delay)
+        finally:
+            self.tasks.pop(session_id, None)
+
+
+async def run_exporter(settings: HitlflowSettings, stop: asyncio.Event,
+                       client: Client | None = None) -> None:
+    """The exporter as a service of ``hitlflow up``: ``<data_dir>/runs/<session_id>/``."""
+    from api.worker import connect
+
+    client = client or await connect(settings)
+    await Exporter(client, settings.data_dir / "runs").run(stop)

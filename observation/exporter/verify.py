@@ -1,0 +1,131 @@
+"""Verify a log: every line's canonical form and hash, every ``prev_hash``, the
+sequence, the head (``head`` file and ``snapshot.json``), and the artifacts.
+
+Any failure raises :class:`ChainBrokenError`, whose text starts with
+``EVENT_CHAIN_BROKEN`` (or ``ARTIFACT_MISMATCH``) and names the 1-based line.
+``verify_lines`` and ``check_head`` are pure; ``verify_dir`` only reads files.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from observation.exporter.chain import GENESIS, hash_body, jcs
+
+LOG_NAME, HEAD_NAME, SNAPSHOT_NAME = "events.ndjson", "head", "snapshot.json"
+ENVELOPE = frozenset({"seq", "event_id", "run_id", "ts", "type", "payload", "trace_id",
+                      "span_id", "parent_span_id", "prev_hash", "event_hash"})
+
+
+class ChainBrokenError(ValueError):
+    def __init__(self, line: int | None, reason: str, code: str = "EVENT_CHAIN_BROKEN"):
+        self.line, self.reason, self.code = line, reason, code
+        where = f"line {line}: " if line is not None else ""
+        super().__init__(f"{code}: {where}{reason}")
+
+
+@dataclass(frozen=True)
+class Verified:
+    events: int
+    last_hash: str
+
+
+def parse_line(line: bytes, number: int) -> dict[str, Any]:
+    if not line.endswith(b"\n"):
+        raise ChainBrokenError(number, "the last line is not terminated (a torn write)")
+    try:
+        obj = json.loads(line)
+    except ValueError as err:
+        raise ChainBrokenError(number, f"not JSON ({err})") from None
+    if not isinstance(obj, dict) or set(obj) != ENVELOPE:
+        found = sorted(obj) if isinstance(obj, dict) else type(obj).__name__
+        raise ChainBrokenError(number, f"not a log event: fields {found}")
+    return obj
+
+
+def verify_lines(lines: Iterable[bytes]) -> Iterator[dict[str, Any]]:
+    """Yield each verified event; raise on the first line that breaks the chain."""
+    prev = GENESIS
+    for n, line in enumerate(lines, 1):
+        obj = parse_line(line, n)
+        if jcs(obj) + b"\n" != line:
+            raise ChainBrokenError(n, "not in canonical form (RFC 8785): the bytes were edited")
+        body = {k: v for k, v in obj.items() if k != "event_hash"}
+        if hash_body(body) != obj["event_hash"]:
+            raise ChainBrokenError(n, "event_hash does not match the event's content")
+        if obj["seq"] != n:
+            raise ChainBrokenError(n, f"seq {obj['seq']} on line {n}: a line was deleted, "
+                                   "inserted or moved")
+        if obj["prev_hash"] != prev:
+            raise ChainBrokenError(n, "prev_hash is not the event_hash of the line before")
+        prev = obj["event_hash"]
+        yield obj
+
+
+def parse_head(data: bytes, what: str) -> dict[str, Any]:
+    try:
+        head = json.loads(data)
+        if isinstance(head, dict) and "head" in head:  # snapshot.json carries it too
+            head = head["head"]
+        if not (isinstance(head["last_seq"], int) and isinstance(head["last_hash"], str)):
+            raise TypeError("last_seq/last_hash of the wrong type")
+    except (ValueError, KeyError, TypeError) as err:
+        raise ChainBrokenError(None, f"{what} is not a valid head ({err})") from None
+    return head
+
+
+def check_head(verified: Verified, head: dict[str, Any], what: str) -> None:
+    n, last_seq = verified.events, head["last_seq"]
+    if last_seq > n:
+        raise ChainBrokenError(n + 1, f"the log ends at line {n} but {what} says last_seq "
+                               f"{last_seq}: lines were lost from the tail")
+    if last_seq < n:
+        raise ChainBrokenError(last_seq + 1, f"{what} says last_seq {last_seq} but the log "
+                               f"goes on to line {n} (appended after the head was written, or "
+                               "an exporter stopped mid-batch: restarting it repairs this)")
+    if head["last_hash"] != verified.last_hash:
+        raise ChainBrokenError(n, f"{what}'s last_hash is not the event_hash of line {n}")
+
+
+def check_artifact(run_dir: Path, event: dict[str, Any]) -> None:
+    p = event["payload"]
+    path = (run_dir / p["path"]).resolve()
+    if not path.is_relative_to(run_dir.resolve() / "artifacts"):
+        raise ChainBrokenError(event["seq"], f"artifact path {p['path']!r} leaves the "
+                               "artifacts folder", "ARTIFACT_MISMATCH")
+    try:
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError as err:
+        raise ChainBrokenError(event["seq"], f"artifact {p['path']}: {err.strerror}",
+                               "ARTIFACT_MISMATCH") from None
+    if digest != p["sha256"]:
+        raise ChainBrokenError(event["seq"], f"artifact {p['path']} does not hash to its "
+                               "recorded sha256", "ARTIFACT_MISMATCH")
+
+
+def read_lines(path: Path) -> Iterator[bytes]:
+    with path.open("rb") as f:
+        yield from f
+
+
+def verify_dir(run_dir: Path, *, artifacts: bool = True) -> Verified:
+    """Verify ``run_dir`` (``events.ndjson``, ``head``, ``snapshot.json``, artifacts)."""
+    log, head_path, snap_path = (run_dir / n for n in (LOG_NAME, HEAD_NAME, SNAPSHOT_NAME))
+    for p in (log, head_path, snap_path):
+        if not p.is_file():
+            raise ChainBrokenError(None, f"{p} is missing" + (
+                ": a truncated tail cannot be ruled out" if p != log else ""))
+    count, last = 0, GENESIS
+    for event in verify_lines(read_lines(log)):
+        count, last = event["seq"], event["event_hash"]
+        if artifacts and event["type"] == "ARTIFACT_WRITTEN":
+            check_artifact(run_dir, event)
+    verified = Verified(count, last)
+    check_head(verified, parse_head(head_path.read_bytes(), "head"), "head")
+    check_head(verified, parse_head(snap_path.read_bytes(), "snapshot.json"), "snapshot.json")
+    return verified

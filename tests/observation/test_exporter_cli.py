@@ -1,0 +1,124 @@
+"""``hitlflow log verify|replay|export``."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from api import cli_log
+from observation.exporter import export_history
+from observation.exporter.decode import load_history
+from tests.support.sessions import running_worker, start_session
+from workflows.config import SessionConfig
+
+HISTORIES = Path(__file__).parents[1] / "workflows" / "histories"
+SID, EVENTS = load_history((HISTORIES / "demo.json").read_text())
+runner = CliRunner()
+# The real command line, in its own process (exit codes as a shell sees them).
+CLI = ("import typer; from api import cli_log; app = typer.Typer(); "
+       "app.callback()(lambda: None); cli_log.register(app); app()")
+
+
+@pytest.fixture
+def app() -> typer.Typer:
+    app = typer.Typer()
+
+    @app.callback()
+    def _root() -> None:
+        """root"""
+
+    cli_log.register(app)
+    return app
+
+
+@pytest.fixture
+def data_dir(tmp_path: Path) -> Path:
+    export_history(SID, EVENTS, tmp_path / "runs")
+    return tmp_path
+
+
+def test_verify_by_session_id_and_by_directory(app, data_dir):
+    r = runner.invoke(app, ["log", "verify", SID, "--data-dir", str(data_dir)])
+    assert r.exit_code == 0 and "OK: 89 events" in r.output
+    r = runner.invoke(app, ["log", "verify", str(data_dir / "runs" / SID)])
+    assert r.exit_code == 0
+
+
+def test_verify_prints_event_chain_broken_with_the_line(app, data_dir):
+    log = data_dir / "runs" / SID / "events.ndjson"
+    lines = log.read_bytes().splitlines(keepends=True)
+    log.write_bytes(b"".join(lines[:6] + lines[7:]))
+    r = runner.invoke(app, ["log", "verify", SID, "--data-dir", str(data_dir)])
+    assert r.exit_code == 1 and "EVENT_CHAIN_BROKEN: line 7" in r.output
+
+
+def test_unknown_targets_are_usage_errors(app, data_dir):
+    r = runner.invoke(app, ["log", "verify", "s-nope", "--data-dir", str(data_dir)])
+    assert r.exit_code == 2 and "no log for session s-nope" in r.output
+    r = runner.invoke(app, ["log", "verify", "../x/y"])
+    assert r.exit_code == 2
+
+
+def test_replay_prints_the_snapshot_when_it_matches(app, data_dir):
+    d = data_dir / "runs" / SID
+    r = runner.invoke(app, ["log", "replay", str(d)])
+    assert r.exit_code == 0
+    assert r.stdout.encode() == (d / "snapshot.json").read_bytes()
+
+
+def test_replay_shows_a_diff_when_snapshot_json_differs(app, data_dir):
+    d = data_dir / "runs" / SID
+    snap = json.loads((d / "snapshot.json").read_text())
+    snap["run_state"] = "running"
+    (d / "snapshot.json").write_text(json.dumps(snap, indent=2, sort_keys=True) + "\n")
+    r = runner.invoke(app, ["log", "replay", str(d)])
+    assert r.exit_code == 1 and "SNAPSHOT_MISMATCH" in r.output
+    assert '-  "run_state": "running"' in r.output and '+  "run_state": "succeeded"' in r.output
+    r = runner.invoke(app, ["log", "replay", str(d), "--write", "-q"])  # forced replay
+    assert r.exit_code == 0
+    assert runner.invoke(app, ["log", "verify", str(d)]).exit_code == 0
+
+
+def test_replay_refuses_a_broken_log(app, data_dir):
+    d = data_dir / "runs" / SID
+    (d / "events.ndjson").write_bytes(b"{}\n")
+    r = runner.invoke(app, ["log", "replay", str(d)])
+    assert r.exit_code == 1 and "EVENT_CHAIN_BROKEN: line 1" in r.output
+
+
+def test_export_needs_one_target(app):
+    assert runner.invoke(app, ["log", "export"]).exit_code == 2
+    assert runner.invoke(app, ["log", "export", SID, "--all"]).exit_code == 2
+
+
+async def test_export_writes_the_same_bytes_again(app, dev_env, tmp_path):
+    """``log export`` against the dev server, twice: byte-identical logs that verify."""
+    tq = f"tq-cli-{uuid.uuid4().hex[:8]}"
+    cfg = SessionConfig.model_validate({"initial_message": "hi", "mode": "auto", "agent": {
+        "llm": {"provider": "scripted", "responses": [{"text": "hello", "end": True}]}}})
+    async with running_worker(dev_env.client, tq):
+        h = await start_session(dev_env.client, cfg, tq)
+        await h.result()
+    address = dev_env.client.service_client.config.target_host
+    outputs = []
+    for name in ("a", "b"):
+        args = ["log", "export", h.id, "--data-dir", str(tmp_path / name),
+                "--temporal-address", address]
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", CLI, *args, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT)
+        out, _ = await proc.communicate()
+        assert proc.returncode == 0, out.decode()
+        assert b"complete" in out
+        d = tmp_path / name / "runs" / h.id
+        outputs.append({p.name: p.read_bytes() for p in d.iterdir() if p.is_file()})
+        r = runner.invoke(app, ["log", "verify", h.id, "--data-dir", str(tmp_path / name)])
+        assert r.exit_code == 0, r.output
+    assert outputs[0] == outputs[1]
