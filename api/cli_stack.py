@@ -25,6 +25,7 @@ from pydantic import ValidationError
 
 from api.devserver import DevServer, DevServerError
 from api.settings import HitlflowSettings
+from observation.exporter import run_exporter
 
 #: How long a worker may take to finish its in-flight tasks after Ctrl-C.
 WORKER_STOP_TIMEOUT_S = 30.0
@@ -79,9 +80,21 @@ async def _start_api(settings: HitlflowSettings, stop: asyncio.Event) -> asyncio
     """Start the HTTP service on settings.api_host:settings.api_port until ``stop`` is set.
 
     Return its task, or None while there is no HTTP service yet. ``up`` stops it first.
+    The API listens before this returns; a port it cannot bind makes the task fail.
     """
-    # TODO(lead): e.g. `return asyncio.create_task(run_api(settings, stop))`
-    return None
+    from api.app import ApiServer, ApiStartError, create_app
+
+    server = ApiServer(create_app(settings), settings.api_host, settings.api_port)
+    try:
+        await server.start()
+    except ApiStartError as err:
+        failure = err
+
+        async def failed() -> None:
+            raise failure
+
+        return asyncio.create_task(failed(), name="api")
+    return asyncio.create_task(server.serve_until(stop), name="api")
 
 
 # ---------------------------------------------------------------------------
@@ -186,6 +199,9 @@ async def _up(settings: HitlflowSettings, run_worker: RunWorker | None) -> int:
         worker = (asyncio.create_task(run_worker(stack, worker_stop), name="worker")
                   if run_worker else None)
         api = await _start_api(stack, api_stop)
+        # The exporter mirrors every session's history into <data_dir>/runs/ as it runs.
+        exporter_stop = asyncio.Event()
+        exporter = asyncio.create_task(run_exporter(stack, exporter_stop), name="exporter")
         await asyncio.sleep(0)  # let a worker that cannot even start fail before "up"
 
         typer.echo(f"Temporal frontend: {server.address} (namespace {settings.namespace})")
@@ -197,10 +213,11 @@ async def _up(settings: HitlflowSettings, run_worker: RunWorker | None) -> int:
         where = f"task queue {settings.task_queue}" if worker else "not started (--no-worker)"
         typer.echo(f"Worker:            {where}")
         typer.echo(f"Data:              {server.data_dir} (server log {server.log_path.name})")
+        typer.echo(f"Audit logs:        {server.data_dir / 'runs'} (hitlflow log verify <id>)")
         typer.echo(f"{READY_LINE}; press Ctrl-C to stop.")
 
         watched: list[Awaitable[Any]] = [signals.stop.wait(), server.wait()]
-        watched += [asyncio.shield(t) for t in (worker, api) if t is not None]
+        watched += [asyncio.shield(t) for t in (worker, api, exporter) if t is not None]
         await _first(*watched)
 
         errors: list[str] = []
@@ -214,6 +231,9 @@ async def _up(settings: HitlflowSettings, run_worker: RunWorker | None) -> int:
             err = await _stop_task(worker, worker_stop, signals.force, "the worker",
                                    WORKER_STOP_TIMEOUT_S)
             errors += [err] if err else []
+        err = await _stop_task(exporter, exporter_stop, signals.force, "the exporter",
+                               WORKER_STOP_TIMEOUT_S)
+        errors += [err] if err else []
         if not signals.stop.is_set() and not errors:
             errors.append("a component stopped on its own")
         await server.stop()
