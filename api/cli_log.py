@@ -1,0 +1,155 @@
+"""``hitlflow log``: verify, replay and export the audit log of a session.
+
+``verify`` and ``replay`` read files only (no Temporal); ``export`` maps a
+session's history into ``<data_dir>/runs/<session_id>/`` (the same bytes as the
+exporter of ``hitlflow up``). A session can be named by its id (looked up under
+the data directory) or by its run directory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import difflib
+from pathlib import Path
+
+import typer
+
+from api.settings import HitlflowSettings
+from observation.exporter import (
+    ChainBrokenError,
+    LogError,
+    LogWriter,
+    ReplayError,
+    Snapshot,
+    export_session,
+    verify_dir,
+)
+from observation.exporter.follower import SESSION_QUERY
+from observation.exporter.verify import LOG_NAME, SNAPSHOT_NAME, read_lines, verify_lines
+from workflows.config import valid_session_id
+
+log_app = typer.Typer(help="The audit log of sessions: verify, replay, export.",
+                      no_args_is_help=True)
+
+DATA_DIR = typer.Option(None, "--data-dir", help="The stack's data directory "
+                        "(env HITLFLOW_DATA_DIR; default ./.hitlflow)")
+
+
+def _settings(data_dir: Path | None, **more: object) -> HitlflowSettings:
+    given = {k: v for k, v in {"data_dir": data_dir, **more}.items() if v is not None}
+    return HitlflowSettings(**given)
+
+
+def run_dir(target: str, data_dir: Path | None) -> Path:
+    """A run directory from a session id or a path."""
+    path = Path(target)
+    if path.is_dir():
+        return path
+    if valid_session_id(target):
+        found = _settings(data_dir).data_dir / "runs" / target
+        if found.is_dir():
+            return found
+        raise typer.BadParameter(f"no log for session {target} under {found.parent}")
+    raise typer.BadParameter(f"{target} is neither a session id nor a directory")
+
+
+def _fail(message: str) -> None:
+    typer.echo(message, err=True)
+    raise typer.Exit(1)
+
+
+@log_app.command("verify")
+def verify_command(
+    target: str = typer.Argument(..., help="A session id or a run directory."),
+    data_dir: Path | None = DATA_DIR,
+) -> None:
+    """Check every hash, prev_hash, seq, the head and the artifacts; EVENT_CHAIN_BROKEN
+    with the line number (exit 1) on the first failure."""
+    d = run_dir(target, data_dir)
+    try:
+        v = verify_dir(d)
+    except ChainBrokenError as err:
+        _fail(f"{err} ({d})")
+    typer.echo(f"OK: {v.events} events, chain head {v.last_hash} ({d})")
+
+
+@log_app.command("replay")
+def replay_command(
+    target: str = typer.Argument(..., help="A session id or a run directory."),
+    data_dir: Path | None = DATA_DIR,
+    write: bool = typer.Option(False, "--write", help="Rewrite snapshot.json and head "
+                               "from the log (seed 003's forced replay); takes the lock."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Do not print the snapshot."),
+) -> None:
+    """Rebuild the snapshot from the log alone and check it equals snapshot.json byte
+    for byte: print it, or a diff (exit 1)."""
+    d = run_dir(target, data_dir)
+    if write:
+        try:
+            LogWriter(d).open().close()
+        except LogError as err:
+            _fail(str(err))
+    try:
+        rebuilt = Snapshot.replay(d.name, verify_lines(read_lines(d / LOG_NAME))).to_bytes()
+    except (ChainBrokenError, ReplayError, OSError) as err:
+        _fail(f"{err} ({d})")
+    stored_path = d / SNAPSHOT_NAME
+    stored = stored_path.read_bytes() if stored_path.is_file() else None
+    if stored == rebuilt:
+        if not quiet:
+            typer.echo(rebuilt.decode(), nl=False)
+        typer.echo(f"OK: the replayed snapshot equals {stored_path}", err=True)
+        return
+    if stored is None:
+        typer.echo(rebuilt.decode(), nl=False)
+        _fail(f"SNAPSHOT_MISMATCH: {stored_path} is missing")
+    diff = difflib.unified_diff(stored.decode(errors="replace").splitlines(True),
+                                rebuilt.decode().splitlines(True),
+                                str(stored_path), "replayed from events.ndjson")
+    typer.echo("".join(diff), nl=False)
+    _fail(f"SNAPSHOT_MISMATCH: {stored_path} differs from the replay of the log")
+
+
+async def _export(settings: HitlflowSettings, session_id: str | None) -> int:
+    from api.worker import connect
+
+    client = await connect(settings)
+    runs = settings.data_dir / "runs"
+    ids = [session_id] if session_id else sorted(
+        {wf.id async for wf in client.list_workflows(SESSION_QUERY)})
+    failed = 0
+    for sid in ids:
+        try:
+            r = await export_session(client, sid, runs)
+        except Exception as err:
+            failed += 1
+            typer.echo(f"{sid}: {type(err).__name__}: {err}", err=True)
+            continue
+        state = "complete" if r.finished else "open (exported so far)"
+        typer.echo(f"{sid}: {r.last_seq} events ({r.written} new), {state} -> {runs / sid}")
+    return 1 if failed else 0
+
+
+@log_app.command("export")
+def export_command(
+    session_id: str | None = typer.Argument(None, help="The session to export."),
+    all_sessions: bool = typer.Option(False, "--all", help="Every session."),
+    data_dir: Path | None = DATA_DIR,
+    temporal_address: str | None = typer.Option(
+        None, "--temporal-address", help="host:port of Temporal (env HITLFLOW_TEMPORAL_ADDRESS)"),
+) -> None:
+    """Write the log of one session (or of all) from history: the same bytes again."""
+    if (session_id is None) == (not all_sessions):
+        raise typer.BadParameter("give a session id or --all (not both)")
+    if session_id is not None and not valid_session_id(session_id):
+        raise typer.BadParameter(f"{session_id!r} is not a session id")
+    settings = _settings(data_dir, temporal_address=temporal_address)
+    try:
+        code = asyncio.run(_export(settings, session_id))
+    except RuntimeError as err:  # Temporal unreachable
+        _fail(f"error: {err} (Temporal at {settings.target})")
+    raise typer.Exit(code)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(log_app, name="log")
