@@ -1,0 +1,237 @@
+"""The agent driver of SessionWorkflow: one turn of LLM calls, tool calls and
+requests to the person. A mixin: the workflow class wires it in.
+
+Decisions come from ``workflows.agent`` (pure); this code runs the activities
+and records the outcomes through the session book.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError
+
+with workflow.unsafe.imports_passed_through():
+    from workflows import agent
+    from workflows.config import EcsRequest, ToolCallRequest
+    from workflows.contract import (
+        ActionType,
+        Actor,
+        ExecutionContract,
+        Trigger,
+        summarize_action,
+    )
+    from workflows.io import (
+        ChatMessage,
+        ListToolsInput,
+        LLMCallInput,
+        LLMCallResult,
+        ToolCallInput,
+        ToolCallResult,
+        ToolCatalog,
+    )
+    from workflows.safety import SafetyClass, at_most_once
+    from workflows.session_state import PendingRequest, QueuedAction
+    from workflows.statechart import SessionEvent, SessionStatus
+
+E, S = SessionEvent, SessionStatus
+RETRY_FREELY = RetryPolicy(
+    initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30),
+    maximum_attempts=5,
+)
+AT_MOST_ONCE = RetryPolicy(maximum_attempts=1)
+TOOL_TIMEOUT = timedelta(minutes=5)
+TOOL_HEARTBEAT = timedelta(seconds=15)
+
+
+def _cause(err: BaseException) -> str:
+    inner = err.__cause__ or err
+    return str(getattr(inner, "message", None) or inner) or type(inner).__name__
+
+
+class AgentTurn:
+    """Mixin for SessionWorkflow; relies on its ``_s``, ``_book``, ``_fire``,
+    ``_close``, ``_ask``, ``_activity`` and ``_new_execution_id``."""
+
+    _s: Any
+    _book: Any
+
+    async def _run_agent(self) -> None:
+        if not await self._ensure_catalog():
+            return
+        while self._s.status == S.RUNNING:
+            if await self._drain_actions():
+                return
+            answer = await self._think()
+            if answer is None:
+                return
+            self._s.queued_actions = [QueuedAction(tool_call=c) for c in answer.tool_calls]
+            if answer.ecs_request is not None:
+                self._s.queued_actions.append(QueuedAction(ecs_request=answer.ecs_request))
+            if self._s.queued_actions:
+                continue
+            if answer.end or self._s.config.mode == "auto":
+                self._fire(E.RUN_SUCCEEDED, {"text": answer.text or ""})
+                return
+            self._ask(PendingRequest(
+                request_id=f"message-{self._s.llm_calls}", kind="message",
+                prompt=answer.text or "", created_at=workflow.now(),
+            ))
+
+    async def _ensure_catalog(self) -> bool:
+        servers = self._s.config.agent.tools if self._s.config.agent else []
+        if self._s.tool_catalog is not None or not servers:
+            self._s.tool_catalog = self._s.tool_catalog or []
+            return True
+        try:
+            catalog = await self._activity(
+                "list_tools", ListToolsInput(servers=servers), result_type=ToolCatalog,
+                start_to_close_timeout=timedelta(minutes=2), retry_policy=RETRY_FREELY,
+            )
+        except ActivityError as err:
+            self._close(E.RUN_FAILED, f"could not list the MCP tools: {_cause(err)}",
+                        Actor.SYSTEM)
+            return False
+        self._s.tool_catalog = catalog.tools
+        return True
+
+    async def _think(self) -> LLMCallResult | None:
+        """The reasoning step: an LLM call that sees consequence views, never contracts."""
+        s = self._s
+        llm = s.config.agent.llm  # type: ignore[union-attr]
+        if s.turn_llm_calls >= s.config.agent.max_turns:  # type: ignore[union-attr]
+            self._close(E.RUN_FAILED, f"max_turns reached: {s.turn_llm_calls} LLM calls "
+                        "in this turn without a final answer", Actor.SYSTEM)
+            return None
+        for text in s.inbox:
+            s.conversation.append(ChatMessage(role="user", content=text))
+            self._book.note("message.accepted", workflow.now(), {"text": text})
+        s.inbox = []
+        try:
+            answer = await self._activity(
+                "llm_call",
+                LLMCallInput(
+                    session_id=s.session_id, call_id=f"{s.session_id}-llm-{s.llm_calls}",
+                    call_index=s.llm_calls, llm=llm, messages=agent.build_messages(s),
+                    tools=s.tool_catalog or [],
+                ),
+                result_type=LLMCallResult,
+                start_to_close_timeout=timedelta(seconds=llm.timeout_s + 30),
+                retry_policy=RETRY_FREELY,
+            )
+        except ActivityError as err:
+            self._close(E.RUN_FAILED, f"LLM call failed: {_cause(err)}", Actor.REASONING)
+            return None
+        s.llm_calls += 1
+        s.turn_llm_calls += 1
+        calls = [
+            c if c.id else c.model_copy(update={"id": f"call-{s.llm_calls}-{i}"})
+            for i, c in enumerate(answer.tool_calls)
+        ]
+        answer = answer.model_copy(update={"tool_calls": calls})
+        s.conversation.append(
+            ChatMessage(role="assistant", content=answer.text or "", tool_calls=calls)
+        )
+        self._book.note("assistant.text", workflow.now(), {
+            "call_id": answer.started.call_id, "text": answer.text or "",
+            "tool_calls": len(calls), "ecs_request": answer.ecs_request is not None,
+            "end": answer.end})
+        return answer
+
+    async def _drain_actions(self) -> bool:
+        """Run approved and queued actions in order; True once the session stopped."""
+        s = self._s
+        for c in [c for c in s.contracts if c.status.value == "running"
+                  and c.action_type is ActionType.TOOL_CALL]:
+            await self._execute(c)
+        while s.queued_actions and s.status == S.RUNNING:
+            action = s.queued_actions.pop(0)
+            if action.ecs_request is not None:
+                self._ask_person(action.ecs_request)
+                return True
+            assert action.tool_call is not None
+            c = self._start_tool_call(action.tool_call)
+            if c is None:
+                continue
+            if c.status.value == "waiting":
+                return True
+            await self._execute(c)
+        return s.status != S.RUNNING
+
+    def _start_tool_call(self, call: ToolCallRequest) -> ExecutionContract | None:
+        """Create the contract for a tool call: RUNNING to execute now, WAITING for
+        approval, or None when it ends here (already done, no such server)."""
+        s, now = self._s, workflow.now()
+        d = agent.decide_tool_call(s, call, s.tool_catalog or [])
+        if d.kind == "already_done":
+            s.conversation.append(ChatMessage(role="tool", content=d.message,
+                                              tool_call_id=call.id))
+            return None
+        c = self._book.new_contract(
+            self._new_execution_id(), ActionType.TOOL_CALL,
+            {**d.detail, "safety": d.safety.value, "tool_call_id": call.id}, now,
+            irreversible=d.kind == "approve_first", idempotency_key=d.idempotency_key,
+        )
+        self._book.transition(c, Trigger.START, Actor.REASONING, now)
+        if d.kind == "unknown_server":
+            self._book.transition(c, Trigger.FAIL, Actor.TOOL_NODE, now,
+                                  error_message=d.message)
+            s.conversation.append(agent.consequence_message(c, call.id))
+            return None
+        if d.kind == "approve_first":
+            self._book.transition(c, Trigger.SUSPEND, Actor.TOOL_NODE, now)
+            self._ask(PendingRequest(
+                request_id=c.execution_id, kind="approval", execution_id=c.execution_id,
+                prompt="Approve irreversible action: "
+                + summarize_action(c.action_type, c.action_detail),
+                created_at=now,
+            ))
+        return c
+
+    async def _execute(self, c: ExecutionContract) -> None:
+        """The tool node: call the MCP tool once (or retried, if it is safe to)."""
+        s, d = self._s, c.action_detail
+        server = next(t for t in s.config.agent.tools if t.name == d["server"])  # type: ignore[union-attr]
+        once = at_most_once(SafetyClass(d["safety"]))
+        try:
+            result = await self._activity(
+                "call_tool",
+                ToolCallInput(
+                    session_id=s.session_id, execution_id=c.execution_id, server=server,
+                    tool=d["tool"], arguments=d["arguments"], idempotency_key=c.idempotency_key,
+                ),
+                result_type=ToolCallResult,
+                start_to_close_timeout=TOOL_TIMEOUT,
+                heartbeat_timeout=TOOL_HEARTBEAT,
+                retry_policy=AT_MOST_ONCE if once else RETRY_FREELY,
+            )
+        except ActivityError as err:
+            msg = _cause(err)
+            if once:
+                msg = f"outcome unknown: the call did not report back ({msg}); not retried"
+            self._book.transition(c, Trigger.FAIL, Actor.TOOL_NODE, workflow.now(),
+                                  error_message=msg)
+        else:
+            if result.is_error:
+                self._book.transition(c, Trigger.FAIL, Actor.TOOL_NODE, workflow.now(),
+                                      error_message=result.error_message or result.text)
+            else:
+                self._book.transition(
+                    c, Trigger.SUCCEED, Actor.TOOL_NODE, workflow.now(),
+                    result=result.structured if result.structured is not None else result.text,
+                )
+        s.conversation.append(agent.consequence_message(c, d.get("tool_call_id")))
+
+    def _ask_person(self, req: EcsRequest) -> None:
+        now = workflow.now()
+        c = self._book.new_contract(self._new_execution_id(), ActionType.ECS_REQUEST,
+                                    req.model_dump(mode="json"), now)
+        self._book.transition(c, Trigger.START, Actor.ECS_NODE, now)
+        self._book.transition(c, Trigger.SUSPEND, Actor.ECS_NODE, now)
+        self._ask(PendingRequest(
+            request_id=c.execution_id, kind=req.kind, execution_id=c.execution_id,
+            prompt=req.prompt, options=req.options, fields=req.fields, created_at=now,
+        ))
