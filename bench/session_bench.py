@@ -60,6 +60,7 @@ class BareSession:
 
     def __init__(self) -> None:
         self.replies = 0
+        self.waiting: int | None = None
 
     @workflow.run
     async def run(self, input: SessionInput) -> int:
@@ -70,7 +71,9 @@ class BareSession:
                                          call_index=i, llm=llm, messages=[]),
                 result_type=LLMCallResult, start_to_close_timeout=timedelta(seconds=60))
             if i < len(llm.responses) - 1:
+                self.waiting = i
                 await workflow.wait_condition(lambda i=i: self.replies > i)
+                self.waiting = None
         return self.replies
 
     @workflow.update(name="reply")
@@ -80,7 +83,11 @@ class BareSession:
 
     @workflow.query(name="pending_request")
     def pending_request(self) -> PendingRequest | None:
-        return None
+        """The same query as a session's, so both variants carry the same query load."""
+        if self.waiting is None:
+            return None
+        return PendingRequest(request_id="bare", kind="confirm", prompt=f"step {self.waiting}?",
+                              created_at=workflow.now())
 
 
 def config(turns: int) -> dict:
@@ -99,14 +106,12 @@ async def drive(client: Client, kind: str, tq: str, turns: int, samples: list[fl
     for i in range(turns):
         while (sid, i + 1) in STARTED or (sid, i) not in STARTED:
             await asyncio.sleep(0.005)  # wait for this turn's LLM call
-        request_id = "x"
-        if kind == "hitlflow":
-            while True:  # the session waits once the LLM answer is processed
-                pending = await h.query("pending_request", result_type=PendingRequest | None)
-                if pending is not None and pending.prompt == f"step {i}?":
-                    request_id = pending.request_id
-                    break
-                await asyncio.sleep(0.005)
+        while True:  # the session waits once the LLM answer is processed
+            pending = await h.query("pending_request", result_type=PendingRequest | None)
+            if pending is not None and pending.prompt == f"step {i}?":
+                request_id = pending.request_id
+                break
+            await asyncio.sleep(0.005)
         sent = time.perf_counter()
         await h.execute_update("reply", ReplyInput(request_id=request_id, approve=True))
         while (sid, i + 1) not in STARTED:

@@ -72,6 +72,7 @@ class SessionWorkflow(AgentTurn, PlanTurn):
         self._reply: ReplyInput | None = None
         self._end: EndInput | None = None
         self._recover = False
+        self._published: SessionStatus | None = None
 
     @property
     def _s(self) -> SessionState:
@@ -81,7 +82,7 @@ class SessionWorkflow(AgentTurn, PlanTurn):
 
     @workflow.run
     async def run(self, input: SessionInput) -> SessionResult:
-        self._publish()
+        workflow.set_current_details(agent.waiting_details(self._s))
         try:
             while not is_terminal(self._s.status):
                 match self._s.status:
@@ -107,11 +108,13 @@ class SessionWorkflow(AgentTurn, PlanTurn):
         change = self._book.fire(event, workflow.now(), detail)
         if change.to_status == S.RUNNING and change.from_status == S.QUEUED:
             self._s.turns += 1
-        self._publish()
+        workflow.set_current_details(agent.waiting_details(self._s))
 
     def _flush(self) -> None:
-        """Write the journal into history (a memo upsert) before every await, so
-        the exporter maps history alone, in order, with the right times."""
+        """Before every await: publish the status (search attributes, once per task)
+        and write the journal into history (a memo upsert), so the exporter maps
+        history alone, in order, with the right times."""
+        self._publish()
         entries = self._book.take_journal()
         if entries:
             workflow.upsert_memo({JOURNAL_MEMO_KEY: [e.model_dump(mode="json") for e in entries]})
@@ -128,15 +131,15 @@ class SessionWorkflow(AgentTurn, PlanTurn):
         return execution_id_for(self._s.session_id, workflow.uuid4().hex[:16])
 
     def _publish(self) -> None:
-        """Search attributes and current details, so operators see the status."""
+        """Search attributes, so operators can filter sessions by status."""
         waiting = self._s.status == S.WAITING_USER
-        if self._input.search_attributes:
+        if self._input.search_attributes and self._published != self._s.status:
+            self._published = self._s.status
             workflow.upsert_search_attributes([
                 SESSION_STATUS.value_set(self._s.status.value),
                 WAITING_SINCE.value_set(self._s.status_history[-1].at)
                 if waiting and self._s.status_history else WAITING_SINCE.value_unset(),
             ])
-        workflow.set_current_details(agent.waiting_details(self._s))
 
     def _close(self, event: SessionEvent, reason: str, actor: Actor) -> None:
         now = workflow.now()
