@@ -151,5 +151,37 @@ def export_command(
     raise typer.Exit(code)
 
 
+def exporter_command(
+    data_dir: Path | None = typer.Option(None, "--data-dir", help="env HITLFLOW_DATA_DIR"),
+    temporal_address: str | None = typer.Option(
+        None, "--temporal-address", help="host:port of Temporal (env HITLFLOW_TEMPORAL_ADDRESS)"),
+) -> None:
+    """Run the exporter alone (e.g. next to a Temporal cluster) until Ctrl-C."""
+    import asyncio
+    import signal
+
+    from api.settings import HitlflowSettings
+    from observation.exporter import run_exporter
+
+    overrides = {k: v for k, v in {"data_dir": data_dir,
+                                   "temporal_address": temporal_address}.items() if v}
+    settings = HitlflowSettings(**overrides)
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        typer.echo(f"exporting sessions of {settings.target} into {settings.data_dir / 'runs'}")
+        await run_exporter(settings, stop)
+
+    try:
+        asyncio.run(main())
+    except RuntimeError as err:
+        typer.echo(f"Error: {err}", err=True)
+        raise typer.Exit(1) from None
+
+
 def register(app: typer.Typer) -> None:
     app.add_typer(log_app, name="log")
+    app.command("exporter")(exporter_command)
