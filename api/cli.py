@@ -68,6 +68,9 @@ def _register_commands() -> None:
     from api import cli_log  # log verify/replay/export
 
     cli_log.register(app)
+    from api import cli_session  # session ..., api
+
+    cli_session.register(app)
 
 
 _register_commands()

@@ -1,90 +1,89 @@
-"""``hitlflow demo``: run the scripted demo session against a running stack.
+"""``hitlflow demo``: run the scripted demo session through the HTTP API.
 
-It prints every status change and contract transition as it happens and asks
-the person at the terminal whenever the session waits (``--auto-approve``
-answers yes for them). Exit code 0 when the session succeeded.
+It starts the session with ``POST /api/sessions``, prints every status change and
+contract transition as it happens (``GET`` the session and its timeline), and asks
+the person at the terminal whenever the session waits (``--auto-approve`` answers
+yes for them), answering with ``POST .../reply`` (or ``.../end`` when the agent
+waits for a new message). Exit code 0 when the session succeeded.
 """
 
 from __future__ import annotations
 
-import asyncio
+import time
 import uuid
 from pathlib import Path
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
-from temporalio.client import Client, WorkflowHandle
 
+from api.cli_session import tool_label
 from api.demo import demo_config
+from api.http_client import ApiClient, ApiClientError, default_api_url
 from api.settings import HitlflowSettings
-from api.worker import connect
-from workflows.messages import EndInput, ReplyInput, SessionInput, SessionResult
-from workflows.session_state import PendingRequest, SessionState
-from workflows.statechart import SessionStatus, is_terminal
 
-console = Console()
+console = Console(highlight=False)
 POLL_S = 0.2
+TERMINAL = {"succeeded", "failed", "canceled"}
 
 
-def ask(pending: PendingRequest, auto_approve: bool) -> ReplyInput | EndInput:
-    """What the person at the terminal answers (or the scripted 'yes')."""
-    if pending.kind == "message":
-        return EndInput(by="demo", reason="demo finished")
-    if pending.kind in ("approval", "confirm"):
-        yes = auto_approve or typer.confirm(f"  ? {pending.prompt}", default=True)
-        return ReplyInput(request_id=pending.request_id, approve=yes, by="demo")
-    if pending.kind == "choose":
-        choice = pending.options[0] if auto_approve else typer.prompt(
-            f"  ? {pending.prompt} {pending.options}", default=pending.options[0])
-        return ReplyInput(request_id=pending.request_id, choice=choice, by="demo")
-    values = {f.name: (f.name if auto_approve else typer.prompt(f"  ? {f.label or f.name}"))
-              for f in pending.fields}
-    return ReplyInput(request_id=pending.request_id, values=values, by="demo")
+def ask(pending: dict[str, Any], auto_approve: bool) -> tuple[str, dict[str, Any]]:
+    """What the person at the terminal answers (or the scripted 'yes'): the endpoint
+    (``reply`` or ``end``) and its body."""
+    kind, rid = pending["kind"], pending["request_id"]
+    if kind == "message":
+        return "end", {"by": "demo", "reason": "demo finished"}
+    if kind in ("approval", "confirm"):
+        yes = auto_approve or typer.confirm(f"  ? {pending['prompt']}", default=True)
+        return "reply", {"request_id": rid, "approve": yes, "by": "demo"}
+    options = pending.get("options") or []
+    if kind == "choose":
+        choice = options[0] if auto_approve else typer.prompt(
+            f"  ? {pending['prompt']} {options}", default=options[0])
+        return "reply", {"request_id": rid, "choice": choice, "by": "demo"}
+    values = {f["name"]: (f["name"] if auto_approve else typer.prompt(
+        f"  ? {f.get('label') or f['name']}")) for f in pending.get("fields") or []}
+    return "reply", {"request_id": rid, "values": values, "by": "demo"}
 
 
-async def follow(handle: WorkflowHandle, auto_approve: bool) -> SessionStatus:
+def follow(api: ApiClient, session_id: str, auto_approve: bool) -> str:
     """Print what happens until the session ends; answer whenever it waits."""
-    shown_changes = shown_steps = 0
+    shown_changes = shown_transitions = 0
     answered: set[str] = set()
     while True:
-        state = await handle.query("state", result_type=SessionState)
-        for change in state.status_history[shown_changes:]:
-            console.print(f"[bold]session[/] {change.from_status} → {change.to_status} "
-                          f"[dim]({change.event})[/]")
-        shown_changes = len(state.status_history)
-        for step in state.execution_trace[shown_steps:]:
-            a = step.action
-            c = state.contract(a["contract_id"])
-            summary = c.action_detail.get("tool") or c.action_detail.get("prompt", "")
-            console.print(f"  [cyan]contract[/] {a['contract_id'][:8]} {summary}: "
-                          f"{a['from']} → {a['to']} [dim]({a['trigger']} by {step.node_id})[/]")
-        shown_steps = len(state.execution_trace)
-        if is_terminal(state.status):
-            return state.status
-        p = state.pending
-        if state.status == SessionStatus.WAITING_USER and p and p.request_id not in answered:
-            answer = ask(p, auto_approve)
-            answered.add(p.request_id)
-            if isinstance(answer, EndInput):
-                await handle.execute_update("end", answer)
-            else:
-                await handle.execute_update("reply", answer)
-        await asyncio.sleep(POLL_S)
+        s = api.get(f"/api/sessions/{session_id}")
+        timeline = api.get(f"/api/execution/{session_id}/timeline")
+        for change in s["status_history"][shown_changes:]:
+            console.print(f"[bold]session[/] {change['from_status']} → {change['to_status']} "
+                          f"[dim]({change['event']})[/]")
+        shown_changes = len(s["status_history"])
+        labels = {c["execution_id"]: tool_label(c["action_summary"])
+                  for c in timeline["contracts"]}
+        for t in timeline["transitions"][shown_transitions:]:
+            console.print(f"  [cyan]contract[/] {t['execution_id'][-8:]} "
+                          f"{labels.get(t['execution_id'], '?')}: {t['from_status']} → "
+                          f"{t['to_status']} [dim]({t['trigger']} by {t['actor']})[/]")
+        shown_transitions = len(timeline["transitions"])
+        if s["status"] in TERMINAL:
+            return s["status"]
+        p = s["pending"]
+        if s["status"] == "waiting_user" and p and p["request_id"] not in answered:
+            endpoint, body = ask(p, auto_approve)
+            answered.add(p["request_id"])
+            api.post(f"/api/sessions/{session_id}/{endpoint}", body)
+        time.sleep(POLL_S)
 
 
-async def run_demo(settings: HitlflowSettings, auto_approve: bool,
-                   client: Client | None = None) -> SessionStatus:
-    client = client or await connect(settings)
+def run_demo(api: ApiClient, data_dir: Path, auto_approve: bool) -> str:
     session_id = f"demo-{uuid.uuid4().hex[:8]}"
-    notes = (settings.data_dir / "demo-notes" / session_id).resolve()
+    notes = (data_dir / "demo-notes" / session_id).resolve()
     notes.mkdir(parents=True, exist_ok=True)
-    handle = await client.start_workflow(
-        "SessionWorkflow",
-        SessionInput(session_id=session_id, config=demo_config(Path(notes))),
-        id=session_id, task_queue=settings.task_queue, result_type=SessionResult,
-    )
+    body = demo_config(notes).model_dump(mode="json", exclude_none=True)
+    api.post("/api/sessions", body, params={"session_id": session_id})
     console.print(f"started demo session [bold]{session_id}[/] (notes in {notes})")
-    status = await follow(handle, auto_approve)
+    console.print(f"  [dim]watch it: hitlflow session tail {session_id} --api-url "
+                  f"{api.base_url}[/]")
+    status = follow(api, session_id, auto_approve)
     console.print(f"demo session {session_id} ended [bold]{status}[/]")
     return status
 
@@ -92,20 +91,31 @@ async def run_demo(settings: HitlflowSettings, auto_approve: bool,
 def register(app: typer.Typer) -> None:
     @app.command("demo")
     def demo(
-        auto_approve: bool = typer.Option(False, "--auto-approve",
-                                          help="Answer yes for the person (scripts, CI)."),
-        data_dir: Path | None = typer.Option(None, help="The stack's data directory."),
-        temporal_port: int | None = typer.Option(None, min=1, max=65535),
-        temporal_address: str | None = typer.Option(None, help="host:port of Temporal."),
+        auto_approve: Annotated[bool, typer.Option(
+            "--auto-approve", help="Answer yes for the person (scripts, CI).")] = False,
+        api_url: Annotated[str | None, typer.Option(
+            "--api-url", envvar="HITLFLOW_API_URL", show_envvar=False,
+            help="The API's base URL (env HITLFLOW_API_URL; default: where `hitlflow up` "
+            "serves it, from --api-port / HITLFLOW_API_PORT).")] = None,
+        api_port: Annotated[int | None, typer.Option(
+            "--api-port", min=1, max=65535, help="The port of `hitlflow up`'s API.")] = None,
+        token: Annotated[str | None, typer.Option(
+            "--token", envvar="HITLFLOW_API_TOKEN", show_envvar=False,
+            help="Bearer token (env HITLFLOW_API_TOKEN).")] = None,
+        data_dir: Annotated[Path | None, typer.Option(
+            help="The stack's data directory (the demo's notes go under it).")] = None,
+        temporal_port: Annotated[int | None, typer.Option(
+            min=1, max=65535, hidden=True, help="Ignored: the demo talks to the API.")] = None,
     ) -> None:
-        """Run the scripted demo session against `hitlflow up` (same options)."""
-        overrides = {k: v for k, v in {"data_dir": data_dir, "temporal_port": temporal_port,
-                     "temporal_address": temporal_address}.items() if v is not None}
+        """Run the scripted demo session against `hitlflow up` (through its HTTP API)."""
+        overrides = {k: v for k, v in {"data_dir": data_dir, "api_port": api_port}.items()
+                     if v is not None}
         settings = HitlflowSettings(**overrides)
-        try:
-            status = asyncio.run(run_demo(settings, auto_approve))
-        except RuntimeError as err:  # e.g. Temporal not reachable
-            console.print(f"[red]error:[/] {err} — is `hitlflow up` running "
-                          f"({settings.target})?")
-            raise typer.Exit(2) from None
-        raise typer.Exit(0 if status == SessionStatus.SUCCEEDED else 1)
+        url = api_url or default_api_url(settings)
+        with ApiClient(url, token or settings.api_token) as api:
+            try:
+                status = run_demo(api, settings.data_dir, auto_approve)
+            except ApiClientError as err:
+                console.print(f"[red]error:[/] {err.code}: {err.message}")
+                raise typer.Exit(2) from None
+        raise typer.Exit(0 if status == "succeeded" else 1)

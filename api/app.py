@@ -1,0 +1,240 @@
+"""The HTTP service: ``create_app`` builds it, ``ApiServer`` serves it with uvicorn.
+
+* The Temporal client is created in the lifespan (pydantic data converter), lazily:
+  the API starts even while Temporal is down; ``/healthz`` says so and calls that
+  need Temporal answer 503 ``temporal_unavailable`` until it is back.
+* Every error is ``{"error": {"code", "message"}}`` (``api.errors``).
+* Request bodies are bounded (413); with ``HITLFLOW_API_TOKEN`` set, everything but
+  ``/healthz`` needs ``Authorization: Bearer <token>`` (401), docs included.
+* OpenAPI docs at ``/docs``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import socket
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import uvicorn
+from fastapi import FastAPI
+from starlette.datastructures import Headers
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+
+from api import errors
+from api.deps import ApiTuning
+from api.routers import events, execution, health, sessions
+from api.settings import HitlflowSettings
+from api.sse import EventProvider
+
+OPEN_PATHS = frozenset({"/healthz"})
+
+
+class _BodyTooLarge(StarletteHTTPException):
+    def __init__(self, limit: int) -> None:
+        super().__init__(413, f"the request body is larger than {limit} bytes")
+
+
+class BodyLimit:
+    """413 for bodies over ``limit`` bytes: by Content-Length up front, else while reading."""
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app, self.limit = app, limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        length = Headers(scope=scope).get("content-length")
+        if length is not None:
+            if not length.isdigit():
+                await errors.error_response(400, "bad_request", "invalid Content-Length")(
+                    scope, receive, send)
+                return
+            if int(length) > self.limit:
+                await errors.error_response(413, "body_too_large", _BodyTooLarge(
+                    self.limit).detail)(scope, receive, send)
+                return
+        seen = 0
+
+        async def limited() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.limit:
+                    raise _BodyTooLarge(self.limit)  # FastAPI re-raises it: a JSON 413
+            return message
+
+        await self.app(scope, limited, send)
+
+
+class BearerAuth:
+    """``Authorization: Bearer <token>`` on every path but ``/healthz``."""
+
+    def __init__(self, app: ASGIApp, token: str) -> None:
+        self.app, self.token = app, token.encode()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] in OPEN_PATHS:
+            await self.app(scope, receive, send)
+            return
+        scheme, _, given = Headers(scope=scope).get("authorization", "").partition(" ")
+        if scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), self.token):
+            await self.app(scope, receive, send)
+            return
+        why = "a bearer token is required" if not given else "the bearer token is wrong"
+        await errors.error_response(401, "unauthorized", why, {"WWW-Authenticate": "Bearer"})(
+            scope, receive, send)
+
+
+def _document_bearer(app: FastAPI) -> None:
+    base = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        schema = base()
+        schemes = schema.setdefault("components", {}).setdefault("securitySchemes", {})
+        schemes["bearer"] = {"type": "http", "scheme": "bearer"}
+        for path, operations in schema.get("paths", {}).items():
+            if path not in OPEN_PATHS:
+                for op in operations.values():
+                    op["security"] = [{"bearer": []}]
+        return schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+
+def create_app(
+    settings: HitlflowSettings | None = None,
+    client: Client | None = None,
+    *,
+    tuning: ApiTuning | None = None,
+    event_provider: EventProvider | None = None,
+) -> FastAPI:
+    """The HTTP service. Without ``client``, the lifespan connects one to
+    ``settings.target``; ``event_provider`` replaces the SSE source (tests)."""
+    settings = settings or HitlflowSettings()
+    tuning = tuning or ApiTuning()
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if app.state.client is None:
+            app.state.client = await Client.connect(
+                settings.target, namespace=settings.namespace,
+                data_converter=pydantic_data_converter, lazy=True)
+        yield
+
+    app = FastAPI(
+        title="hitlflow", version="0.1.0", lifespan=lifespan,
+        description="Durable, observable, human-in-the-loop agent sessions on Temporal. "
+        "Every error is `{\"error\": {\"code\", \"message\"}}` with a 4xx status; a 503 "
+        "means Temporal is unreachable or no worker answered in time.",
+    )
+    app.state.settings, app.state.tuning, app.state.client = settings, tuning, client
+    app.state.event_provider = event_provider
+    app.state.stopping = asyncio.Event()  # set first on shutdown: SSE streams end
+    errors.install(app)
+    app.include_router(health.router)
+    for router in (sessions.router, events.router, execution.router):
+        app.include_router(router, responses=errors.ERROR_RESPONSES)
+    app.add_middleware(BodyLimit, limit=tuning.max_body_bytes)
+    if settings.api_token:
+        app.add_middleware(BearerAuth, token=settings.api_token)
+        _document_bearer(app)
+    return app
+
+
+# -- serving -----------------------------------------------------------------------------
+
+
+class ApiStartError(Exception):
+    pass
+
+
+class _Server(uvicorn.Server):
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield  # the caller owns SIGINT/SIGTERM (`hitlflow up`, `hitlflow api`, tests)
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """A listening TCP socket. Its proto must say TCP: asyncio sets TCP_NODELAY only on
+    such sockets, and without it every response waits ~40 ms for a delayed ACK."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(2048)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+class ApiServer:
+    """uvicorn serving ``app`` on a socket bound up front (so a busy port is an
+    error here, not a ``sys.exit`` inside uvicorn). Port 0 picks a free one."""
+
+    def __init__(self, app: FastAPI, host: str = "127.0.0.1", port: int = 0,
+                 shutdown_timeout_s: int = 5) -> None:
+        self.app, self.host, self.port = app, host, port
+        self._config = uvicorn.Config(app, log_level="warning", lifespan="on",
+                                      timeout_graceful_shutdown=shutdown_timeout_s)
+        self._server = _Server(self._config)
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    async def start(self, timeout_s: float = 30.0) -> None:
+        try:
+            sock = _listen(self.host, self.port)
+        except OSError as err:
+            raise ApiStartError(f"the API cannot listen on {self.host}:{self.port}: {err}"
+                                ) from None
+        self.port = sock.getsockname()[1]
+        self._task = asyncio.create_task(self._server.serve(sockets=[sock]), name="api")
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        while not self._server.started:
+            if self._task.done():
+                why = "cancelled" if self._task.cancelled() else repr(self._task.exception())
+                raise ApiStartError(f"the API did not start: {why}")
+            if asyncio.get_running_loop().time() > deadline:
+                await self.stop()
+                raise ApiStartError(f"the API did not start within {timeout_s} s")
+            await asyncio.sleep(0.01)
+
+    async def stop(self) -> None:
+        stopping = getattr(self.app.state, "stopping", None)
+        if stopping is not None:
+            stopping.set()
+        self._server.should_exit = True
+        if self._task is not None:
+            with contextlib.suppress(asyncio.CancelledError, SystemExit):
+                await self._task
+
+    async def serve_until(self, stop: asyncio.Event) -> None:
+        """Serve until ``stop`` is set (or the server stops by itself)."""
+        assert self._task is not None, "start() first"
+        waiter = asyncio.ensure_future(stop.wait())
+        try:
+            await asyncio.wait({waiter, self._task}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            waiter.cancel()
+            await self.stop()
+
+
+async def run_api(settings: HitlflowSettings, stop: asyncio.Event,
+                  client: Client | None = None) -> None:
+    """Serve the API on ``settings.api_host:api_port`` until ``stop`` is set."""
+    server = ApiServer(create_app(settings, client), settings.api_host, settings.api_port)
+    await server.start()
+    await server.serve_until(stop)

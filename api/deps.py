@@ -1,0 +1,71 @@
+"""FastAPI dependencies: settings, the Temporal client, validated ids, tunables."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Annotated
+
+from fastapi import Depends, Path, Request
+from temporalio.client import Client
+
+from api.errors import ApiError
+from api.models import SESSION_ID_PATTERN
+from api.settings import HitlflowSettings
+from workflows.config import valid_session_id
+
+
+@dataclass(frozen=True)
+class ApiTuning:
+    """Timeouts and limits of the HTTP service (tests shrink them)."""
+
+    # How long a query or an update may wait for a worker to answer.
+    query_timeout_s: float = 5.0
+    update_timeout_s: float = 15.0
+    # Request bodies larger than this are refused with 413.
+    max_body_bytes: int = 1024 * 1024
+    # SSE: a comment line this often keeps proxies and clients from timing out.
+    keepalive_s: float = 15.0
+    # SSE: the reconnection delay suggested to clients (the `retry:` field).
+    retry_ms: int = 2000
+
+    @property
+    def query_timeout(self) -> timedelta:
+        return timedelta(seconds=self.query_timeout_s)
+
+    @property
+    def update_timeout(self) -> timedelta:
+        return timedelta(seconds=self.update_timeout_s)
+
+
+def get_settings(request: Request) -> HitlflowSettings:
+    return request.app.state.settings
+
+
+def get_tuning(request: Request) -> ApiTuning:
+    return request.app.state.tuning
+
+
+def get_client(request: Request) -> Client:
+    client = getattr(request.app.state, "client", None)
+    if client is None:
+        raise ApiError(503, "temporal_unavailable", "the API has no Temporal client yet")
+    return client
+
+
+def get_session_id(
+    session_id: Annotated[str, Path(
+        pattern=SESSION_ID_PATTERN, max_length=128,
+        description="A session id: letters, digits, `_` and `-` (it names files on disk).",
+    )],
+) -> str:
+    # The path pattern already says so; this is the one check that guards the disk.
+    if not valid_session_id(session_id):
+        raise ApiError(422, "invalid_session_id", f"invalid session id {session_id!r}")
+    return session_id
+
+
+SettingsDep = Annotated[HitlflowSettings, Depends(get_settings)]
+TuningDep = Annotated[ApiTuning, Depends(get_tuning)]
+ClientDep = Annotated[Client, Depends(get_client)]
+SessionIdDep = Annotated[str, Depends(get_session_id)]

@@ -1,0 +1,170 @@
+"""One error shape for every response: ``{"error": {"code", "message"}}``.
+
+Bad input is always a 4xx. Two 503s exist, neither caused by input: Temporal is
+unreachable (``temporal_unavailable``), or no worker answered a query or an
+update in time (``worker_unavailable``). A 500 (``internal_error``) is a bug.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from temporalio.client import (
+    RPCTimeoutOrCancelledError,
+    WorkflowQueryFailedError,
+    WorkflowUpdateFailedError,
+)
+from temporalio.exceptions import TemporalError, WorkflowAlreadyStartedError
+from temporalio.service import RPCError, RPCStatusCode
+
+from api.models import ErrorBody
+
+log = logging.getLogger("hitlflow.api")
+
+#: Error responses documented on every route (OpenAPI, schemathesis).
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    code: {"model": ErrorBody, "description": what}
+    for code, what in {
+        400: "Malformed request (e.g. invalid JSON)",
+        401: "Missing or wrong bearer token (when HITLFLOW_API_TOKEN is set)",
+        404: "Unknown session, contract or route",
+        409: "The session is not in a state that takes this request; nothing changed",
+        413: "Request body too large",
+        422: "The request does not validate",
+        503: "Temporal unreachable, or no worker answered in time",
+    }.items()
+}
+
+_STATUS_CODES = {400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
+                 405: "method_not_allowed", 406: "not_acceptable", 409: "conflict",
+                 413: "body_too_large", 415: "unsupported_media_type", 422: "validation_error",
+                 429: "too_many_requests", 503: "unavailable"}
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, code: str, message: str,
+                 headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message, self.headers = status, code, message, headers
+
+
+def error_response(status: int, code: str, message: str,
+                   headers: dict[str, str] | None = None) -> JSONResponse:
+    body = ErrorBody.model_validate({"error": {"code": code, "message": message}})
+    return JSONResponse(body.model_dump(), status_code=status, headers=headers)
+
+
+def session_not_found(session_id: str) -> ApiError:
+    return ApiError(404, "session_not_found", f"no session {session_id!r}")
+
+
+def temporal_unavailable(err: BaseException) -> ApiError:
+    return ApiError(503, "temporal_unavailable", f"Temporal is not reachable: {err}")
+
+
+def is_connect_failure(err: BaseException) -> bool:
+    """A lazy client that cannot connect raises a plain RuntimeError."""
+    return isinstance(err, RuntimeError) and str(err).startswith("Failed client connect")
+
+
+def from_temporal(err: BaseException, session_id: str | None = None) -> ApiError | None:
+    """The API error for a Temporal client error, or None if it is not one."""
+    if isinstance(err, WorkflowUpdateFailedError):
+        cause = err.cause
+        message = getattr(cause, "message", None) or str(cause or err)
+        return ApiError(409, "refused", message)
+    if isinstance(err, WorkflowAlreadyStartedError):
+        return ApiError(409, "session_exists",
+                        f"a session {session_id or err.workflow_id!r} already exists "
+                        "(session ids are never reused)")
+    if isinstance(err, WorkflowQueryFailedError):
+        return ApiError(409, "query_failed", str(err))
+    if isinstance(err, RPCTimeoutOrCancelledError):
+        return ApiError(503, "worker_unavailable", "no worker answered in time; is a "
+                        "hitlflow worker running for this task queue?")
+    if isinstance(err, RPCError):
+        if err.status == RPCStatusCode.NOT_FOUND:
+            return session_not_found(session_id) if session_id else ApiError(
+                404, "not_found", err.message)
+        if err.status in (RPCStatusCode.CANCELLED, RPCStatusCode.DEADLINE_EXCEEDED):
+            return ApiError(503, "worker_unavailable", "no worker answered in time; is a "
+                            "hitlflow worker running for this task queue?")
+        if err.status == RPCStatusCode.RESOURCE_EXHAUSTED:
+            return ApiError(429, "too_many_requests", err.message)
+        if err.status == RPCStatusCode.UNAVAILABLE:
+            return temporal_unavailable(err)
+        return ApiError(503, "temporal_error", f"Temporal refused the call: {err.message}")
+    if is_connect_failure(err):
+        return temporal_unavailable(err)
+    return None
+
+
+def _location(loc: tuple[Any, ...] | list[Any]) -> str:
+    return ".".join(str(p) for p in loc) or "request"
+
+
+def validation_message(errors: list[dict[str, Any]], limit: int = 10) -> str:
+    parts = [f"{_location(e.get('loc', ()))}: {e.get('msg', 'invalid')}" for e in errors[:limit]]
+    more = len(errors) - limit
+    return "; ".join(parts) + (f"; and {more} more" if more > 0 else "")
+
+
+async def _api_error(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, ApiError)
+    return error_response(exc.status, exc.code, exc.message, exc.headers)
+
+
+async def _validation_error(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    errors = list(exc.errors())
+    if any(e.get("type") == "json_invalid" for e in errors):
+        ctx = next(e.get("ctx") or {} for e in errors if e.get("type") == "json_invalid")
+        return error_response(400, "invalid_json",
+                              f"the body is not valid JSON: {ctx.get('error', 'decode error')}")
+    return error_response(422, "validation_error", validation_message(errors))
+
+
+async def _http_error(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, StarletteHTTPException)
+    code = _STATUS_CODES.get(exc.status_code, "error")
+    message = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
+    status = exc.status_code if 400 <= exc.status_code < 500 else 503
+    return error_response(status, code, message, getattr(exc, "headers", None))
+
+
+async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
+    mapped = from_temporal(exc)
+    if mapped is not None:
+        return error_response(mapped.status, mapped.code, mapped.message)
+    log.exception("unexpected error", exc_info=exc)
+    return error_response(500, "internal_error", f"unexpected {type(exc).__name__}")
+
+
+@contextmanager
+def temporal_errors(session_id: str | None = None) -> Iterator[None]:
+    """Turn Temporal client errors raised inside the block into API errors."""
+    try:
+        yield
+    except ApiError:
+        raise
+    except Exception as err:
+        mapped = from_temporal(err, session_id)
+        if mapped is None:
+            raise
+        raise mapped from err
+
+
+def install(app: FastAPI) -> None:
+    app.add_exception_handler(ApiError, _api_error)
+    app.add_exception_handler(TemporalError, _unexpected)
+    app.add_exception_handler(RuntimeError, _unexpected)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(Exception, _unexpected)

@@ -1,0 +1,1 @@
+"""The HTTP service's routers, one per resource."""

@@ -1,0 +1,246 @@
+"""Sessions: start, list, show, and what a person or an application sends them.
+
+Replies, messages and ends go through the workflow's update validators: a refused
+one is a 409 that says why, and it never reaches history (the session is unchanged).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import uuid
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Body, Path, Query, Response
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
+from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDReusePolicy
+from temporalio.service import RPCError, RPCStatusCode
+
+from api.deps import ApiTuning, ClientDep, SessionIdDep, SettingsDep, TuningDep
+from api.errors import ApiError, temporal_errors
+from api.models import (
+    SESSION_ID_PATTERN,
+    Accepted,
+    EndRequest,
+    MessageRequest,
+    ReplyRequest,
+    SessionCreated,
+    SessionList,
+    SessionSummary,
+    SessionView,
+    StepActionRequest,
+)
+from workflows.config import SessionConfig
+from workflows.messages import Ack, EndInput, MessageInput, ReplyInput, SessionInput
+from workflows.messages import SessionSnapshot as WorkflowSnapshot
+from workflows.search_attributes import SESSION_STATUS, WAITING_SINCE
+from workflows.session_state import SessionState
+from workflows.statechart import SessionStatus
+
+router = APIRouter(prefix="/api/sessions", tags=["sessions"])
+
+
+def _status(value: object) -> SessionStatus | None:
+    try:
+        return SessionStatus(str(value)) if value is not None else None
+    except ValueError:
+        return None
+
+
+def _execution_status(status: WorkflowExecutionStatus | None) -> str | None:
+    return status.name.lower() if status is not None else None
+
+
+# -- start and list ------------------------------------------------------------------
+
+
+@router.post("", status_code=201, response_model=SessionCreated)
+async def start_session(
+    config: Annotated[SessionConfig, Body(description="The session config (DESIGN.md).")],
+    response: Response, client: ClientDep, settings: SettingsDep,
+    session_id: Annotated[str | None, Query(
+        pattern=SESSION_ID_PATTERN, max_length=128,
+        description="The new session's id (default: generated). Never reused.")] = None,
+) -> SessionCreated:
+    """Start a session. Its `SessionStatus` search attribute is `queued` from the
+    start, so it is listed before any worker picks it up."""
+    sid = session_id or f"s-{uuid.uuid4().hex[:12]}"
+    with temporal_errors(sid):
+        await client.start_workflow(
+            "SessionWorkflow", SessionInput(session_id=sid, config=config),
+            id=sid, task_queue=settings.task_queue,
+            id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+            search_attributes=TypedSearchAttributes(
+                [SearchAttributePair(SESSION_STATUS, SessionStatus.QUEUED.value)]),
+        )
+    response.headers["Location"] = f"/api/sessions/{sid}"
+    return SessionCreated(session_id=sid, status=SessionStatus.QUEUED)
+
+
+def _decode_token(token: str | None) -> bytes | None:
+    if not token:
+        return None
+    try:
+        return base64.urlsafe_b64decode(token.encode() + b"=" * (-len(token) % 4))
+    except (binascii.Error, ValueError):
+        raise ApiError(400, "invalid_page_token", "page_token is not one this API gave out"
+                       ) from None
+
+
+@router.get("", response_model=SessionList)
+async def list_sessions(
+    client: ClientDep,
+    status: Annotated[SessionStatus | None, Query(description="Only sessions in this status")
+                      ] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    page_token: Annotated[str | None, Query(max_length=4096)] = None,
+) -> SessionList:
+    """List sessions through Temporal visibility, newest first. Visibility trails
+    the sessions by a moment: a status change shows here shortly after it happened."""
+    query = 'WorkflowType = "SessionWorkflow" AND ExecutionStatus != "ContinuedAsNew"'
+    if status is not None:
+        query += f' AND SessionStatus = "{status.value}"'
+    it = client.list_workflows(query, page_size=limit, next_page_token=_decode_token(page_token))
+    try:
+        with temporal_errors():
+            await it.fetch_next_page()
+    except ApiError as err:
+        if isinstance(err.__cause__, RPCError) and \
+                err.__cause__.status == RPCStatusCode.INVALID_ARGUMENT and page_token:
+            raise ApiError(400, "invalid_page_token", "page_token is not one this API gave "
+                           "out") from None
+        raise
+    sessions = [
+        SessionSummary(
+            session_id=wf.id, status=_status(wf.typed_search_attributes.get(SESSION_STATUS)),
+            execution_status=_execution_status(wf.status), started_at=wf.start_time,
+            closed_at=wf.close_time, waiting_since=wf.typed_search_attributes.get(WAITING_SINCE),
+            task_queue=wf.task_queue,
+        )
+        for wf in it.current_page or []
+    ]
+    token = it.next_page_token
+    return SessionList(sessions=sessions, next_page_token=(
+        base64.urlsafe_b64encode(token).decode().rstrip("=") if token else None))
+
+
+# -- one session -----------------------------------------------------------------------
+
+
+async def _recorded_view(handle: WorkflowHandle, session_id: str) -> SessionView:
+    """What Temporal alone knows of a session (no worker needed)."""
+    with temporal_errors(session_id):
+        desc = await handle.describe()
+    return SessionView(
+        session_id=session_id, status=_status(desc.typed_search_attributes.get(SESSION_STATUS)),
+        execution_status=_execution_status(desc.status), live=False,
+    )
+
+
+@router.get("/{session_id}", response_model=SessionView)
+async def get_session(session_id: SessionIdDep, client: ClientDep,
+                      tuning: TuningDep) -> SessionView:
+    """The session: canonical status, pending request, contracts as snapshots.
+    When no worker answers in time, `live` is false and only the status is known."""
+    handle = client.get_workflow_handle(session_id)
+    try:
+        with temporal_errors(session_id):
+            snap = await handle.query("snapshot", result_type=WorkflowSnapshot,
+                                      rpc_timeout=tuning.query_timeout)
+    except ApiError as err:
+        if err.code == "worker_unavailable":
+            return await _recorded_view(handle, session_id)
+        raise
+    return SessionView.model_validate({**snap.model_dump(mode="json"), "live": True})
+
+
+async def _refusal_for_closed(handle: WorkflowHandle, session_id: str, code: str,
+                              what: str) -> ApiError:
+    """An update hit a closed session (or none): 409 with its status, or 404."""
+    view = await _recorded_view(handle, session_id)
+    status = view.status.value if view.status else view.execution_status
+    return ApiError(409, code, f"{what}: the session is {status}")
+
+
+async def _update(client: Client, session_id: str, name: str, arg: object, *, code: str,
+                  closed: str, tuning: ApiTuning) -> Ack:
+    handle = client.get_workflow_handle(session_id)
+    try:
+        with temporal_errors(session_id):
+            return await handle.execute_update(name, arg, result_type=Ack,
+                                               rpc_timeout=tuning.update_timeout)
+    except ApiError as err:
+        if err.code == "refused":
+            raise ApiError(409, code, err.message) from None
+        if err.code == "session_not_found":  # "workflow execution already completed"
+            raise await _refusal_for_closed(handle, session_id, code, closed) from None
+        raise
+
+
+@router.post("/{session_id}/reply", status_code=202, response_model=Accepted)
+async def reply(session_id: SessionIdDep, body: ReplyRequest, client: ClientDep,
+                tuning: TuningDep) -> Accepted:
+    """Answer the pending request (name it by `request_id`). 409 when nothing is
+    pending, when it names another request, or when the answer does not fit the
+    request; the session is unchanged then."""
+    ack = await _update(client, session_id, "reply", ReplyInput(**body.model_dump()),
+                        code="reply_refused", closed="nothing is pending", tuning=tuning)
+    return Accepted(session_id=session_id, request_id=ack.request_id, status=ack.status)
+
+
+@router.post("/{session_id}/messages", status_code=202, response_model=Accepted)
+async def send_message(session_id: SessionIdDep, body: MessageRequest, client: ClientDep,
+                       tuning: TuningDep) -> Accepted:
+    """A new message from the person; it starts a turn (at once when the session
+    waits for a message, else after the current one). 409 once the session ended."""
+    ack = await _update(client, session_id, "send_message", MessageInput(**body.model_dump()),
+                        code="message_refused", closed="it takes no messages", tuning=tuning)
+    return Accepted(session_id=session_id, status=ack.status)
+
+
+@router.post("/{session_id}/end", status_code=202, response_model=Accepted)
+async def end(session_id: SessionIdDep, client: ClientDep, tuning: TuningDep,
+              body: Annotated[EndRequest | None, Body()] = None) -> Accepted:
+    """End the conversation while the session waits for the person (it succeeds).
+    409 otherwise (cancel a running session instead)."""
+    ack = await _update(client, session_id, "end", EndInput(**(body or EndRequest()).model_dump()),
+                        code="end_refused", closed="it cannot be ended", tuning=tuning)
+    return Accepted(session_id=session_id, status=ack.status)
+
+
+@router.post("/{session_id}/cancel", status_code=202, response_model=Accepted)
+async def cancel(session_id: SessionIdDep, client: ClientDep) -> Accepted:
+    """Cancel the session: open contracts are cancelled, the status becomes
+    `canceled`. 409 when it has already ended."""
+    handle = client.get_workflow_handle(session_id)
+    view = await _recorded_view(handle, session_id)
+    if view.execution_status != "running":
+        status = view.status.value if view.status else view.execution_status
+        raise ApiError(409, "session_closed", f"the session already ended: it is {status}")
+    with temporal_errors(session_id):
+        await handle.cancel()
+    return Accepted(session_id=session_id, status=view.status)
+
+
+@router.post("/{session_id}/steps/{index}/{action}", status_code=202, response_model=Accepted)
+async def step_action(
+    session_id: SessionIdDep, client: ClientDep, tuning: TuningDep,
+    index: Annotated[int, Path(ge=0, le=10_000, description="The step's index in the plan")],
+    action: Annotated[Literal["approve", "skip", "reset"], Path()],
+    body: Annotated[StepActionRequest | None, Body()] = None,
+) -> Accepted:
+    """Plan sessions (seed 002): the person approves, skips or resets step `index`.
+    409 for an agent session."""
+    handle = client.get_workflow_handle(session_id)
+    with temporal_errors(session_id):
+        state = await handle.query("state", result_type=SessionState,
+                                   rpc_timeout=tuning.query_timeout)
+    if state.config.plan is None:
+        raise ApiError(409, "not_a_plan_session",
+                       f"not a plan session: {session_id} is driven by an agent, it has no steps")
+    if index >= len(state.config.plan.steps):
+        raise ApiError(409, "no_such_step",
+                       f"the plan has {len(state.config.plan.steps)} steps; no step {index}")
+    # TODO(plan sessions issue): an update on the workflow, through its validator.
+    raise ApiError(409, "not_supported", f"cannot {action} step {index}: this server does "
+                   "not drive plan sessions yet")

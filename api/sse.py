@@ -1,0 +1,181 @@
+"""Server-sent events: the wire format, the server's stream, and a client parser.
+
+The server side turns a provider's async iterator of events into SSE frames:
+each event carries ``id: <seq>`` (what ``Last-Event-ID`` resumes from), its type
+as ``event:`` and its payload as one line of JSON; a comment line goes out every
+``keepalive_s`` while nothing happens. Event types are passed through as the
+provider names them, so a new type reaches clients without a change here, and
+clients that do not know it ignore it (seed 000).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel
+from temporalio.client import Client
+
+PING = b": keep-alive\n\n"
+
+
+@dataclass(frozen=True)
+class StreamEvent:
+    """One event of a session's stream; ``seq`` grows by one per event, from 1."""
+
+    seq: int
+    event: str
+    data: Any = field(default_factory=dict)
+
+
+#: ``session_events(client, session_id, after_seq)``: the events of one session with
+#: ``seq > after_seq`` (all of them for None), in order, live; the iterator ends when
+#: the session has ended and every event was yielded.
+EventProvider = Callable[[Client, str, int | None], AsyncIterator[Any]]
+
+
+def _json_ready(value: Any) -> Any:
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    return value
+
+
+def coerce(mapped: Any) -> StreamEvent:
+    """A provider's event as a :class:`StreamEvent`.
+
+    The adapter between the exporter's ``MappedEvent`` and the wire: it takes any
+    object with a ``seq`` and a type (``event``, ``type`` or ``kind``) and a payload
+    (``data`` or ``payload``), pydantic models or plain objects alike.
+    """
+    if isinstance(mapped, StreamEvent):
+        return mapped
+    get = mapped.get if isinstance(mapped, dict) else (lambda k: getattr(mapped, k, None))
+    seq = get("seq")
+    kind = next((v for v in (get("event"), get("type"), get("kind")) if v), None)
+    data = next((v for v in (get("data"), get("payload")) if v is not None), {})
+    if not isinstance(seq, int) or not kind:
+        raise ValueError(f"not a stream event (needs an int seq and a type): {mapped!r}")
+    return StreamEvent(seq=seq, event=str(getattr(kind, "value", kind)), data=_json_ready(data))
+
+
+def frame(event: StreamEvent, *, with_id: bool = True) -> bytes:
+    # ASCII JSON: one line, whatever the text (clients that split on U+2028 too).
+    data = json.dumps(event.data, separators=(",", ":"), default=str)
+    name = " ".join(event.event.split())
+    head = f"id: {event.seq}\n" if with_id else ""
+    return f"{head}event: {name}\ndata: {data}\n\n".encode()
+
+
+async def _next(it: AsyncIterator[Any]) -> Any:
+    return await it.__anext__()
+
+
+async def sse_stream(
+    events: AsyncIterator[Any], *, keepalive_s: float, retry_ms: int,
+    stopping: asyncio.Event | None = None,
+) -> AsyncIterator[bytes]:
+    """SSE frames for ``events``, with keep-alive comments while it is quiet.
+
+    Ends when the provider ends, when ``stopping`` is set (the server shuts down),
+    or after one ``error`` event if the provider fails mid-stream.
+    """
+    stop_task = asyncio.ensure_future((stopping or asyncio.Event()).wait())
+    pending: asyncio.Future[Any] | None = None
+    try:
+        yield f"retry: {retry_ms}\n\n".encode()
+        while True:
+            if pending is None:
+                pending = asyncio.ensure_future(_next(events))
+            done, _ = await asyncio.wait({pending, stop_task}, timeout=keepalive_s,
+                                         return_when=asyncio.FIRST_COMPLETED)
+            if stop_task in done:
+                return
+            if pending not in done:
+                yield PING
+                continue
+            task, pending = pending, None
+            try:
+                item = coerce(task.result())
+            except StopAsyncIteration:
+                return
+            except Exception as err:
+                yield frame(StreamEvent(seq=0, event="error", data={
+                    "error": {"code": "stream_failed", "message": f"{type(err).__name__}: {err}"}
+                }), with_id=False)
+                return
+            yield frame(item)
+    finally:
+        for task in (pending, stop_task):
+            if task is not None and not task.done():
+                task.cancel()
+                with contextlib.suppress(BaseException):
+                    await task
+        aclose = getattr(events, "aclose", None)
+        if aclose is not None:
+            with contextlib.suppress(Exception):
+                await aclose()
+
+
+# -- the client side (the CLI's `tail`, tests) ------------------------------------------
+
+
+@dataclass
+class SseMessage:
+    event: str = "message"
+    data: str = ""
+    id: str | None = None
+
+    def json(self) -> Any:
+        return json.loads(self.data) if self.data else None
+
+
+class SseParser:
+    """Feed lines (without their line ending); get complete messages back."""
+
+    def __init__(self) -> None:
+        self._event, self._data, self._id = "", [], None
+        self.last_id: str | None = None
+        self.retry_ms: int | None = None
+
+    def feed(self, line: str) -> SseMessage | None:
+        if line == "":
+            if not self._data and not self._event:
+                return None
+            msg = SseMessage(event=self._event or "message", data="\n".join(self._data),
+                             id=self._id)
+            self._event, self._data, self._id = "", [], None
+            return msg
+        if line.startswith(":"):
+            return None
+        name, _, value = line.partition(":")
+        value = value.removeprefix(" ")
+        if name == "event":
+            self._event = value
+        elif name == "data":
+            self._data.append(value)
+        elif name == "id" and "\0" not in value:
+            self._id = self.last_id = value
+        elif name == "retry" and value.isdigit():
+            self.retry_ms = int(value)
+        return None
+
+
+def parse_lines(lines: Iterable[str], parser: SseParser | None = None) -> Iterator[SseMessage]:
+    parser = parser or SseParser()
+    for line in lines:
+        msg = parser.feed(line.rstrip("\r\n"))
+        if msg is not None:
+            yield msg
+
+
+async def aparse_lines(lines: AsyncIterator[str], parser: SseParser | None = None
+                       ) -> AsyncIterator[SseMessage]:
+    parser = parser or SseParser()
+    async for line in lines:
+        msg = parser.feed(line.rstrip("\r\n"))
+        if msg is not None:
+            yield msg

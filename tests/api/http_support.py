@@ -1,0 +1,99 @@
+"""Helpers for the HTTP tests: a real uvicorn server, bounded polling, configs."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+from fastapi import FastAPI
+from temporalio.client import Client
+
+from api.app import ApiServer
+from api.demo import demo_config
+from api.settings import HitlflowSettings
+
+DEADLINE_S = 30.0
+
+
+@dataclass
+class HttpStack:
+    http: httpx.AsyncClient
+    url: str
+    client: Client  # the test's own Temporal client (to look behind the API)
+    settings: HitlflowSettings
+
+
+@asynccontextmanager
+async def serve(app: FastAPI, port: int) -> AsyncIterator[ApiServer]:
+    """uvicorn on 127.0.0.1:port for the block, started and stopped here."""
+    server = ApiServer(app, "127.0.0.1", port)
+    await server.start()
+    try:
+        yield server
+    finally:
+        await server.stop()
+
+
+async def eventually(probe: Callable[[], Awaitable[Any]], check: Callable[[Any], bool],
+                     limit_s: float = DEADLINE_S, what: str = "condition") -> Any:
+    """Call ``probe`` until ``check`` holds for its result (a bounded condition wait)."""
+    deadline = asyncio.get_running_loop().time() + limit_s
+    while True:
+        value = await probe()
+        if check(value):
+            return value
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"{what} not reached in {limit_s} s; last: {value!r}")
+        await asyncio.sleep(0.05)
+
+
+async def session_until(http: httpx.AsyncClient, sid: str, check: Callable[[dict], bool],
+                        what: str = "session state") -> dict:
+    async def get() -> dict:
+        r = await http.get(f"/api/sessions/{sid}")
+        assert r.status_code == 200, r.text
+        return r.json()
+    return await eventually(get, check, what=what)
+
+
+async def listed(http: httpx.AsyncClient, sid: str, status: str) -> list[str]:
+    """Wait (bounded) until visibility lists ``sid`` under ``status``."""
+    async def ids() -> list[str]:
+        r = await http.get("/api/sessions", params={"status": status, "limit": 1000})
+        assert r.status_code == 200, r.text
+        return [s["session_id"] for s in r.json()["sessions"]]
+    return await eventually(ids, lambda found: sid in found, what=f"{sid} listed as {status}")
+
+
+def waiting(kind: str) -> Callable[[dict], bool]:
+    return lambda s: s["status"] == "waiting_user" and (s["pending"] or {}).get("kind") == kind
+
+
+def demo_body(notes_dir: Path) -> dict:
+    return demo_config(notes_dir).model_dump(mode="json", exclude_none=True)
+
+
+def confirm_body(*extra: dict) -> dict:
+    """No tools (fast): the agent asks the person to confirm, then finishes."""
+    return {"initial_message": "hello", "agent": {"llm": {"provider": "scripted", "responses": [
+        {"ecs_request": {"kind": "confirm", "prompt": "go on?"}}, *extra,
+        {"text": "done", "end": True}]}}}
+
+
+def chat_body() -> dict:
+    """The agent answers and waits for the next message, then finishes."""
+    return {"initial_message": "hi", "agent": {"llm": {"provider": "scripted", "responses": [
+        {"text": "hello, what next?"}, {"text": "bye", "end": True}]}}}
+
+
+def error_of(r: httpx.Response) -> dict:
+    """The error of a 4xx response, checking its one shape on the way."""
+    body = r.json()
+    assert set(body) == {"error"} and set(body["error"]) == {"code", "message"}, body
+    assert body["error"]["message"], body
+    return body["error"]

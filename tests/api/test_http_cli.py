@@ -1,0 +1,142 @@
+"""``hitlflow session ...`` against the API over real HTTP (the CLI runs in a thread,
+so the server in this event loop keeps serving)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from pathlib import Path
+
+from typer.testing import CliRunner, Result
+
+from api.cli import app
+from tests.api.http_support import (
+    HttpStack,
+    chat_body,
+    confirm_body,
+    demo_body,
+    session_until,
+    waiting,
+)
+
+runner = CliRunner()
+
+
+async def hitlflow(stack: HttpStack, *args: str, input: str | None = None) -> Result:
+    env = {"HITLFLOW_API_URL": stack.url, "COLUMNS": "200", "NO_COLOR": "1"}
+    return await asyncio.to_thread(runner.invoke, app, list(args), input=input, env=env)
+
+
+async def tail_process(stack: HttpStack, sid: str) -> asyncio.subprocess.Process:
+    """`hitlflow session tail` as its own process (CliRunner swaps sys.stdout: one at
+    a time only)."""
+    env = {**os.environ, "HITLFLOW_API_URL": stack.url, "COLUMNS": "200", "NO_COLOR": "1",
+           "TERM": "dumb"}
+    return await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "api.cli", "session", "tail", sid, env=env,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+
+
+def ok(result: Result) -> str:
+    assert result.exit_code == 0, (result.exit_code, result.output, result.exception)
+    return result.output
+
+
+async def test_the_demo_driven_from_the_command_line(http_stack: HttpStack, tmp_path: Path):
+    config = tmp_path / "demo.json"
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    config.write_text(json.dumps(demo_body(notes)))
+    sid = ok(await hitlflow(http_stack, "session", "start", str(config))).strip()
+    tail = await tail_process(http_stack, sid)
+
+    s = await session_until(http_stack.http, sid, waiting("approval"))
+    shown = ok(await hitlflow(http_stack, "session", "show", sid))
+    assert f"{sid}: waiting_user" in shown and "waiting for you (approval)" in shown
+    assert f"hitlflow session reply {sid} --request-id {s['pending']['request_id']}" in shown
+    out = ok(await hitlflow(http_stack, "session", "approve", sid, s["pending"]["execution_id"]))
+    assert out.strip() == f"reply to {s['pending']['request_id']} accepted"
+
+    s = await session_until(http_stack.http, sid, waiting("confirm"))
+    stale = await hitlflow(http_stack, "session", "reply", sid, "--request-id", "old", "--approve")
+    assert stale.exit_code == 1
+    assert "error: reply_refused: reply names request 'old'" in stale.output
+    ok(await hitlflow(http_stack, "session", "reply", sid, "--approve", "--comment", "sure"))
+
+    out, _ = await asyncio.wait_for(tail.communicate(), 60)
+    live = out.decode()
+    assert tail.returncode == 0, live
+    assert "session queued → running" in live
+    assert "delete_note: running → waiting (suspend by tool)" in live
+    assert "delete_note: waiting → running (resume by human)" in live
+    assert "waiting for you (confirm): Shall I read the groceries list back to you?" in live
+    assert "agent: Done: groceries saved, the old draft deleted." in live
+    assert live.rstrip().endswith(f"session {sid} ended: succeeded")
+
+    # Afterwards, the whole stream again, as JSON lines, with strictly growing ids.
+    events = [json.loads(line) for line in
+              ok(await hitlflow(http_stack, "session", "tail", sid, "--json")).splitlines()]
+    ids = [int(e["id"]) for e in events]
+    assert ids == sorted(set(ids))
+    assert {"execution_state", "conversation.state.changed", "interaction.requested",
+            "text", "tool_result"} <= {e["event"] for e in events}
+    listed = json.loads(ok(await hitlflow(http_stack, "session", "list", "--status",
+                                          "succeeded", "--json", "--limit", "1000")))
+    assert sid in [x["session_id"] for x in listed["sessions"]]
+
+
+async def test_start_from_stdin_list_message_reject_cancel(http_stack: HttpStack):
+    sid = "cli-" + asyncio.get_running_loop().time().hex()[4:14].replace(".", "")
+    body = json.dumps(chat_body())
+    created = json.loads(ok(await hitlflow(http_stack, "session", "start", "-", "--id", sid,
+                                           "--json", input=body)))
+    assert created == {"session_id": sid, "status": "queued"}
+    await session_until(http_stack.http, sid, waiting("message"))
+    assert sid in ok(await hitlflow(http_stack, "session", "list", "--status", "waiting_user",
+                                    "--limit", "1000"))
+    ok(await hitlflow(http_stack, "session", "message", sid, "one more thing"))
+    await session_until(http_stack.http, sid, lambda s: s["status"] == "succeeded")
+
+    sid = ok(await hitlflow(http_stack, "session", "start", "-",
+                            input=json.dumps(confirm_body()))).strip()
+    s = await session_until(http_stack.http, sid, waiting("confirm"))
+    ok(await hitlflow(http_stack, "session", "reject", sid, s["pending"]["execution_id"]))
+    await session_until(http_stack.http, sid, lambda s: s["status"] == "succeeded")
+    assert json.loads(ok(await hitlflow(http_stack, "session", "show", sid, "--json"))
+                      )["replies"] == 1
+
+    sid = ok(await hitlflow(http_stack, "session", "start", "-",
+                            input=json.dumps(confirm_body()))).strip()
+    await session_until(http_stack.http, sid, waiting("confirm"))
+    assert ok(await hitlflow(http_stack, "session", "cancel", sid)).strip() == "cancel requested"
+    await session_until(http_stack.http, sid, lambda s: s["status"] == "canceled")
+    again = await hitlflow(http_stack, "session", "cancel", sid)
+    assert again.exit_code == 1 and "error: session_closed:" in again.output
+
+
+async def test_clear_errors_and_exit_codes(http_stack: HttpStack, tmp_path: Path, free_port):
+    r = await hitlflow(http_stack, "session", "show", "no-such-session")
+    assert r.exit_code == 1 and "error: session_not_found: no session 'no-such-session'" \
+        in r.output
+    r = await hitlflow(http_stack, "session", "show", "../etc")
+    assert r.exit_code == 1 and "error:" in r.output
+    r = await hitlflow(http_stack, "session", "list", "--status", "sleepy")
+    assert r.exit_code == 1 and "error: validation_error:" in r.output
+    bad = tmp_path / "bad.json"
+    bad.write_text("{nope")
+    r = await hitlflow(http_stack, "session", "start", str(bad))
+    assert r.exit_code == 2 and "is not JSON" in r.output
+    r = await hitlflow(http_stack, "session", "start", str(tmp_path / "missing.json"))
+    assert r.exit_code == 2 and "cannot read" in r.output
+    bad.write_text(json.dumps({"mode": "sometimes"}))
+    r = await hitlflow(http_stack, "session", "start", str(bad))
+    assert r.exit_code == 1 and "error: validation_error:" in r.output
+    r = await hitlflow(http_stack, "session", "reply", "abc", "--values", "[1, 2]")
+    assert r.exit_code == 2 and "--values must be a JSON object" in r.output
+    r = await hitlflow(http_stack, "session", "list", "--api-url",
+                       f"http://127.0.0.1:{free_port()}")
+    assert r.exit_code == 1 and "error: unreachable: cannot reach the API" in r.output
+    r = await hitlflow(http_stack, "session", "tail", "no-such-session")
+    assert r.exit_code == 1 and "error: session_not_found" in r.output

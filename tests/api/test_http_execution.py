@@ -1,0 +1,102 @@
+"""Seed 000's observation endpoints and /healthz over real HTTP."""
+
+from __future__ import annotations
+
+import uuid
+
+import httpx
+
+from api.app import create_app
+from api.settings import HitlflowSettings
+from tests.api.http_support import HttpStack, confirm_body, error_of, serve, session_until, waiting
+from workflows.tables import topology
+
+
+async def test_topology_is_cacheable(http_stack: HttpStack):
+    http = http_stack.http
+    r = await http.get("/api/execution/topology")
+    assert r.status_code == 200
+    assert r.json() == topology("contract").model_dump(mode="json")
+    nodes = {n["status"]: n for n in r.json()["nodes"]}
+    assert set(nodes) == {"pending", "running", "waiting", "completed", "failed", "rejected",
+                          "cancelled"}
+    assert r.json()["resumable_statuses"] == ["waiting"]
+    etag, cache = r.headers["etag"], r.headers["cache-control"]
+    assert etag.startswith('"') and "max-age" in cache
+    for header in (etag, f"W/{etag}", f'"other", {etag}', "*"):
+        r = await http.get("/api/execution/topology", headers={"If-None-Match": header})
+        assert r.status_code == 304 and r.content == b""
+        assert r.headers["etag"] == etag and r.headers["cache-control"] == cache
+    r = await http.get("/api/execution/topology", headers={"If-None-Match": '"stale"'})
+    assert r.status_code == 200 and r.headers["etag"] == etag
+
+
+async def test_timeline_and_snapshot_of_a_waiting_session(http_stack: HttpStack):
+    http = http_stack.http
+    sid = (await http.post("/api/sessions", json=confirm_body())).json()["session_id"]
+    s = await session_until(http, sid, waiting("confirm"))
+    t = (await http.get(f"/api/execution/{sid}/timeline")).json()
+    assert (t["session_id"], t["total_contracts"], t["active_contracts"]) == (sid, 1, 1)
+    assert t["has_suspended"] is True
+    assert [(tr["from_status"], tr["to_status"]) for tr in t["transitions"]] == [
+        ("pending", "running"), ("running", "waiting")]
+    eid = s["pending"]["execution_id"]
+    snap = (await http.get(f"/api/execution/{eid}/snapshot")).json()
+    assert snap["current_status"] == "waiting" and snap["is_resumable"] is True
+    assert snap["is_stable"] is True and snap["last_trigger"] == "suspend"
+    assert snap["transition_count"] == 2 and snap["session_id"] == sid
+    await http.post(f"/api/sessions/{sid}/cancel")
+
+
+async def test_unknown_ids_are_404_with_a_message(http_stack: HttpStack):
+    http = http_stack.http
+    ghost = f"ghost-{uuid.uuid4().hex[:8]}"
+    for path, code in [
+        (f"/api/execution/{ghost}/timeline", "session_not_found"),
+        (f"/api/sessions/{ghost}", "session_not_found"),
+        (f"/api/sessions/{ghost}/events", "session_not_found"),
+        (f"/api/execution/{ghost}.abc123/snapshot", "execution_not_found"),
+        ("/api/execution/no-dot-here/snapshot", "execution_not_found"),
+        ("/api/execution/.x/snapshot", "execution_not_found"),
+        ("/api/nothing/here", "not_found"),
+    ]:
+        r = await http.get(path)
+        assert r.status_code == 404, (path, r.text)
+        assert error_of(r)["code"] == code, path
+    for action in ("reply", "messages", "end", "cancel", "steps/1/skip"):
+        body = {"request_id": "r"} if action == "reply" else \
+            {"text": "t"} if action == "messages" else None
+        r = await http.post(f"/api/sessions/{ghost}/{action}", json=body)
+        assert r.status_code == 404, (action, r.text)
+        assert error_of(r) == {"code": "session_not_found", "message": f"no session {ghost!r}"}
+    # A real session, a contract it does not have.
+    sid = (await http.post("/api/sessions", json=confirm_body())).json()["session_id"]
+    await session_until(http, sid, waiting("confirm"))
+    r = await http.get(f"/api/execution/{sid}.0000/snapshot")
+    assert r.status_code == 404 and error_of(r)["message"] == f"no contract '{sid}.0000'"
+    await http.post(f"/api/sessions/{sid}/cancel")
+
+
+async def test_healthz_says_whether_temporal_is_reachable(http_stack: HttpStack, free_port):
+    r = await http_stack.http.get("/healthz")
+    assert r.status_code == 200
+    assert r.json()["status"] == "ok" and r.json()["temporal"]["reachable"] is True
+    # Temporal is down: the API still serves; it says so, and Temporal calls are 503.
+    settings = HitlflowSettings(temporal_address=f"127.0.0.1:{free_port()}", api_token=None)
+    async with serve(create_app(settings), free_port()) as server, \
+            httpx.AsyncClient(base_url=server.url, timeout=30) as http:
+        r = await http.get("/healthz")
+        assert r.status_code == 200
+        health = r.json()["temporal"]
+        assert health["reachable"] is False and health["target"] == settings.target
+        assert "connect" in health["error"]
+        for method, path in [("GET", "/api/sessions"), ("GET", "/api/sessions/abc"),
+                             ("POST", "/api/sessions/abc/cancel"),
+                             ("GET", "/api/execution/abc/timeline")]:
+            r = await http.request(method, path)
+            assert r.status_code == 503, (path, r.text)
+            assert error_of(r)["code"] == "temporal_unavailable"
+        r = await http.post("/api/sessions", json=confirm_body())
+        assert r.status_code == 503 and error_of(r)["code"] == "temporal_unavailable"
+        # Topology needs no Temporal.
+        assert (await http.get("/api/execution/topology")).status_code == 200

@@ -1,0 +1,232 @@
+"""The SSE stream over real HTTP: framing, ids, resume, keep-alive, unknown types,
+and a real session's events from the default provider (the exporter, once it exists)."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+
+from api.app import ApiServer, create_app
+from api.deps import ApiTuning
+from api.sse import SseMessage, SseParser, StreamEvent
+from tests.api.http_support import HttpStack, confirm_body, error_of
+
+SEED_000_PAYLOAD = {"execution_id", "action_summary", "from_status", "to_status", "trigger",
+                    "actor_category", "is_terminal", "is_resumable", "has_side_effects",
+                    "timestamp"}
+HANG_GUARD_S = 30
+
+
+class Bus:
+    """A fake event provider for one session: publish events, close when done."""
+
+    def __init__(self) -> None:
+        self.events: list[StreamEvent] = []
+        self.closed = False
+        self.fail: str | None = None
+        self.calls: list[int | None] = []
+        self._cond = asyncio.Condition()
+
+    async def publish(self, event: str, data: Any) -> None:
+        async with self._cond:
+            self.events.append(StreamEvent(seq=len(self.events) + 1, event=event, data=data))
+            self._cond.notify_all()
+
+    async def close(self, fail: str | None = None) -> None:
+        async with self._cond:
+            self.closed, self.fail = True, fail
+            self._cond.notify_all()
+
+    async def stream(self, after_seq: int | None) -> AsyncIterator[StreamEvent]:
+        self.calls.append(after_seq)
+        sent = after_seq or 0
+        while True:
+            async with self._cond:
+                await self._cond.wait_for(
+                    lambda sent=sent: len(self.events) > sent or self.closed)
+                new = self.events[sent:]
+            for event in new:
+                yield event
+                sent = event.seq
+            if self.closed and sent >= len(self.events):
+                if self.fail:
+                    raise RuntimeError(self.fail)
+                return
+
+
+class Reader:
+    """Reads an SSE response line by line: messages and keep-alive comments."""
+
+    def __init__(self, response: httpx.Response) -> None:
+        self.lines = response.aiter_lines()
+        self.parser = SseParser()
+        self.pings = 0
+
+    async def next(self) -> SseMessage | None:
+        """The next message, or None when the stream ended."""
+        async def read() -> SseMessage | None:
+            async for line in self.lines:
+                if line.startswith(":"):
+                    self.pings += 1
+                msg = self.parser.feed(line)
+                if msg is not None:
+                    return msg
+            return None
+        return await asyncio.wait_for(read(), HANG_GUARD_S)
+
+    async def rest(self) -> list[SseMessage]:
+        out = []
+        while (msg := await self.next()) is not None:
+            out.append(msg)
+        return out
+
+
+@pytest.fixture(scope="module")
+async def sse(http_stack: HttpStack, free_port) -> AsyncIterator[tuple[httpx.AsyncClient,
+                                                                      dict[str, Bus]]]:
+    """An API whose SSE source is a fake bus per session (sessions are real)."""
+    buses: dict[str, Bus] = {}
+
+    def provider(client: Any, session_id: str, after_seq: int | None):
+        return buses[session_id].stream(after_seq)
+
+    app = create_app(http_stack.settings, http_stack.client, event_provider=provider,
+                     tuning=ApiTuning(keepalive_s=0.05, retry_ms=1234))
+    server = ApiServer(app, "127.0.0.1", free_port())
+    await server.start()
+    try:
+        async with httpx.AsyncClient(base_url=server.url, timeout=30) as http:
+            yield http, buses
+    finally:
+        await server.stop()
+
+
+async def new_session(http_stack: HttpStack, buses: dict[str, Bus]) -> tuple[str, Bus]:
+    sid = (await http_stack.http.post("/api/sessions", json=confirm_body())).json()["session_id"]
+    buses[sid] = Bus()
+    return sid, buses[sid]
+
+
+async def test_frames_carry_ids_types_and_json_and_pings_flow(http_stack, sse):
+    http, buses = sse
+    sid, bus = await new_session(http_stack, buses)
+    await bus.publish("conversation.state.changed", {"from": "queued", "to": "running"})
+    await bus.publish("some.future.event", {"text": "line one\nline two \u2028 ünïcode"})
+    await bus.publish("text", {"text": "hello"})
+    async with http.stream("GET", f"/api/sessions/{sid}/events") as r:
+        assert r.status_code == 200
+        assert r.headers["content-type"].startswith("text/event-stream")
+        assert r.headers["cache-control"] == "no-cache"
+        reader = Reader(r)
+        got = [await reader.next() for _ in range(3)]
+        assert reader.parser.retry_ms == 1234
+        assert [(m.id, m.event) for m in got] == [
+            ("1", "conversation.state.changed"), ("2", "some.future.event"), ("3", "text")]
+        assert got[1].json() == {"text": "line one\nline two \u2028 ünïcode"}
+        # Nothing happens for a while: keep-alive comments, then the next event.
+        while reader.pings < 2:
+            await asyncio.wait_for(reader.lines.__anext__(), HANG_GUARD_S)
+            reader.pings += 1
+        await bus.publish("execution_state", {"execution_id": "x"})
+        msg = await reader.next()
+        assert (msg.id, msg.event, msg.json()) == ("4", "execution_state", {"execution_id": "x"})
+        await bus.close()
+        assert await reader.rest() == []  # the stream ends with the session
+    # A client that only knows some event types just skips the others.
+    async with http.stream("GET", f"/api/sessions/{sid}/events") as r:
+        texts = [m.json()["text"] for m in await Reader(r).rest() if m.event == "text"]
+    assert texts == ["hello"]
+
+
+async def test_last_event_id_resumes_without_gaps_or_duplicates(http_stack, sse):
+    http, buses = sse
+    sid, bus = await new_session(http_stack, buses)
+    for i in range(1, 7):
+        await bus.publish("text", {"text": f"t{i}"})
+    await bus.close()
+    url = f"/api/sessions/{sid}/events"
+    async with http.stream("GET", url) as r:
+        reader = Reader(r)
+        first = [await reader.next() for _ in range(2)]
+    assert [m.id for m in first] == ["1", "2"]
+    async with http.stream("GET", url, headers={"Last-Event-ID": first[-1].id}) as r:
+        rest = await Reader(r).rest()
+    assert [m.id for m in rest] == ["3", "4", "5", "6"]
+    assert [m.json()["text"] for m in first + rest] == [f"t{i}" for i in range(1, 7)]
+    async with http.stream("GET", url, params={"after": 4}) as r:
+        assert [m.id for m in await Reader(r).rest()] == ["5", "6"]
+    async with http.stream("GET", url, params={"after": 1},
+                           headers={"Last-Event-ID": "5"}) as r:  # the header wins
+        assert [m.id for m in await Reader(r).rest()] == ["6"]
+    assert bus.calls == [None, 2, 4, 5]
+    r = await http.get(url, headers={"Last-Event-ID": "not-a-number"})
+    assert r.status_code == 400 and error_of(r)["code"] == "invalid_last_event_id"
+
+
+async def test_a_failing_provider_ends_the_stream_with_an_error_event(http_stack, sse):
+    http, buses = sse
+    sid, bus = await new_session(http_stack, buses)
+    await bus.publish("text", {"text": "before"})
+    await bus.close(fail="history went away")
+    async with http.stream("GET", f"/api/sessions/{sid}/events") as r:
+        got = await Reader(r).rest()
+    assert [(m.id, m.event) for m in got] == [("1", "text"), (None, "error")]
+    assert got[1].json()["error"]["message"] == "RuntimeError: history went away"
+
+
+async def test_open_streams_end_when_the_server_stops(http_stack, free_port):
+    bus = Bus()
+    sid = (await http_stack.http.post("/api/sessions", json=confirm_body())).json()["session_id"]
+    app = create_app(http_stack.settings, http_stack.client,
+                     event_provider=lambda c, s, a: bus.stream(a))
+    server = ApiServer(app, "127.0.0.1", free_port())
+    await server.start()
+    await bus.publish("text", {"text": "hi"})
+    async with httpx.AsyncClient(base_url=server.url, timeout=30) as http, \
+            http.stream("GET", f"/api/sessions/{sid}/events") as r:
+        reader = Reader(r)
+        assert (await reader.next()).event == "text"
+        await asyncio.wait_for(server.stop(), HANG_GUARD_S)
+        assert await reader.rest() == []
+
+
+async def test_a_real_session_streams_its_transitions(http_stack: HttpStack):
+    """The default provider (the exporter's mapped history once it exists)."""
+    http = http_stack.http
+    sid = (await http.post("/api/sessions", json=confirm_body())).json()["session_id"]
+    url = f"/api/sessions/{sid}/events"
+    seen: list[SseMessage] = []
+    async with http.stream("GET", url) as r:
+        assert r.status_code == 200
+        reader = Reader(r)
+        while (msg := await reader.next()) is not None:
+            seen.append(msg)
+            if msg.event == "interaction.requested":
+                rid = msg.json()["request_id"]
+                reply = await http.post(f"/api/sessions/{sid}/reply",
+                                        json={"request_id": rid, "approve": True})
+                assert reply.status_code == 202, reply.text
+    ids = [int(m.id) for m in seen]
+    assert ids == sorted(set(ids))  # strictly increasing (the log's line numbers)
+    changes = [m.json() for m in seen if m.event == "conversation.state.changed"]
+    assert (changes[0]["from"], changes[0]["to"]) == ("queued", "running")
+    assert ("running", "waiting_user") in [(c["from"], c["to"]) for c in changes]
+    assert changes[-1]["to"] == "succeeded"
+    assert all(a["to"] == b["from"] for a, b in itertools.pairwise(changes))
+    states = [m.json() for m in seen if m.event == "execution_state"]
+    assert all(set(s) == SEED_000_PAYLOAD for s in states)
+    assert [(s["from_status"], s["to_status"], s["trigger"]) for s in states] == [
+        ("pending", "running", "start"), ("running", "waiting", "suspend"),
+        ("waiting", "running", "resume"), ("running", "completed", "succeed")]
+    assert {"interaction.requested", "interaction.reply.accepted"} <= {m.event for m in seen}
+    # Resume from the middle: exactly the rest, in order.
+    middle = seen[len(seen) // 2]
+    async with http.stream("GET", url, headers={"Last-Event-ID": middle.id}) as r:
+        rest = await Reader(r).rest()
+    assert [(m.id, m.event, m.data) for m in rest] == \
+        [(m.id, m.event, m.data) for m in seen[len(seen) // 2 + 1:]]
