@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from observation.projections import ExecutionFact, ExecutionSnapshot
 from workflows.config import SESSION_ID_RE
+from workflows.session_state import RequestKind
 from workflows.statechart import SessionStatus
 
 SESSION_ID_PATTERN = SESSION_ID_RE.pattern
@@ -105,7 +106,7 @@ class PendingRequestView(BaseModel):
     """What the session waits for; a reply must name ``request_id``."""
 
     request_id: str
-    kind: Literal["approval", "confirm", "choose", "form", "message"]
+    kind: RequestKind  # one place: workflows.session_state
     prompt: str
     execution_id: str | None = None
     options: list[str] = Field(default_factory=list)

@@ -33,6 +33,7 @@ from api.models import (
 from workflows.config import SessionConfig
 from workflows.messages import Ack, EndInput, MessageInput, ReplyInput, SessionInput
 from workflows.messages import SessionSnapshot as WorkflowSnapshot
+from workflows.plan import replay
 from workflows.search_attributes import SESSION_STATUS, WAITING_SINCE
 from workflows.session_state import SessionState
 from workflows.statechart import SessionStatus
@@ -241,6 +242,18 @@ async def step_action(
     if index >= len(state.config.plan.steps):
         raise ApiError(409, "no_such_step",
                        f"the plan has {len(state.config.plan.steps)} steps; no step {index}")
-    # TODO(plan sessions issue): an update on the workflow, through its validator.
-    raise ApiError(409, "not_supported", f"cannot {action} step {index}: this server does "
-                   "not drive plan sessions yet")
+    pending = state.pending
+    cursor = replay(len(state.config.plan.steps), state.plan_events).current_step
+    if pending is None or pending.kind not in ("step", "window"):
+        raise ApiError(409, "step_not_waiting",
+                       f"no step waits for a decision (the cursor is at step {cursor})")
+    if action != "reset" and index != cursor:
+        raise ApiError(409, "step_not_waiting",
+                       f"step {index} is not the one waiting: the cursor is at step {cursor}")
+    by = (body or StepActionRequest()).by
+    reply = ReplyInput(request_id=pending.request_id, choice=action, by=by,
+                       values={"to_step": index} if action == "reset" else None,
+                       comment=(body.comment if body else None))
+    ack = await _update(client, session_id, "reply", reply, code="reply_refused",
+                        closed="nothing is pending", tuning=tuning)
+    return Accepted(session_id=session_id, request_id=ack.request_id, status=ack.status)
