@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+import yaml
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -92,20 +93,18 @@ def render_pending(session_id: str, pending: dict) -> None:
 
 @session_app.command("start")
 def start(
-    config: Annotated[str, typer.Argument(help="The session config: a JSON file, or - for "
-                                          "standard input.")],
+    config: Annotated[str | None, typer.Argument(
+        help="The session config: a JSON file, or - for standard input.")] = None,
+    plan: Annotated[Path | None, typer.Option(
+        "--plan", help="A plan file (YAML or JSON): start a plan session driven by it.")] = None,
     session_id: Annotated[str | None, typer.Option("--id", help="The session id "
                                                    "(default: generated).")] = None,
     api_url: ApiUrl = None, token: Token = None, as_json: AsJson = False,
 ) -> None:
-    """Start a session from a config file (JSON; see DESIGN.md)."""
-    try:
-        text = sys.stdin.read() if config == "-" else Path(config).read_text()
-        body = json.loads(text)
-    except OSError as err:
-        raise _fail(f"cannot read {config}: {err.strerror or err}", 2) from None
-    except json.JSONDecodeError as err:
-        raise _fail(f"{config} is not JSON: {err}", 2) from None
+    """Start a session from a config file (JSON; see the README), or from a plan file."""
+    if (config is None) == (plan is None):
+        raise _fail("give a config file (or -) or --plan FILE, not both", 2)
+    body = _plan_body(plan) if plan is not None else _config_body(config)
     with _api(api_url, token) as api:
         created = api.post("/api/sessions", body,
                            params={"session_id": session_id} if session_id else None)
@@ -113,6 +112,29 @@ def start(
         _print_json(created)
     else:
         typer.echo(created["session_id"])
+
+
+def _config_body(config: str | None) -> Any:
+    try:
+        text = sys.stdin.read() if config == "-" else Path(str(config)).read_text()
+        return json.loads(text)
+    except OSError as err:
+        raise _fail(f"cannot read {config}: {err.strerror or err}", 2) from None
+    except json.JSONDecodeError as err:
+        raise _fail(f"{config} is not JSON: {err}", 2) from None
+
+
+def _plan_body(plan: Path) -> dict[str, Any]:
+    """A plan file becomes ``{"plan": ...}``; the API validates it (422 says why)."""
+    try:
+        data = yaml.safe_load(plan.read_text())
+    except OSError as err:
+        raise _fail(f"cannot read {plan}: {err.strerror or err}", 2) from None
+    except yaml.YAMLError as err:
+        raise _fail(f"{plan} is not YAML or JSON: {err}", 2) from None
+    if not isinstance(data, dict):
+        raise _fail(f"{plan}: a plan is a mapping with `steps` (and a `name`)", 2)
+    return {"plan": data}
 
 
 @session_app.command("list")

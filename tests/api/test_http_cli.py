@@ -140,3 +140,22 @@ async def test_clear_errors_and_exit_codes(http_stack: HttpStack, tmp_path: Path
     assert r.exit_code == 1 and "error: unreachable: cannot reach the API" in r.output
     r = await hitlflow(http_stack, "session", "tail", "no-such-session")
     assert r.exit_code == 1 and "error: session_not_found" in r.output
+
+
+async def test_a_plan_session_started_from_a_plan_file(http_stack: HttpStack, tmp_path: Path):
+    plan = tmp_path / "plan.yaml"
+    plan.write_text("name: tiny\nsteps:\n  - {run: 'echo hi'}\n  - {name: 'ship it?', gate: true}\n")
+    sid = ok(await hitlflow(http_stack, "session", "start", "--plan", str(plan))).strip()
+    s = await session_until(http_stack.http, sid, waiting("step"))
+    assert s["pending"]["prompt"] == "gate: ship it?"
+    out = ok(await hitlflow(http_stack, "session", "reply", sid, "--request-id",
+                            s["pending"]["request_id"], "--choice", "approve"))
+    assert "accepted" in out
+    await session_until(http_stack.http, sid, lambda s: s["status"] == "succeeded")
+    # Broken plan files: a clear error, exit 2, nothing started.
+    plan.write_text("steps: [{gate: true, run: 'x'}]\n")
+    bad = await hitlflow(http_stack, "session", "start", "--plan", str(plan))
+    assert bad.exit_code == 1 and "gate step has no run" in bad.output
+    plan.write_text("{{{")
+    bad = await hitlflow(http_stack, "session", "start", "--plan", str(plan))
+    assert bad.exit_code == 2 and "is not YAML or JSON" in bad.output
