@@ -144,7 +144,8 @@ async def test_clear_errors_and_exit_codes(http_stack: HttpStack, tmp_path: Path
 
 async def test_a_plan_session_started_from_a_plan_file(http_stack: HttpStack, tmp_path: Path):
     plan = tmp_path / "plan.yaml"
-    plan.write_text("name: tiny\nsteps:\n  - {run: 'echo hi'}\n  - {name: 'ship it?', gate: true}\n")
+    plan.write_text("name: tiny\nsteps:\n  - {run: 'echo hi'}\n"
+                    "  - {name: 'ship it?', gate: true}\n")
     sid = ok(await hitlflow(http_stack, "session", "start", "--plan", str(plan))).strip()
     s = await session_until(http_stack.http, sid, waiting("step"))
     assert s["pending"]["prompt"] == "gate: ship it?"
