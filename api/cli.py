@@ -71,6 +71,9 @@ def _register_commands() -> None:
     from api import cli_session  # session ..., api
 
     cli_session.register(app)
+    from api import cli_telemetry  # telemetry runs/rebuild
+
+    cli_telemetry.register(app)
 
 
 _register_commands()

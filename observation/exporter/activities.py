@@ -5,7 +5,10 @@ of ActivityTaskStarted, which Temporal writes when the attempt ends), FINISHED t
 activity's own binding payload, FAILED the ``LLMCallFailed`` detail of its failure
 (or one made from the failure when the activity timed out or was cancelled). The
 model's answer and every tool output are kept as artifacts: files whose bytes are
-a pure function of history. Part of the pure mapping (see ``mapping.py``).
+a pure function of history. A plan step's verify command (a ``run_command``
+activity with purpose ``verify``) is a gate run: GATE_RUN_STARTED at its start,
+GATE_RUN_FINISHED at its end (see ``gates.py``). Part of the pure mapping (see
+``mapping.py``).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from activities.llm import canonical_json, llm_call_started
 from observation.exporter import ids
 from observation.exporter.chain import jcs
 from observation.exporter.decode import event_ms, first_value, payload_value
+from observation.exporter.gates import GateMapper, is_gate
 from observation.exporter.model import Artifact, MappedEvent
 from workflows.io import LLMCallFailed, LLMCallInput, LLMCallResult
 
@@ -40,12 +44,13 @@ def _dump(model: Any) -> dict[str, Any]:
     return model.model_dump(mode="json", exclude_none=True)
 
 
-class ActivityMapper:
+class ActivityMapper(GateMapper):
     sid: str
     run_id: str | None
     _ts: str
 
     def __init__(self) -> None:
+        GateMapper.__init__(self)
         self.activities: dict[tuple[str | None, int], _Activity] = {}
         self.artifact_paths: set[str] = set()
 
@@ -101,6 +106,8 @@ class ActivityMapper:
                 "tool": i["tool"], "arguments": i.get("arguments", {}),
                 "idempotency_key": i.get("idempotency_key"), "attempt": a.attempt},
                 *self._spans(act))
+        elif is_gate(act.type, act.input):
+            self.gate_started(act.input, a.attempt)
 
     def _act_completed(self, e: HistoryEvent) -> None:
         a = e.activity_task_completed_event_attributes
@@ -123,6 +130,8 @@ class ActivityMapper:
             self._artifact(f"artifacts/tool/{act.input['execution_id']}.json",
                            jcs(result), TOOL_RESULT_SCHEMA, act, call_id=None,
                            work_item_id=act.input["execution_id"])
+        elif is_gate(act.type, act.input):
+            self.gate_finished(act.input, result)
         elif act.type == "list_tools":
             self.emit("TOOLS_LISTED", {"tools": [
                 {k: t.get(k) for k in ("server", "name", "safety", "annotations")}
@@ -143,6 +152,8 @@ class ActivityMapper:
             return
         if act.type == "call_tool":
             self._tool_result(act, {"is_error": True, "error_message": summary})
+        if is_gate(act.type, act.input):
+            self.gate_ended_badly(act.input, error=f"{error_class}: {summary}")
         if act.type != "llm_call" or act.started_ms is None:
             return
         payload = None

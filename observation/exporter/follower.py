@@ -22,7 +22,7 @@ from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client
 
 from observation.exporter.chain import Chain
-from observation.exporter.log import LogError, LogWriter
+from observation.exporter.log import LogError, LogObserver, LogWriter
 from observation.exporter.mapping import SessionMapper
 from observation.exporter.model import LogEvent, is_sse
 from observation.exporter.verify import SNAPSHOT_NAME
@@ -132,10 +132,10 @@ class SessionExport:
         return ExportResult(w.run_dir.name, w.last_seq - self.start, w.last_seq, w.finished)
 
 
-def export_history(session_id: str, events: Iterable[HistoryEvent], runs_dir: Path
-                   ) -> ExportResult:
+def export_history(session_id: str, events: Iterable[HistoryEvent], runs_dir: Path,
+                   observer: LogObserver | None = None) -> ExportResult:
     """Export a history already at hand (e.g. a saved JSON history) the same way."""
-    with LogWriter(runs_dir / session_id) as w:
+    with LogWriter(runs_dir / session_id, observer) as w:
         export = SessionExport(w, session_id)
         for event in events:
             export.feed(event)
@@ -155,11 +155,13 @@ async def _in_thread(fn: Callable[..., T], *args: object) -> T:
 
 
 async def export_session(
-    client: Client, session_id: str, runs_dir: Path, *, follow: bool = False
+    client: Client, session_id: str, runs_dir: Path, *, follow: bool = False,
+    observer: LogObserver | None = None,
 ) -> ExportResult:
     """Mirror a session's history into ``runs_dir/<session_id>/`` (until its last
-    run closes when ``follow``), resuming after the lines already there."""
-    w = LogWriter(runs_dir / session_id)
+    run closes when ``follow``), resuming after the lines already there;
+    ``observer`` (telemetry) is told each line and commit."""
+    w = LogWriter(runs_dir / session_id, observer)
     await _in_thread(w.open)
     try:
         if w.finished:

@@ -9,6 +9,7 @@ directory fsynced). One writer per directory, enforced by ``flock`` on ``.lock``
 On open a torn last line (no newline, or not JSON) is cut off, the rest of the
 log is verified and folded into the snapshot, and a lagging head is rewritten.
 Any write or fsync error stops the writer for good (:class:`LogWriteError`).
+An optional :class:`LogObserver` (telemetry) is told every line and every commit.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import json
 import logging
 import os
 from pathlib import Path
+from typing import Any, Protocol
 
 from observation.exporter import files
 from observation.exporter.chain import GENESIS, line_bytes
@@ -56,9 +58,21 @@ class LogWriteError(LogError):
     """A write or fsync failed: the writer stops, the exporter must stop too."""
 
 
+class LogObserver(Protocol):
+    """Told every line of the log in order, as a dict read from its bytes: those on
+    disk when the writer opens (``replayed``), then each appended one; and each
+    commit (after ``snapshot.json`` and ``head``). Telemetry is one
+    (``observation.telemetry``). It must not raise: the log comes first."""
+
+    def event(self, event: dict[str, Any], replayed: bool) -> None: ...
+
+    def commit(self) -> None: ...
+
+
 class LogWriter:
-    def __init__(self, run_dir: Path) -> None:
+    def __init__(self, run_dir: Path, observer: LogObserver | None = None) -> None:
         self.run_dir = run_dir
+        self.observer = observer
         self.snapshot = Snapshot(run_dir.name)
         self.last_seq, self.last_hash, self.last_type = 0, GENESIS, ""
         self._lock_fd: int | None = None
@@ -102,6 +116,8 @@ class LogWriter:
             try:
                 for event in verify_lines(read_lines(path)):
                     self.snapshot.apply(event)
+                    if self.observer is not None:
+                        self.observer.event(event, True)
                     self.last_seq, self.last_hash = event["seq"], event["event_hash"]
                     self.last_type = event["type"]
             except (ChainBrokenError, ReplayError) as err:
@@ -180,7 +196,10 @@ class LogWriter:
             self._failed = err
             raise LogWriteError(f"{self.run_dir}: writing line {event.seq} failed: {err}"
                                 ) from err
-        self.snapshot.apply(json.loads(data))  # as replay sees it: 1.0 is 1 in JCS
+        parsed = json.loads(data)  # as replay sees it: 1.0 is 1 in JCS
+        self.snapshot.apply(parsed)
+        if self.observer is not None:
+            self.observer.event(parsed, False)
         self.last_seq, self.last_hash, self.last_type = event.seq, event.event_hash, event.type
 
     def write_artifact(self, artifact: Artifact) -> None:
@@ -219,3 +238,5 @@ class LogWriter:
         except OSError as err:
             self._failed = err
             raise LogWriteError(f"{self.run_dir}: writing the head failed: {err}") from err
+        if self.observer is not None:
+            self.observer.commit()

@@ -8,8 +8,8 @@ error stops the whole service (:class:`LogWriteError` is raised from ``run``).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -18,7 +18,7 @@ from temporalio.client import Client
 
 from observation.exporter import follower
 from observation.exporter.follower import SESSION_QUERY, finished_on_disk
-from observation.exporter.log import LogLockedError, LogWriteError
+from observation.exporter.log import LogLockedError, LogObserver, LogWriteError
 
 if TYPE_CHECKING:
     from api.settings import HitlflowSettings
@@ -34,8 +34,10 @@ class Exporter:
     """
 
     def __init__(self, client: Client, runs_dir: Path, *, query: str = SESSION_QUERY,
-                 discover_every_s: float = 1.0, retry_after_s: float = 5.0) -> None:
+                 discover_every_s: float = 1.0, retry_after_s: float = 5.0,
+                 observers: Callable[[str], LogObserver | None] | None = None) -> None:
         self.client, self.runs_dir, self.query = client, runs_dir, query
+        self.observers = observers  # session id -> its log's observer (telemetry)
         self.discover_every_s, self.retry_after_s = discover_every_s, retry_after_s
         self.tasks: dict[str, asyncio.Task[None]] = {}
         self.done: set[str] = set()
@@ -47,20 +49,22 @@ class Exporter:
     async def run(self, stop: asyncio.Event | None = None) -> None:
         """Run until ``stop`` is set (or a fatal write error, which is raised)."""
         watcher = asyncio.ensure_future((stop or asyncio.Event()).wait())
+        stopping = asyncio.ensure_future(self._stop.wait())  # one task, not one per loop
         try:
             while not self._stop.is_set() and not watcher.done():
                 try:
                     await self.discover()
                 except Exception as err:  # Temporal unreachable for a moment
                     log.warning("exporter: listing sessions failed: %s", err)
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(asyncio.shield(self._stop.wait()),
-                                           self.discover_every_s)
+                await asyncio.wait({stopping, watcher}, timeout=self.discover_every_s,
+                                   return_when=asyncio.FIRST_COMPLETED)
         finally:
             watcher.cancel()
+            stopping.cancel()
             for t in self.tasks.values():
                 t.cancel()
-            await asyncio.gather(*self.tasks.values(), watcher, return_exceptions=True)
+            await asyncio.gather(*self.tasks.values(), watcher, stopping,
+                                 return_exceptions=True)
         if self.fatal is not None:
             raise self.fatal
 
@@ -86,8 +90,9 @@ class Exporter:
                     self.done.add(session_id)
                     return
                 try:
+                    hook = {"observer": self.observers(session_id)} if self.observers else {}
                     await follower.export_session(self.client, session_id, self.runs_dir,
-                                                  follow=True)
+                                                  follow=True, **hook)
                     self.done.add(session_id)
                     self.errors.pop(session_id, None)
                     return
@@ -109,8 +114,14 @@ class Exporter:
 
 async def run_exporter(settings: HitlflowSettings, stop: asyncio.Event,
                        client: Client | None = None) -> None:
-    """The exporter as a service of ``hitlflow up``: ``<data_dir>/runs/<session_id>/``."""
+    """The exporter as a service of ``hitlflow up``: ``<data_dir>/runs/<session_id>/``,
+    and telemetry runs in ``<data_dir>/telemetry.sqlite`` (and OTLP when configured)."""
     from api.worker import connect
+    from observation.telemetry.hook import start_telemetry
 
     client = client or await connect(settings)
-    await Exporter(client, settings.data_dir / "runs").run(stop)
+    telemetry = await asyncio.to_thread(start_telemetry, settings.data_dir)
+    try:
+        await Exporter(client, settings.data_dir / "runs", observers=telemetry.observer).run(stop)
+    finally:
+        await asyncio.to_thread(telemetry.close)
