@@ -28,7 +28,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 
 from api import errors
 from api.deps import ApiTuning
-from api.routers import events, execution, health, sessions
+from api.routers import audit, events, execution, health, sessions
 from api.settings import HitlflowSettings
 from api.sse import EventProvider
 
@@ -140,7 +140,7 @@ def create_app(
     app.state.stopping = asyncio.Event()  # set first on shutdown: SSE streams end
     errors.install(app)
     app.include_router(health.router)
-    for router in (sessions.router, events.router, execution.router):
+    for router in (sessions.router, events.router, execution.router, audit.router):
         app.include_router(router, responses=errors.ERROR_RESPONSES)
     app.add_middleware(BodyLimit, limit=tuning.max_body_bytes)
     if settings.api_token:

@@ -1,0 +1,66 @@
+"""The audit trail over HTTP: a session's exported NDJSON log, and telemetry runs.
+
+Both read what the exporter wrote under the data directory; session ids are
+validated before they name a path, so nothing escapes it.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Query
+from fastapi.responses import FileResponse
+
+from api.deps import SessionIdDep, SettingsDep
+from api.errors import ApiError
+from observation.exporter.verify import LOG_NAME
+from observation.telemetry import (
+    JOB_TYPES,
+    STATUSES,
+    STORE_NAME,
+    TelemetryStore,
+    TelemetryStoreError,
+)
+
+router = APIRouter(tags=["audit"])
+JobType = Literal[JOB_TYPES]  # type: ignore[valid-type]
+RunStatus = Literal[STATUSES]  # type: ignore[valid-type]
+
+
+@router.get("/api/sessions/{session_id}/log", response_class=FileResponse,
+            responses={200: {"content": {"application/x-ndjson": {}}}})
+async def session_log(session_id: SessionIdDep, settings: SettingsDep) -> FileResponse:
+    """The session's hash-chained NDJSON log, byte for byte as exported."""
+    path = settings.data_dir / "runs" / session_id / LOG_NAME
+    if not path.is_file():
+        raise ApiError(404, "log_not_found", f"no exported log for session {session_id} "
+                       "(is the exporter running? `hitlflow log export` writes it)")
+    return FileResponse(path, media_type="application/x-ndjson")
+
+
+@router.get("/api/telemetry/runs")
+async def telemetry_runs(
+    settings: SettingsDep,
+    session_id: Annotated[str | None, Query(pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")] = None,
+    job_type: JobType | None = None,
+    status: RunStatus | None = None,
+    limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
+    offset: Annotated[int, Query(ge=0)] = 0,
+) -> dict[str, Any]:
+    """Telemetry runs (one parent per session, children per reasoning step, LLM call,
+    work item and gate), filtered by session, job type and status."""
+    path = settings.data_dir / STORE_NAME
+    if not path.is_file():
+        return {"runs": []}
+    try:
+        store = TelemetryStore.open(path, readonly=True)
+    except TelemetryStoreError as err:
+        raise ApiError(409, "telemetry_unavailable", str(err)) from None
+    try:
+        runs = store.runs(session_id=session_id, job_type=job_type, status=status,
+                          limit=limit, offset=offset)
+    except TelemetryStoreError as err:
+        raise ApiError(409, "telemetry_unavailable", str(err)) from None
+    finally:
+        store.close()
+    return {"runs": [r.model_dump(mode="json") for r in runs]}
