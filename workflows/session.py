@@ -146,10 +146,7 @@ class SessionWorkflow(AgentTurn, PlanTurn):
         if self._s.config.plan is not None and self._s.plan_events and event in (
                 E.RUN_CANCELED, E.CONVERSATION_ENDED) and not self._plan_state().finished:
             self._record([TaskStopped(reason="canceled", feedback=reason)])
-        for c in self._s.open_contracts():
-            if c.status.value == "pending":
-                self._book.transition(c, Trigger.START, actor, now)
-            self._book.transition(c, Trigger.CANCEL, actor, now, error_message=reason)
+        self._book.cancel_open_contracts(now, reason, actor)
         self._s.pending = None
         self._s.queued_actions = []
         if event in (E.RUN_FAILED, E.RESTART_RECONCILE_FAILED):

@@ -207,11 +207,13 @@ class SessionBook:
             self.state.memory.append(execution_fact(contract, now))
         return record
 
-    def cancel_open_contracts(self, now: datetime, reason: str) -> None:
+    def cancel_open_contracts(self, now: datetime, reason: str, actor: Actor) -> None:
+        """Close every open contract as CANCELLED (a PENDING one is started first:
+        the table has no PENDING -> CANCELLED edge)."""
         for c in self.state.open_contracts():
             if c.status == ExecutionStatus.PENDING:
-                self.transition(c, Trigger.START, Actor.SYSTEM, now)
-            self.transition(c, Trigger.CANCEL, Actor.SYSTEM, now, error_message=reason)
+                self.transition(c, Trigger.START, actor, now)
+            self.transition(c, Trigger.CANCEL, actor, now, error_message=reason)
 
     # -- the person ------------------------------------------------------------
 

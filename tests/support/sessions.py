@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
+import subprocess
+import sys
 import uuid
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from pathlib import Path
 
 from temporalio.client import Client, WorkflowHandle
 
@@ -58,3 +63,26 @@ async def until(
 
 async def until_status(handle: WorkflowHandle, status: SessionStatus, **kw) -> SessionSnapshot:
     return await until(handle, lambda s: s.status == status, **kw)
+
+
+@contextmanager
+def worker_process(client: Client, task_queue: str) -> Iterator[subprocess.Popen]:
+    """``hitlflow worker`` as its own process on ``task_queue``, killed with SIGKILL
+    when the block ends (a worker lost without any chance to clean up)."""
+    env = {**os.environ, "HITLFLOW_TEMPORAL_ADDRESS": client.service_client.config.target_host,
+           "HITLFLOW_TASK_QUEUE": task_queue}
+    proc = subprocess.Popen([sys.executable, "-m", "api.cli", "worker"], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        yield proc
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+
+
+async def until_file(path: Path, limit_s: float = 60) -> None:
+    """Wait (bounded) until ``path`` exists: a process under test reached a point."""
+    deadline = asyncio.get_running_loop().time() + limit_s
+    while not path.exists():
+        assert asyncio.get_running_loop().time() < deadline, f"{path} never appeared"
+        await asyncio.sleep(0.05)

@@ -3,14 +3,9 @@ cursor and never re-runs a completed step (real dev server, real processes)."""
 
 from __future__ import annotations
 
-import asyncio
-import os
-import signal
-import subprocess
-import sys
 import uuid
 
-from tests.support.sessions import running_worker, start_session
+from tests.support.sessions import running_worker, start_session, until_file, worker_process
 from workflows.config import SessionConfig
 from workflows.messages import SessionResult
 from workflows.session_state import SessionState
@@ -27,19 +22,9 @@ async def test_worker_killed_mid_step_resumes_at_the_same_cursor(dev_env, tmp_pa
         {"name": "last", "run": "echo done"},
     ]}})
     task_queue = f"tq-{uuid.uuid4().hex[:8]}"
-    target = client.service_client.config.target_host
-    env = {**os.environ, "HITLFLOW_TEMPORAL_ADDRESS": target, "HITLFLOW_TASK_QUEUE": task_queue}
-    first = subprocess.Popen([sys.executable, "-m", "api.cli", "worker"], env=env,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
+    with worker_process(client, task_queue):
         h = await start_session(client, cfg, task_queue)
-        deadline = asyncio.get_running_loop().time() + 60
-        while not started.exists():  # step 1 is running now
-            assert asyncio.get_running_loop().time() < deadline, "step 1 never started"
-            await asyncio.sleep(0.05)
-    finally:
-        first.send_signal(signal.SIGKILL)
-        first.wait()
+        await until_file(started)  # step 1 is running now: kill the worker
     async with running_worker(client, task_queue):
         result: SessionResult = await h.result()
         state = await h.query("state", result_type=SessionState)

@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import signal
-import subprocess
 import sys
 import uuid
 from datetime import datetime
@@ -17,7 +14,14 @@ from temporalio.client import Client
 
 from api.settings import HitlflowSettings
 from api.worker import run_worker
-from tests.support.sessions import running_worker, start_session, until, until_status
+from tests.support.sessions import (
+    running_worker,
+    start_session,
+    until,
+    until_file,
+    until_status,
+    worker_process,
+)
 from workflows.config import SessionConfig
 from workflows.messages import ReplyInput, SessionResult
 from workflows.search_attributes import SESSION_STATUS, WAITING_SINCE
@@ -96,16 +100,10 @@ async def test_worker_killed_mid_session_loses_nothing(dev_env, notes, notes_dir
     (notes_dir / "old").write_text("x")
     task_queue = f"tq-{uuid.uuid4().hex[:8]}"
     target = client.service_client.config.target_host
-    env = {**os.environ, "HITLFLOW_TEMPORAL_ADDRESS": target, "HITLFLOW_TASK_QUEUE": task_queue}
-    first = subprocess.Popen([sys.executable, "-m", "api.cli", "worker"], env=env,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
+    with worker_process(client, task_queue):
         h = await start_session(client, approve_then_confirm(notes), task_queue)
         snap = await until_status(h, W)
         assert snap.pending.kind == "approval"
-    finally:
-        first.send_signal(signal.SIGKILL)
-        first.wait()
     stop = asyncio.Event()
     settings = HitlflowSettings(temporal_address=target, task_queue=task_queue)
     second = asyncio.create_task(run_worker(settings, stop, client=client))
@@ -147,20 +145,10 @@ async def test_worker_lost_mid_call_fails_an_at_most_once_contract_as_unknown(
             {"text": "I could not tell whether it launched.", "end": True}]},
         "tools": [hanging]}})
     task_queue = f"tq-{uuid.uuid4().hex[:8]}"
-    target = client.service_client.config.target_host
-    env = {**os.environ, "HITLFLOW_TEMPORAL_ADDRESS": target, "HITLFLOW_TASK_QUEUE": task_queue}
-    first = subprocess.Popen([sys.executable, "-m", "api.cli", "worker"], env=env,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     launches = tmp_path / "launches.log"
-    try:
+    with worker_process(client, task_queue):
         h = await start_session(client, cfg, task_queue)
-        deadline = asyncio.get_running_loop().time() + 60
-        while not launches.exists():  # the tool is running now
-            assert asyncio.get_running_loop().time() < deadline, "the tool never started"
-            await asyncio.sleep(0.05)
-    finally:
-        first.send_signal(signal.SIGKILL)
-        first.wait()
+        await until_file(launches)  # the tool is running now: kill the worker
     async with running_worker(client, task_queue):
         result: SessionResult = await h.result()  # after the heartbeat timeout
         state = await h.query("state", result_type=SessionState)
