@@ -29,7 +29,7 @@ async def test_demo_runs_end_to_end_against_up(tmp_path: Path, free_port: Callab
             assert demo.proc.stdout is not None
             out = (await demo.proc.stdout.read()).decode()
         assert code == 0, f"demo exited {code}: {out}\n{demo.stderr}"
-        assert await up.interrupt() == 0
+        assert await up.interrupt() == 0, up.stderr
     # It printed each status change and contract transition as it happened.
     assert "waiting_user" in out and "succeeded" in out
     assert "delete_note: waiting → running (resume by user)" in out
