@@ -177,6 +177,10 @@ def _listen(host: str, port: int) -> socket.socket:
     return sock
 
 
+#: Seconds an idle HTTP keep-alive connection stays open.
+KEEP_ALIVE_S = 30
+
+
 class ApiServer:
     """uvicorn serving ``app`` on a socket bound up front (so a busy port is an
     error here, not a ``sys.exit`` inside uvicorn). Port 0 picks a free one."""
@@ -184,7 +188,10 @@ class ApiServer:
     def __init__(self, app: FastAPI, host: str = "127.0.0.1", port: int = 0,
                  shutdown_timeout_s: int = 5) -> None:
         self.app, self.host, self.port = app, host, port
+        # Idle keep-alive connections live longer than clients keep them (httpx: 5 s),
+        # so a client never reuses one at the moment the server closes it (a reset).
         self._config = uvicorn.Config(app, log_level="warning", lifespan="on",
+                                      timeout_keep_alive=KEEP_ALIVE_S,
                                       timeout_graceful_shutdown=shutdown_timeout_s)
         self._server = _Server(self._config)
         self._task: asyncio.Task[None] | None = None

@@ -14,6 +14,7 @@ Pure: no I/O.
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -44,7 +45,33 @@ def jsonable(value: Any) -> Any:
     return str(value)
 
 
+def _plain(value: Any) -> bool:
+    """No floats, ASCII keys, safe integers: where JCS is ``json.dumps`` sorted."""
+    t = type(value)
+    if t is str or t is bool or value is None:
+        return True
+    if t is int:
+        return -MAX_SAFE_INT <= value <= MAX_SAFE_INT
+    if t is dict:
+        return all(type(k) is str and k.isascii() and _plain(v) for k, v in value.items())
+    if t is list or t is tuple:
+        return all(_plain(v) for v in value)
+    return False
+
+
 def jcs(value: Any) -> bytes:
+    """RFC 8785 bytes of ``value``.
+
+    Most events hold no floats and only ASCII keys; for those, JCS is exactly the C
+    ``json.dumps`` with sorted keys, no spaces and raw UTF-8 (same escapes; code point
+    order is UTF-16 order for ASCII), several times faster than ``rfc8785``, which
+    does the rest (floats, non-ASCII keys) and raises on what JCS cannot encode."""
+    if _plain(value):
+        try:
+            return json.dumps(value, ensure_ascii=False, sort_keys=True,
+                              separators=(",", ":")).encode()
+        except UnicodeEncodeError:
+            pass  # a lone surrogate: rfc8785 raises its own error for it
     return rfc8785.dumps(value)
 
 

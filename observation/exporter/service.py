@@ -35,6 +35,7 @@ class Exporter:
 
     def __init__(self, client: Client, runs_dir: Path, *, query: str = SESSION_QUERY,
                  discover_every_s: float = 1.0, retry_after_s: float = 5.0,
+                 rescan_every: int = 60,
                  observers: Callable[[str], LogObserver | None] | None = None) -> None:
         self.client, self.runs_dir, self.query = client, runs_dir, query
         self.observers = observers  # session id -> its log's observer (telemetry)
@@ -45,6 +46,9 @@ class Exporter:
         self.fatal: BaseException | None = None
         self._stop = asyncio.Event()
         self._since: datetime | None = None
+        # Every poll lists what started or closed lately; every `rescan_every`-th one
+        # lists every running session too (one visibility missed for a minute).
+        self.rescan_every, self._polls = rescan_every, 0
 
     async def run(self, stop: asyncio.Event | None = None) -> None:
         """Run until ``stop`` is set (or a fatal write error, which is raised)."""
@@ -72,8 +76,11 @@ class Exporter:
         query = self.query
         if self._since is not None:
             since = (self._since - timedelta(minutes=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
-            query += f' AND (ExecutionStatus="Running" OR CloseTime > "{since}")'
+            recent = "ExecutionStatus=\"Running\"" if self._polls % self.rescan_every == 0 \
+                else f'StartTime > "{since}"'
+            query += f' AND ({recent} OR CloseTime > "{since}")'
         self._since = datetime.now(UTC)
+        self._polls += 1
         async for wf in self.client.list_workflows(query):
             self.follow(wf.id)
 

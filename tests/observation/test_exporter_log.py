@@ -204,6 +204,27 @@ async def test_an_fsync_error_stops_the_whole_exporter(tmp_path, monkeypatch):
     assert not exporter.tasks
 
 
+async def test_discovery_lists_new_sessions_and_rescans_running_ones_now_and_then(tmp_path):
+    queries: list[str] = []
+
+    class FakeClient:
+        async def list_workflows(self, query):
+            queries.append(query)
+            if len(queries) == 5:
+                exporter._stop.set()
+            return
+            yield
+
+    exporter = Exporter(FakeClient(), tmp_path, discover_every_s=0.001,  # type: ignore[arg-type]
+                        rescan_every=3)
+    await exporter.run()
+    first, *later = queries
+    assert "StartTime" not in first and "Running" not in first  # everything, once
+    assert ["Running" in q for q in later] == [False, False, True, False]
+    assert all("CloseTime >" in q for q in later)
+    assert all("StartTime >" in q for q in later if "Running" not in q)
+
+
 def test_replay_rebuilds_snapshot_json_byte_for_byte(reference, tmp_path):
     d = tmp_path / SID
     d.mkdir()
