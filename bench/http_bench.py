@@ -82,31 +82,45 @@ class Stream:
                 return change, at
 
 
+STUCK_AFTER_S = 300  # a client still going after this many seconds failed
+
+
 async def client(url: str, replies: int, data_dir: Path) -> tuple[int, int]:
     # Each client its own connections (one pool for all 200 would serialise them).
+    where = {"stage": "start"}
     async with httpx.AsyncClient(base_url=url, timeout=120) as http:
-        return await drive(http, replies, data_dir)
+        try:
+            return await asyncio.wait_for(drive(http, replies, data_dir, where), STUCK_AFTER_S)
+        except Exception as err:
+            print(f"client failed: {where}: {type(err).__name__}: {err}", file=sys.stderr)
+            return -1, -1
 
 
-async def drive(http: httpx.AsyncClient, replies: int, data_dir: Path) -> tuple[int, int]:
+async def drive(http: httpx.AsyncClient, replies: int, data_dir: Path,
+                where: dict) -> tuple[int, int]:
     r = await timed("start", http.post("/api/sessions", json=body(replies)))
-    sid = r.json()["session_id"]
+    sid = where["sid"] = r.json()["session_id"]
     stream = Stream()
     sse = asyncio.create_task(stream.follow(http, sid))
     for i in range(replies):
+        where["stage"] = f"waiting_user {i}"
         await stream.until("waiting_user")
         s = (await timed("get", http.get(f"/api/sessions/{sid}"))).json()
         assert s["status"] == "waiting_user" and s["pending"]["prompt"] == f"step {i}?", s
         await timed("reply", http.post(f"/api/sessions/{sid}/reply", json={
             "request_id": s["pending"]["request_id"], "approve": True}))
         accepted = time.perf_counter()
+        where["stage"] = f"replied {i}"
         change, at = await stream.until("queued")
         assert change.get("trigger") == "interaction.reply.accepted", change
         LAT["reply_to_sse"].append((at - accepted) * 1000)
+    where["stage"] = "succeeded"
     await stream.until("succeeded")
     await asyncio.wait_for(sse, 120)
+    where["stage"] = "live state"
     while not (state := (await http.get(f"/api/sessions/{sid}")).json())["live"]:
         await asyncio.sleep(0.5)  # the query timed out under load: ask again
+    where["stage"] = "log"
     log = data_dir / "runs" / sid / "events.ndjson"
     for _ in range(600):  # the exporter catches up (bounded)
         lines = log.read_text().splitlines() if log.exists() else []

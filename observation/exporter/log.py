@@ -1,10 +1,13 @@
 """The durable, append-only writer of one session's log directory.
 
 ``runs/<session_id>/`` holds ``events.ndjson`` (one line per event, each appended
-with one ``write`` and an ``fsync``), ``artifacts/`` (written before the line that
-names them), ``snapshot.json`` and ``head`` (``last_seq``, ``last_hash``; each
-written to a temporary file, fsynced, renamed over the old one, then the
-directory fsynced). One writer per directory, enforced by ``flock`` on ``.lock``.
+with one ``write``; a commit fsyncs them, once per batch), ``artifacts/`` (written
+before the line that names them), ``snapshot.json`` and ``head`` (``last_seq``,
+``last_hash``; each written to a temporary file, fsynced, renamed over the old one,
+then the directory fsynced, after the lines they cover are). The head never points
+past a line on disk; lines after it that a crash lost or tore are cut on open and
+re-exported from history, which is where they come from. One writer per
+directory, enforced by ``flock`` on ``.lock``.
 
 On open a torn last line (no newline, or not JSON) is cut off, the rest of the
 log is verified and folded into the snapshot, and a lagging head is rewritten.
@@ -78,6 +81,7 @@ class LogWriter:
         self._lock_fd: int | None = None
         self._log_fd: int | None = None
         self._failed: BaseException | None = None
+        self._unsynced = False  # lines written since the last fsync
         self.lost_head: tuple[int, str] | None = None  # (last_seq, last_hash) beyond the log
 
     # -- open / close -------------------------------------------------------------------
@@ -191,7 +195,7 @@ class LogWriter:
                 self._put_artifact(artifact)
             if os.write(self._log_fd, data) != len(data):  # type: ignore[arg-type]
                 raise OSError(errno.EIO, "short write")
-            files.fsync(self._log_fd)  # type: ignore[arg-type]
+            self._unsynced = True
         except OSError as err:
             self._failed = err
             raise LogWriteError(f"{self.run_dir}: writing line {event.seq} failed: {err}"
@@ -230,9 +234,13 @@ class LogWriter:
         return (json.dumps(head, indent=2, sort_keys=True) + "\n").encode()
 
     def commit(self) -> None:
-        """Write ``snapshot.json`` then ``head`` (both atomically)."""
+        """Make the new lines durable (one fsync), then write ``snapshot.json`` then
+        ``head`` (both atomically)."""
         self._guard()
         try:
+            if self._unsynced:
+                files.fsync(self._log_fd)  # type: ignore[arg-type]
+                self._unsynced = False
             atomic_write(self.run_dir / SNAPSHOT_NAME, self.snapshot.to_bytes())
             atomic_write(self.run_dir / HEAD_NAME, self._head_bytes())
         except OSError as err:

@@ -168,6 +168,23 @@ def test_a_log_from_another_history_is_refused(tmp_path):
         export_history(SID, EVENTS[:5], tmp_path)
 
 
+def test_a_batch_is_fsynced_once_and_before_the_head_names_it(tmp_path):
+    synced: list[str] = []  # what each fsync made durable, in order
+
+    def record(fd):
+        synced.append(Path(f"/proc/self/fd/{fd}").readlink().name)
+
+    with LogWriter(tmp_path / SID) as w, mock.patch.object(files_mod, "fsync", record):
+        export = SessionExport(w, SID)
+        pages = [EVENTS[:len(EVENTS) // 2], EVENTS[len(EVENTS) // 2:]]
+        for page in pages:
+            export.feed_page(page)
+    assert w.last_seq > 2 * len(pages)  # several lines per batch
+    # Per batch: the log once, then snapshot.json and head (artifacts come before).
+    files = [n for n in synced if n in ("events.ndjson", ".snapshot.json.tmp", ".head.tmp")]
+    assert files == ["events.ndjson", ".snapshot.json.tmp", ".head.tmp"] * len(pages)
+
+
 def test_an_fsync_error_stops_the_writer_for_good(tmp_path):
     calls = 0
 
