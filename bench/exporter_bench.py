@@ -10,20 +10,19 @@ starts it, SQLite file):
 
 1. **Exporter lag** while N sessions run at once (the real worker, scripted LLM, each
    session asking its person ``--turns`` times; each simulated person polls for the
-   question every ``--poll-ms`` and answers at once): for
-   every line the exporter writes, from the history event's time (the line's
-   ``ts``) to the line being written and fsynced (the LogWriter's observer sees it
-   right after the fsync). The exporter is the service of ``hitlflow up``
-   (``Exporter`` + telemetry store; discovery every 1 s). ``first page`` lines are
-   the ones written when the exporter first picked a session up (they include
-   discovery: the visibility listing and the 1 s poll); ``following`` lines are the
-   rest, written while the exporter followed the session's history live. Lines
-   whose ``ts`` is an activity's start (``LLM_CALL_STARTED``, ``TOOL_CALL_STARTED``,
-   ``GATE_RUN_STARTED``: Temporal writes the start when the attempt ends) include
-   the activity's run time.
+   question every ``--poll-ms`` and answers at once): for every line the exporter
+   writes, from the history event's time (the line's ``ts``) to the line being written
+   (the LogWriter's observer sees it right after the write; the fsync follows at the end
+   of the page). The exporter is the service of ``hitlflow up`` (``Exporter`` +
+   telemetry store; discovery every 1 s). ``first page`` lines are the ones written when
+   the exporter first picked a session up (they include discovery: the visibility
+   listing and the 1 s poll); ``following`` lines are the rest, written while the
+   exporter followed the session's history live. Lines whose ``ts`` is an activity's
+   start (``LLM_CALL_STARTED``, ``TOOL_CALL_STARTED``, ``GATE_RUN_STARTED``: Temporal
+   writes the start when the attempt ends) include the activity's run time.
 2. **Export throughput**: the same N sessions exported again from Temporal into a
-   fresh directory (history fetched over gRPC, mapped, chained, one write + fsync
-   per line, snapshot and head per page), 8 sessions at a time; then offline
+   fresh directory (history fetched over gRPC, mapped, chained, one write per line,
+   one fsync, snapshot and head per page), 8 sessions at a time; then offline
    (saved histories, no network) and the pure mapping alone (map + chain, no I/O).
 3. **Verify throughput** on a synthetic log of ``--verify-events`` events (the demo
    session's events repeated, re-chained): ``verify_lines`` (parse, canonical form,

@@ -4,6 +4,7 @@ Run by hand (not a test), from the repository root::
 
     .venv/bin/python bench/http_bench.py               # 200 clients x 3 replies
     .venv/bin/python bench/http_bench.py -n 50
+    .venv/bin/python bench/http_bench.py -n 1 --replies 10   # the unloaded latencies
 
 It starts ``hitlflow up`` (the tuned dev server, a worker, the exporter and the
 API: one process, as a user runs it) on free ports in a temporary data dir; the
@@ -16,7 +17,9 @@ Reported: requests per second, p50/p99 of GET session and POST reply, reply ->
 SSE (from the reply being accepted to its ``conversation.state.changed``
 reaching the SSE client), and nothing lost: every accepted reply appears exactly
 once in the session's state and in its audit log. The baseline measured in the
-same run is ``GET /healthz`` (the HTTP stack alone, same server, same load).
+same run is ``GET /healthz`` (the HTTP stack alone, same server, same load). A
+client that fails, or is still going after ``STUCK_AFTER_S``, is reported on stderr
+and counted as not exact.
 """
 
 from __future__ import annotations
