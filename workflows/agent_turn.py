@@ -15,7 +15,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
-    from workflows import agent
+    import workflows.agent as agent  # `from workflows import agent` is not passed through
     from workflows.config import EcsRequest, ToolCallRequest
     from workflows.contract import (
         ActionType,

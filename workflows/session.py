@@ -16,6 +16,7 @@ from temporalio import workflow
 from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
+    import workflows.agent as agent  # `from workflows import agent` is not passed through
     from observation.projections import (
         ExecutionConsequenceView,
         ExecutionFact,
@@ -24,7 +25,6 @@ with workflow.unsafe.imports_passed_through():
         ExecutionTimeline,
     )
     from observation.projections import snapshot as contract_snapshot_at
-    from workflows import agent
     from workflows.agent_turn import AgentTurn
     from workflows.config import execution_id_for
     from workflows.contract import (
