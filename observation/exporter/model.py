@@ -31,8 +31,8 @@ class Artifact(BaseModel):
     content: bytes
 
 
-class MappedEvent(BaseModel):
-    """One log event before it is chained (no seq, no hashes)."""
+class Envelope(BaseModel):
+    """Seed 003's event envelope, the fields every log event has."""
 
     model_config = ConfigDict(frozen=True)
     event_id: str
@@ -43,25 +43,22 @@ class MappedEvent(BaseModel):
     trace_id: str
     span_id: str
     parent_span_id: str | None = None
+
+
+class MappedEvent(Envelope):
+    """One log event before it is chained (no seq, no hashes)."""
+
     artifact: Artifact | None = None
 
     def envelope(self) -> dict[str, Any]:
         return self.model_dump(exclude={"artifact"})
 
 
-class LogEvent(BaseModel):
-    """One line of ``events.ndjson`` (seed 003's envelope plus ``seq``)."""
+class LogEvent(Envelope):
+    """One line of ``events.ndjson`` (the envelope plus ``seq`` and the chain)."""
 
-    model_config = ConfigDict(frozen=True)
+    parent_span_id: str | None  # on every line, null or not
     seq: int
-    event_id: str
-    run_id: str
-    ts: str
-    type: str
-    payload: dict[str, Any]
-    trace_id: str
-    span_id: str
-    parent_span_id: str | None
     prev_hash: str
     event_hash: str
 
