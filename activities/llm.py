@@ -519,13 +519,13 @@ class LlmActivities:
 
     @staticmethod
     def _scripted(input: LLMCallInput) -> tuple[_Answer, TokenUsage, str, float | None]:
-        responses = input.llm.responses
-        if input.call_index >= len(responses):
+        responses, offset = input.llm.responses, input.llm.responses_offset
+        if not 0 <= input.call_index - offset < len(responses):
             raise LLMConfigError(
                 f"scripted provider has no response #{input.call_index} "
-                f"(the script has {len(responses)})"
+                f"(the script has {offset + len(responses)})"
             )
-        r = responses[input.call_index]
+        r = responses[input.call_index - offset]
         if r.error is not None:
             raise ScriptedProviderError(
                 r.error, http_status=r.http_status, retryable=retryable_status(r.http_status)

@@ -154,7 +154,8 @@ def up_env() -> dict[str, str]:
     return {**env, "PYTHONUNBUFFERED": "1"}
 
 
-async def start_up(data: Path) -> tuple[asyncio.subprocess.Process, str]:
+async def start_up(data: Path) -> tuple[asyncio.subprocess.Process, str, str]:
+    """``hitlflow up`` on free ports: the process, the API's URL, Temporal's address."""
     temporal, ui, api = free_port(), free_port(), free_port()
     up = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "api.cli", "up", "--data-dir", str(data),
@@ -164,7 +165,7 @@ async def start_up(data: Path) -> tuple[asyncio.subprocess.Process, str]:
     while READY_LINE not in (line := await asyncio.wait_for(up.stdout.readline(), 120)):
         if not line:
             raise SystemExit(f"hitlflow up exited with {await up.wait()}")
-    return up, f"http://127.0.0.1:{api}"
+    return up, f"http://127.0.0.1:{api}", f"127.0.0.1:{temporal}"
 
 
 async def main(argv: list[str]) -> None:
@@ -174,7 +175,7 @@ async def main(argv: list[str]) -> None:
     args = p.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         data = Path(tmp)
-        up, url = await start_up(data)
+        up, url, _ = await start_up(data)
         try:
             async with httpx.AsyncClient(base_url=url, timeout=120) as http:
                 await timed("healthz", http.get("/healthz"))

@@ -12,7 +12,7 @@ from pydantic import BaseModel
 
 from observation.projections import consequence_view, render_facts_for_prompt, render_for_prompt
 from workflows.config import McpServerConfig, SessionConfig, ToolCallRequest
-from workflows.contract import ExecutionContract, ExecutionStatus, check_idempotency
+from workflows.contract import ExecutionContract, ExecutionStatus, already_done_reason
 from workflows.contract import idempotency_key_for as _key
 from workflows.io import ChatMessage, ToolSpec
 from workflows.messages import ReplyInput
@@ -24,11 +24,20 @@ from workflows.statechart import SessionEvent
 
 
 def build_messages(state: SessionState) -> list[ChatMessage]:
+    """The system prompt, the facts of the latest actions (consequence views: they
+    summarise what older turns did), then the conversation window that the state
+    keeps under the session's ContextPolicy."""
     agent = state.config.agent
     system = agent.system_prompt if agent else ""
     facts = render_facts_for_prompt(state.memory)
     if facts:
         system += "\n\nExecution facts so far (outcomes of earlier actions):\n" + facts
+        older = state.contracts_total - len(state.memory) - len(state.open_contracts())
+        if older > 0:
+            system += f"\n({older} earlier actions are not listed.)"
+    if state.messages_dropped:
+        system += (f"\n\n({state.messages_dropped} earlier messages of this conversation "
+                   "are not shown.)")
     return [ChatMessage(role="system", content=system), *state.conversation]
 
 
@@ -88,19 +97,15 @@ def decide_tool_call(
         )
     spec = next((t for t in catalog if t.server == server.name and t.name == call.tool), None)
     safety = spec.safety if spec else SafetyClass.AT_MOST_ONCE
-    # At-most-once tools (a commit) are never run twice either: treat their
-    # completed contracts like irreversible ones for the idempotency rule.
-    once = [
-        c.model_copy(update={"irreversible": True})
-        if c.action_detail.get("safety") == SafetyClass.AT_MOST_ONCE.value else c
-        for c in state.contracts
-    ]
-    done = check_idempotency(once, key)
-    if not done.allowed:
+    # The ledger outlives the contracts the state keeps: at-most-once tools (a
+    # commit) are never run twice either, like irreversible ones.
+    done = state.once_done.get(key)
+    if done is not None:
         return ToolDecision(
             kind="already_done", server=server, tool=call.tool, safety=safety,
             idempotency_key=key, detail=detail,
-            message=f"{done.reason}; its result was: {done.completed_result!r}",
+            message=f"{already_done_reason(done.execution_id)}; its result was: "
+                    f"{done.result!r}",
         )
     kind: ToolDecisionKind = "approve_first" if safety is SafetyClass.IRREVERSIBLE else "run"
     return ToolDecision(

@@ -107,7 +107,7 @@ class AgentTurn:
                         "in this turn without a final answer", Actor.SYSTEM)
             return None
         for text in s.inbox:
-            s.conversation.append(ChatMessage(role="user", content=text))
+            self._book.say(ChatMessage(role="user", content=text))
             self._book.note("message.accepted", workflow.now(), {"text": text})
         s.inbox = []
         try:
@@ -115,7 +115,8 @@ class AgentTurn:
                 "llm_call",
                 LLMCallInput(
                     session_id=s.session_id, call_id=f"{s.session_id}-llm-{s.llm_calls}",
-                    call_index=s.llm_calls, llm=llm, messages=agent.build_messages(s),
+                    call_index=s.llm_calls, llm=llm.script_from(s.llm_calls, 1),
+                    messages=agent.build_messages(s),
                     tools=s.tool_catalog or [],
                 ),
                 result_type=LLMCallResult,
@@ -132,7 +133,7 @@ class AgentTurn:
             for i, c in enumerate(answer.tool_calls)
         ]
         answer = answer.model_copy(update={"tool_calls": calls})
-        s.conversation.append(
+        self._book.say(
             ChatMessage(role="assistant", content=answer.text or "", tool_calls=calls)
         )
         self._book.note("assistant.text", workflow.now(), {
@@ -167,7 +168,7 @@ class AgentTurn:
         s, now = self._s, workflow.now()
         d = agent.decide_tool_call(s, call, s.tool_catalog or [])
         if d.kind == "already_done":
-            s.conversation.append(ChatMessage(role="tool", content=d.message,
+            self._book.say(ChatMessage(role="tool", content=d.message,
                                               tool_call_id=call.id))
             return None
         c = self._book.new_contract(
@@ -179,7 +180,7 @@ class AgentTurn:
         if d.kind == "unknown_server":
             self._book.transition(c, Trigger.FAIL, Actor.TOOL_NODE, now,
                                   error_message=d.message)
-            s.conversation.append(agent.consequence_message(c, call.id))
+            self._book.say(agent.consequence_message(c, call.id))
             return None
         if d.kind == "approve_first":
             self._book.transition(c, Trigger.SUSPEND, Actor.TOOL_NODE, now)
@@ -223,7 +224,7 @@ class AgentTurn:
                     c, Trigger.SUCCEED, Actor.TOOL_NODE, workflow.now(),
                     result=result.structured if result.structured is not None else result.text,
                 )
-        s.conversation.append(agent.consequence_message(c, d.get("tool_call_id")))
+        self._book.say(agent.consequence_message(c, d.get("tool_call_id")))
 
     def _ask_person(self, req: EcsRequest) -> None:
         now = workflow.now()

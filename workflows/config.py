@@ -77,14 +77,28 @@ class LLMConfig(_Strict):
     max_tokens: int = Field(default=1024, ge=1, le=200_000)
     timeout_s: float = Field(default=120.0, gt=0, le=3600)
     responses: list[ScriptedResponse] = Field(default_factory=list)
+    # The script position of ``responses[0]``: a run (and each LLM call) carries only
+    # the part of the script it still needs, never the whole of it.
+    responses_offset: int = Field(default=0, ge=0)
 
     @model_validator(mode="after")
     def _shape(self) -> LLMConfig:
         if self.provider == "openai" and not self.base_url:
             raise ValueError("the openai provider needs a base_url")
-        if self.provider == "scripted" and not self.responses:
+        if self.provider == "scripted" and not self.responses and not self.responses_offset:
             raise ValueError("the scripted provider needs at least one response")
         return self
+
+    def script_from(self, call_index: int, count: int | None = None) -> LLMConfig:
+        """This config with only the scripted responses from ``call_index`` on (at most
+        ``count``): what a later run or one LLM call needs. Other providers: unchanged."""
+        if self.provider != "scripted":
+            return self
+        start = max(0, call_index - self.responses_offset)
+        end = None if count is None else start + count
+        rest = self.responses[start:end]
+        offset = call_index if rest else self.responses_offset + len(self.responses)
+        return self.model_copy(update={"responses": rest, "responses_offset": offset})
 
 
 class McpServerConfig(_Strict):
@@ -108,12 +122,27 @@ class McpServerConfig(_Strict):
         return self
 
 
+class ContextPolicy(_Strict):
+    """What the model sees of a long conversation (README: "The model's context").
+
+    The system prompt always; then the execution facts (consequence views of the
+    latest actions, which summarise what older turns did); then the latest messages
+    within both budgets. Older messages are dropped from the session's state too:
+    the past lives in history and the log, not in the workflow.
+    """
+
+    max_messages: int = Field(default=60, ge=1, le=10_000)
+    max_chars: int = Field(default=200_000, ge=1_000, le=10_000_000)
+    max_facts: int = Field(default=50, ge=0, le=1_000)
+
+
 class AgentDriver(_Strict):
     llm: LLMConfig
     system_prompt: str = "You are a careful assistant."
     tools: list[McpServerConfig] = Field(default_factory=list)
     # LLM calls allowed for one user turn before the session fails.
     max_turns: int = Field(default=20, ge=1, le=1000)
+    context: ContextPolicy = Field(default_factory=ContextPolicy)
 
     @model_validator(mode="after")
     def _unique(self) -> AgentDriver:
@@ -148,6 +177,14 @@ class SessionConfig(_Strict):
         if (self.agent is None) == (self.plan is None):
             raise ValueError("a session has exactly one driver: `agent` or `plan`")
         return self
+
+    def carried(self, llm_calls: int) -> SessionConfig:
+        """The config a next run needs: the scripted responses already played are
+        left behind (they are in the first run's input, in history)."""
+        if self.agent is None:
+            return self
+        agent = self.agent.model_copy(update={"llm": self.agent.llm.script_from(llm_calls)})
+        return self.model_copy(update={"agent": agent})
 
     @property
     def policy(self) -> SessionPolicy:

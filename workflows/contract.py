@@ -206,6 +206,11 @@ def idempotency_key_for(action_detail: dict[str, Any]) -> str:
     return "idem-" + hashlib.sha256(canonical.encode()).hexdigest()[:32]
 
 
+def already_done_reason(execution_id: str) -> str:
+    return (f"already completed: this irreversible operation ran as {execution_id} "
+            "and will not run again")
+
+
 def check_idempotency(
     contracts: list[ExecutionContract], idempotency_key: str | None
 ) -> IdempotencyDecision:
@@ -223,10 +228,7 @@ def check_idempotency(
             ):
                 return IdempotencyDecision(
                     allowed=False,
-                    reason=(
-                        f"already completed: this irreversible operation ran as "
-                        f"{c.execution_id} and will not run again"
-                    ),
+                    reason=already_done_reason(c.execution_id),
                     completed_execution_id=c.execution_id,
                     completed_result=c.result,
                 )

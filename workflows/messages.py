@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from observation.projections import ExecutionFact, ExecutionSnapshot
 from workflows.config import SessionConfig
@@ -18,7 +18,8 @@ from workflows.statechart import SessionStatus
 
 class SessionInput(BaseModel):
     session_id: str
-    config: SessionConfig
+    # The session config; a continued run finds it in ``state`` instead (once).
+    config: SessionConfig | None = None
     # Set by continue-as-new: the state carried over from the previous run.
     state: SessionState | None = None
     # Continue-as-new once history grows past this many events (None: when
@@ -26,6 +27,19 @@ class SessionInput(BaseModel):
     continue_as_new_after_events: int | None = Field(default=None, ge=10)
     # Upsert SessionStatus/WaitingSince (off only where a server cannot hold them).
     search_attributes: bool = True
+
+    @model_validator(mode="after")
+    def _has_config(self) -> SessionInput:
+        if self.config is None and self.state is None:
+            raise ValueError("a session input needs its config (or a carried state)")
+        return self
+
+    def carried(self, state: SessionState) -> SessionInput:
+        """The next run's input: the bounded state, with the config once and without
+        the scripted responses already played (DESIGN invariant 7)."""
+        state = state.carried()
+        state.config = state.config.carried(state.llm_calls)
+        return self.model_copy(update={"config": None, "state": state})
 
 
 class SessionResult(BaseModel):

@@ -100,7 +100,7 @@ class SessionWorkflow(AgentTurn, PlanTurn):
         await self._wait(workflow.all_handlers_finished)
         return SessionResult(
             session_id=self._s.session_id, status=self._s.status,
-            failure_reason=self._s.failure_reason, contracts=len(self._s.contracts),
+            failure_reason=self._s.failure_reason, contracts=self._s.contracts_total,
             turns=self._s.turns,
         )
 
@@ -165,9 +165,7 @@ class SessionWorkflow(AgentTurn, PlanTurn):
         ):
             await self._wait(workflow.all_handlers_finished)
             self._s.continued_runs += 1
-            workflow.continue_as_new(
-                self._input.model_copy(update={"state": self._s})
-            )
+            workflow.continue_as_new(self._input.carried(self._s))
 
     # -- running: the driver's turn ----------------------------------------------------
 
@@ -243,7 +241,7 @@ class SessionWorkflow(AgentTurn, PlanTurn):
                                   error_message=f"rejected by {by}: {answer}")
         else:
             self._book.transition(c, Trigger.SUCCEED, Actor.ECS_NODE, now, result=answer)
-        s.conversation.append(agent.consequence_message(c, c.action_detail.get("tool_call_id")))
+        self._book.say(agent.consequence_message(c, c.action_detail.get("tool_call_id")))
 
     def _on_reply_timeout(self) -> None:
         s = self._s
@@ -258,7 +256,7 @@ class SessionWorkflow(AgentTurn, PlanTurn):
             c = s.contract(pending.execution_id)
             self._book.transition(c, Trigger.TIMEOUT, Actor.TIMER, now,
                                   error_message="nobody answered in time")
-            s.conversation.append(
+            self._book.say(
                 agent.consequence_message(c, c.action_detail.get("tool_call_id"))
             )
 
@@ -365,7 +363,7 @@ class SessionWorkflow(AgentTurn, PlanTurn):
         return SessionSnapshot(
             session_id=s.session_id, status=s.status, mode=s.config.mode, pending=s.pending,
             contracts=[contract_snapshot_at(c, now) for c in s.contracts], memory=s.memory,
-            status_history=s.status_history, replies=len(s.replies), turns=s.turns,
+            status_history=s.status_history, replies=s.replies_total, turns=s.turns,
             llm_calls=s.llm_calls, failure_reason=s.failure_reason, last_text=last,
         )
 

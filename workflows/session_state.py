@@ -4,6 +4,11 @@ The workflow owns one :class:`SessionState` and changes it only through
 :class:`SessionBook`, passing ``workflow.now()`` in. Everything here is
 deterministic and testable without a server; the same state is what
 continue-as-new carries and what the queries project.
+
+The state holds only live state (DESIGN invariant 7): open contracts, the pending
+request, counters, the journal position, and bounded windows of the recent past
+(closed contracts, status changes, replies, facts, the model's context). The
+whole past is in history and the log; nothing here grows with the session.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ import json
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 from observation.projections import ExecutionFact, execution_fact
 from workflows.config import EcsRequest, FormField, SessionConfig, ToolCallRequest
@@ -27,6 +32,7 @@ from workflows.contract import (
 )
 from workflows.io import ChatMessage, ToolSpec
 from workflows.plan import PlanEvent
+from workflows.safety import SafetyClass
 from workflows.statechart import FcmpEvent, SessionEvent, SessionStatus, fire
 
 RequestKind = Literal["approval", "confirm", "choose", "form", "message", "step", "window"]
@@ -88,6 +94,19 @@ class JournalEntry(BaseModel):
 
 JOURNAL_RESULT_LIMIT = 4000
 JOURNAL_MEMO_KEY = "hitlflow.journal"
+# How much of the recent past the state keeps (closed contracts, status changes,
+# replies, trace steps): enough for the live view and the current turn.
+RECENT = 50
+# A once-only result is kept this long in the idempotency ledger (for the model's
+# "already done" message); the whole result is in history.
+LEDGER_RESULT_LIMIT = 300
+
+
+class OnceDone(BaseModel):
+    """A completed once-only action (irreversible or at most once): never again."""
+
+    execution_id: str
+    result: Any = None
 
 
 class SessionState(BaseModel):
@@ -111,11 +130,36 @@ class SessionState(BaseModel):
     turns: int = 0
     failure_reason: str | None = None
     continued_runs: int = 0
+    # Totals of the whole session (the lists above keep only a recent window).
+    contracts_total: int = 0
+    replies_total: int = 0
+    # Conversation messages dropped from the model's context (ContextPolicy).
+    messages_dropped: int = 0
+    # Idempotency keys of completed once-only actions (invariant 5), by key.
+    once_done: dict[str, OnceDone] = Field(default_factory=dict)
     # A plan session's event log: its cursor is replay(plan_events) (seed 002).
     plan_events: list[PlanEvent] = Field(default_factory=list)
     # Journal entries not yet written to history, and how many ever were.
     journal_outbox: list[JournalEntry] = Field(default_factory=list)
     journal_seq: int = 0
+
+    @model_validator(mode="after")
+    def _totals(self) -> SessionState:
+        # A state carried by an older run has lists but no totals.
+        self.contracts_total = max(self.contracts_total, len(self.contracts))
+        self.replies_total = max(self.replies_total, len(self.replies))
+        return self
+
+    def carried(self) -> SessionState:
+        """What the next run needs (DESIGN invariant 7): open contracts, the latest
+        status change (when the wait began), the model's context, the counters.
+        Closed contracts, the trace and the replies stay in history and the log."""
+        return self.model_copy(update={
+            "contracts": self.open_contracts(),
+            "status_history": self.status_history[-1:],
+            "execution_trace": [],
+            "replies": [],
+        })
 
     def contract(self, execution_id: str) -> ExecutionContract:
         for c in self.contracts:
@@ -153,7 +197,7 @@ class SessionBook:
             fcmp=list(t.fcmp),
         )
         self.state.status = t.to_status
-        self.state.status_history.append(change)
+        _append(self.state.status_history, change, RECENT)
         self.note("session.status", now,
                   {**change.model_dump(mode="json", exclude={"at"}), "detail": detail or {}})
         return change
@@ -180,6 +224,7 @@ class SessionBook:
             created_at=now,
         )
         self.state.contracts.append(c)
+        self.state.contracts_total += 1
         self.note("contract.created", now, c.model_dump(
             mode="json", include={"execution_id", "action_type", "action_detail",
                                   "irreversible", "idempotency_key", "created_at"}))
@@ -198,14 +243,43 @@ class SessionBook:
         record = contract.transition(
             trigger, actor=actor, timestamp=now, result=result, error_message=error_message
         )
-        self.state.execution_trace.append(ExecutionStep.from_record(record))
+        _append(self.state.execution_trace, ExecutionStep.from_record(record), RECENT)
         outcome: dict[str, Any] = {}
         if contract.is_terminal:
             outcome = {"result": _clip(contract.result), "error_message": contract.error_message}
         self.note("contract.transition", now, {**record.model_dump(mode="json"), **outcome})
         if contract.is_terminal:
-            self.state.memory.append(execution_fact(contract, now))
+            self._closed(contract, now)
         return record
+
+    def _closed(self, contract: ExecutionContract, now: datetime) -> None:
+        s = self.state
+        _append(s.memory, execution_fact(contract, now), self.facts_window)
+        if contract.status == ExecutionStatus.COMPLETED and contract.idempotency_key and (
+                contract.irreversible or once_only(contract)):
+            s.once_done[contract.idempotency_key] = OnceDone(
+                execution_id=contract.execution_id,
+                result=_clip(contract.result, LEDGER_RESULT_LIMIT))
+        closed = [c for c in s.contracts if c.is_terminal]
+        if len(closed) > RECENT:
+            gone = {c.execution_id for c in closed[:len(closed) - RECENT]}
+            s.contracts = [c for c in s.contracts if c.execution_id not in gone]
+
+    @property
+    def facts_window(self) -> int:
+        agent = self.state.config.agent
+        return agent.context.max_facts if agent is not None else RECENT
+
+    def say(self, message: ChatMessage) -> None:
+        """Add a message to the conversation, keeping it within the context policy."""
+        s = self.state
+        s.conversation.append(message)
+        agent = s.config.agent
+        if agent is not None:
+            keep = context_window(s.conversation, agent.context.max_messages,
+                                  agent.context.max_chars)
+            s.messages_dropped += len(s.conversation) - len(keep)
+            s.conversation = keep
 
     def cancel_open_contracts(self, now: datetime, reason: str, actor: Actor) -> None:
         """Close every open contract as CANCELLED (a PENDING one is started first:
@@ -230,14 +304,45 @@ class SessionBook:
             request_id=pending.request_id, kind=pending.kind, answer=answer, by=by, at=now,
             auto=auto,
         )
-        self.state.replies.append(record)
+        _append(self.state.replies, record, RECENT)
+        self.state.replies_total += 1
+        if not auto:  # max_turns bounds the agent alone; a person's answer resets it
+            self.state.turn_llm_calls = 0
         self.state.pending = None
         self.note("reply.accepted", now, record.model_dump(mode="json", exclude={"at"}))
         return record
 
 
-def _clip(result: Any) -> Any:
+def once_only(contract: ExecutionContract) -> bool:
+    """An at-most-once tool call (a commit): never run twice, like an irreversible one."""
+    return contract.action_detail.get("safety") == SafetyClass.AT_MOST_ONCE.value
+
+
+def context_window(messages: list[ChatMessage], max_messages: int,
+                   max_chars: int) -> list[ChatMessage]:
+    """The latest messages within both budgets (at least the last one). The window
+    never starts with a tool result: a model cannot take one without its call."""
+    start, chars = len(messages), 0
+    while start > 0:
+        size = len(messages[start - 1].content)
+        if len(messages) - start >= max_messages or (
+                start < len(messages) and chars + size > max_chars):
+            break
+        start -= 1
+        chars += size
+    while start < len(messages) - 1 and messages[start].role == "tool":
+        start += 1
+    return messages[start:]
+
+
+def _append(items: list[Any], item: Any, keep: int) -> None:
+    items.append(item)
+    if len(items) > keep:
+        del items[:len(items) - keep]
+
+
+def _clip(result: Any, limit: int = JOURNAL_RESULT_LIMIT) -> Any:
     """Results go into the journal whole unless large; the full value stays in the
     activity's completion event in history."""
     text = json.dumps(result, default=str)
-    return result if len(text) <= JOURNAL_RESULT_LIMIT else text[:JOURNAL_RESULT_LIMIT] + "…"
+    return result if len(text) <= limit else text[:limit] + "…"
