@@ -144,10 +144,15 @@ class SessionState(BaseModel):
     journal_seq: int = 0
 
     @model_validator(mode="after")
-    def _totals(self) -> SessionState:
-        # A state carried by an older run has lists but no totals.
+    def _upgrade(self) -> SessionState:
+        # A state carried by an older version has whole lists but no totals and no
+        # ledger: derive them, so its completed once-only actions stay done.
         self.contracts_total = max(self.contracts_total, len(self.contracts))
         self.replies_total = max(self.replies_total, len(self.replies))
+        for c in self.contracts:
+            record = once_done_record(c)
+            if record is not None and c.idempotency_key not in self.once_done:
+                self.once_done[c.idempotency_key] = record  # type: ignore[index]
         return self
 
     def carried(self) -> SessionState:
@@ -255,11 +260,9 @@ class SessionBook:
     def _closed(self, contract: ExecutionContract, now: datetime) -> None:
         s = self.state
         _append(s.memory, execution_fact(contract, now), self.facts_window)
-        if contract.status == ExecutionStatus.COMPLETED and contract.idempotency_key and (
-                contract.irreversible or once_only(contract)):
-            s.once_done[contract.idempotency_key] = OnceDone(
-                execution_id=contract.execution_id,
-                result=_clip(contract.result, LEDGER_RESULT_LIMIT))
+        record = once_done_record(contract)
+        if record is not None:
+            s.once_done[contract.idempotency_key] = record  # type: ignore[index]
         closed = [c for c in s.contracts if c.is_terminal]
         if len(closed) > RECENT:
             gone = {c.execution_id for c in closed[:len(closed) - RECENT]}
@@ -313,9 +316,15 @@ class SessionBook:
         return record
 
 
-def once_only(contract: ExecutionContract) -> bool:
-    """An at-most-once tool call (a commit): never run twice, like an irreversible one."""
-    return contract.action_detail.get("safety") == SafetyClass.AT_MOST_ONCE.value
+def once_done_record(contract: ExecutionContract) -> OnceDone | None:
+    """The ledger entry of a completed once-only action: irreversible, or at most
+    once (a commit, never run twice either); None for anything else."""
+    once = contract.irreversible or \
+        contract.action_detail.get("safety") == SafetyClass.AT_MOST_ONCE.value
+    if not (once and contract.idempotency_key and contract.status == ExecutionStatus.COMPLETED):
+        return None
+    return OnceDone(execution_id=contract.execution_id,
+                    result=_clip(contract.result, LEDGER_RESULT_LIMIT))
 
 
 def context_window(messages: list[ChatMessage], max_messages: int,

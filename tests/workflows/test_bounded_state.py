@@ -94,9 +94,18 @@ def test_a_carried_input_round_trips_and_old_states_get_their_totals():
     again = SessionInput.model_validate_json(
         SessionInput(session_id="s1", config=s.config).carried(s).model_dump_json())
     assert again.state.contracts_total == 5 and again.state.replies_total == 5
-    # A state carried by an older version: lists, no totals.
+    # A state carried by an older version: lists, no totals, no ledger.
     old = s.model_dump(mode="json", exclude={"contracts_total", "replies_total"})
     assert SessionState.model_validate(old).contracts_total == len(s.contracts)
+
+
+def test_an_older_carried_state_keeps_its_completed_irreversible_actions_done():
+    s = SessionState(session_id="s1", config=config())
+    run_turns(SessionBook(s), 1, tool="delete_note")
+    old = SessionState.model_validate(s.model_dump(mode="json", exclude={"once_done"}))
+    d = agent.decide_tool_call(old, ToolCallRequest(tool="delete_note", arguments={"i": 0}),
+                               CATALOG)
+    assert d.kind == "already_done"
 
 
 def test_an_input_needs_a_config_or_a_state():
