@@ -17,7 +17,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import BinaryIO, TypeVar
 
 from observation.exporter.verify import LOG_NAME
 from observation.log_view import SessionLogView
@@ -67,7 +67,7 @@ class SessionLogReader:
             return None
         return self.view
 
-    def _read(self, f) -> None:  # type: ignore[no-untyped-def]
+    def _read(self, f: BinaryIO) -> None:
         start = self.offset - len(self.last_line)
         f.seek(start)
         data = f.read()
