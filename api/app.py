@@ -28,9 +28,10 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 
 from api import errors
 from api.deps import ApiTuning
-from api.routers import audit, events, execution, health, sessions
+from api.routers import audit, events, execution, health, past, sessions
 from api.settings import HitlflowSettings
 from api.sse import EventProvider
+from observation.log_reader import LogViews
 
 OPEN_PATHS = frozenset({"/healthz"})
 
@@ -137,10 +138,12 @@ def create_app(
     )
     app.state.settings, app.state.tuning, app.state.client = settings, tuning, client
     app.state.event_provider = event_provider
+    app.state.log_views = LogViews(settings.data_dir / "runs")
     app.state.stopping = asyncio.Event()  # set first on shutdown: SSE streams end
     errors.install(app)
     app.include_router(health.router)
-    for router in (sessions.router, events.router, execution.router, audit.router):
+    for router in (sessions.router, past.router, events.router, execution.router,
+                   audit.router):
         app.include_router(router, responses=errors.ERROR_RESPONSES)
     app.add_middleware(BodyLimit, limit=tuning.max_body_bytes)
     if settings.api_token:

@@ -52,11 +52,14 @@ def follow(api: ApiClient, session_id: str, auto_approve: bool) -> str:
     answered: set[str] = set()
     while True:
         s = api.get(f"/api/sessions/{session_id}")
-        timeline = api.get(f"/api/execution/{session_id}/timeline")
-        for change in s["status_history"][shown_changes:]:
+        # A demo session is short: one page of each holds all of it.
+        timeline = api.get(f"/api/execution/{session_id}/timeline", params={"limit": 500})
+        history = api.get(f"/api/sessions/{session_id}/history",
+                          params={"limit": 500})["status_history"]
+        for change in history[shown_changes:]:
             console.print(f"[bold]session[/] {change['from_status']} → {change['to_status']} "
                           f"[dim]({change['event']})[/]")
-        shown_changes = len(s["status_history"])
+        shown_changes = len(history)
         labels = {c["execution_id"]: tool_label(c["action_summary"])
                   for c in timeline["contracts"]}
         for t in timeline["transitions"][shown_transitions:]:

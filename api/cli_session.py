@@ -169,13 +169,18 @@ def show(session_id: SessionArg, api_url: ApiUrl = None, token: Token = None,
     if as_json:
         _print_json(s)
         return
-    live = "" if s["live"] else " [dim](no worker answered: status from Temporal only)[/]"
+    live = "" if s["live"] else \
+        " [dim](no worker answered: status from Temporal, the rest from its log)[/]"
     console.print(f"[bold]{s['session_id']}[/]: {s['status']}{live}")
     if s.get("failure_reason"):
         console.print(f"  [red]failed:[/] {escape(s['failure_reason'])}")
     for c in s["contracts"]:
         console.print(f"  contract {c['execution_id']}  {c['current_status']:<9}  "
                       f"{escape(c['action_summary'])}")
+    more = s.get("contracts_total", 0) - len(s["contracts"])
+    if more > 0:  # GET session gives the first page; the timeline pages through all
+        console.print(f"  [dim]… and {more} more contracts "
+                      f"(/api/execution/{session_id}/timeline)[/]")
     if s.get("last_text"):
         console.print(f"  agent: {escape(s['last_text'])}")
     if s.get("pending"):

@@ -1,4 +1,5 @@
-"""FastAPI dependencies: settings, the Temporal client, validated ids, tunables.
+"""FastAPI dependencies: settings, the Temporal client, validated ids, tunables,
+the log folds (the read model).
 
 They are ``async def`` although they never await: FastAPI runs a plain ``def``
 dependency in a worker thread, a hop per request that costs more than they do."""
@@ -15,6 +16,7 @@ from temporalio.client import Client
 from api.errors import ApiError
 from api.models import SESSION_ID_PATTERN
 from api.settings import HitlflowSettings
+from observation.log_reader import LogViews
 from workflows.config import valid_session_id
 
 
@@ -56,6 +58,10 @@ async def get_client(request: Request) -> Client:
     return client
 
 
+async def get_log_views(request: Request) -> LogViews:
+    return request.app.state.log_views
+
+
 async def get_session_id(
     session_id: Annotated[str, Path(
         pattern=SESSION_ID_PATTERN, max_length=128,
@@ -72,3 +78,4 @@ SettingsDep = Annotated[HitlflowSettings, Depends(get_settings)]
 TuningDep = Annotated[ApiTuning, Depends(get_tuning)]
 ClientDep = Annotated[Client, Depends(get_client)]
 SessionIdDep = Annotated[str, Depends(get_session_id)]
+LogViewsDep = Annotated[LogViews, Depends(get_log_views)]

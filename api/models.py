@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from observation.projections import ExecutionFact, ExecutionSnapshot
+from observation.projections import ExecutionFact, ExecutionSnapshot, ExecutionTimeline
 from workflows.config import SESSION_ID_RE
 from workflows.session_state import RequestKind
 from workflows.statechart import SessionStatus
@@ -127,11 +127,17 @@ class StatusChangeView(BaseModel):
     fcmp: list[FcmpEventView] = Field(default_factory=list)
 
 
-class SessionView(BaseModel):
-    """A session: canonical status, pending request, contracts as snapshots.
+NEXT_CURSOR = Field(default=None, description=(
+    "Pass as `cursor` for the next page (opaque); null on the last page."))
 
-    ``live`` is false when no worker answered and the view comes from Temporal's
-    record of the session alone (status from its search attribute, nothing else).
+
+class SessionView(BaseModel):
+    """A session: canonical status, pending request, counters, and one page of its
+    contracts as snapshots (the log's, overlaid by the live query's). Memory and
+    status history are paged separately (`/memory`, `/history`).
+
+    ``live`` is false when no worker answered: the status is Temporal's record of
+    the session and everything else comes from its exported log (if any).
     """
 
     session_id: str
@@ -141,13 +147,38 @@ class SessionView(BaseModel):
     mode: str | None = None
     pending: PendingRequestView | None = None
     contracts: list[ExecutionSnapshot] = Field(default_factory=list)
-    memory: list[ExecutionFact] = Field(default_factory=list)
-    status_history: list[StatusChangeView] = Field(default_factory=list)
+    contracts_total: int = 0
+    next_cursor: str | None = NEXT_CURSOR
     replies: int = 0
     turns: int = 0
     llm_calls: int = 0
     failure_reason: str | None = None
     last_text: str | None = None
+
+
+class MemoryPage(BaseModel):
+    """The session's memory `execution_fact`s (seed 000), oldest first."""
+
+    session_id: str
+    facts: list[ExecutionFact]
+    total: int
+    next_cursor: str | None = NEXT_CURSOR
+
+
+class HistoryPage(BaseModel):
+    """The session's status changes with their FCMP events, oldest first."""
+
+    session_id: str
+    status_history: list[StatusChangeView]
+    total: int
+    next_cursor: str | None = NEXT_CURSOR
+
+
+class TimelinePage(ExecutionTimeline):
+    """Seed 000's timeline, one page of contracts at a time: the counts are over
+    every contract; `transitions` are those of the contracts on this page."""
+
+    next_cursor: str | None = NEXT_CURSOR
 
 
 class SessionSummary(BaseModel):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import binascii
 import uuid
+from datetime import UTC, datetime
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Body, Path, Query, Response
@@ -16,7 +17,7 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDReusePolicy
 from temporalio.service import RPCError, RPCStatusCode
 
-from api.deps import ApiTuning, ClientDep, SessionIdDep, SettingsDep, TuningDep
+from api.deps import ApiTuning, ClientDep, LogViewsDep, SessionIdDep, SettingsDep, TuningDep
 from api.errors import ApiError, temporal_errors
 from api.models import (
     SESSION_ID_PATTERN,
@@ -30,6 +31,18 @@ from api.models import (
     SessionView,
     StepActionRequest,
 )
+from api.paging import (
+    DEFAULT_LIMIT,
+    CursorQuery,
+    LimitQuery,
+    check_offset,
+    decode_cursor,
+    encode_cursor,
+)
+from api.read_model import read_log
+from observation.log_pages import contract_page
+from observation.log_view import SessionLogView
+from observation.projections import ExecutionSnapshot
 from workflows.config import SessionConfig
 from workflows.messages import Ack, EndInput, MessageInput, ReplyInput, SessionInput
 from workflows.messages import SessionSnapshot as WorkflowSnapshot
@@ -138,21 +151,49 @@ async def _recorded_view(handle: WorkflowHandle, session_id: str) -> SessionView
     )
 
 
+def _with_contracts(view: SessionView, log: SessionLogView | None,
+                    live: list[ExecutionSnapshot], offset: int, limit: int) -> SessionView:
+    page = contract_page(log, live, offset, limit, datetime.now(UTC))
+    check_offset(offset, page.total)
+    return view.model_copy(update={
+        "contracts": page.items, "contracts_total": page.total,
+        "next_cursor": encode_cursor("contracts", view.session_id, page.next_offset)})
+
+
+def _from_log(view: SessionView, log: SessionLogView | None) -> SessionView:
+    """Without a worker: the counters as far as the log has them."""
+    if log is None:
+        return view
+    return view.model_copy(update={
+        "replies": log.replies, "turns": log.turns, "llm_calls": log.llm_calls,
+        "failure_reason": log.failure_reason, "last_text": log.last_text})
+
+
 @router.get("/{session_id}", response_model=SessionView)
-async def get_session(session_id: SessionIdDep, client: ClientDep,
-                      tuning: TuningDep) -> SessionView:
-    """The session: canonical status, pending request, contracts as snapshots.
-    When no worker answers in time, `live` is false and only the status is known."""
+async def get_session(session_id: SessionIdDep, client: ClientDep, tuning: TuningDep,
+                      logs: LogViewsDep, limit: LimitQuery = DEFAULT_LIMIT,
+                      cursor: CursorQuery = None) -> SessionView:
+    """The session: canonical status, pending request, counters, and one page of its
+    contracts as snapshots (`limit`, `cursor`; `contracts_total` counts them all).
+    When no worker answers in time, `live` is false: the status is Temporal's
+    record and the rest comes from the exported log."""
+    offset = decode_cursor(cursor, "contracts", session_id)
     handle = client.get_workflow_handle(session_id)
     try:
         with temporal_errors(session_id):
             snap = await handle.query("snapshot", result_type=WorkflowSnapshot,
                                       rpc_timeout=tuning.query_timeout)
     except ApiError as err:
-        if err.code == "worker_unavailable":
-            return await _recorded_view(handle, session_id)
-        raise
-    return SessionView.model_validate({**snap.model_dump(mode="json"), "live": True})
+        if err.code != "worker_unavailable":
+            raise
+        recorded = await _recorded_view(handle, session_id)
+        return await read_log(logs, session_id, lambda log: _with_contracts(
+            _from_log(recorded, log), log, [], offset, limit))
+    view = SessionView.model_validate({
+        **snap.model_dump(mode="json", exclude={"contracts", "memory", "status_history"}),
+        "live": True})
+    return await read_log(logs, session_id, lambda log: _with_contracts(
+        view, log, snap.contracts, offset, limit))
 
 
 async def _refusal_for_closed(handle: WorkflowHandle, session_id: str, code: str,

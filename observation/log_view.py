@@ -1,0 +1,201 @@
+"""A session's past folded from its exported log: the pure half of the read model.
+
+``SessionLogView.apply`` takes the log's events one at a time (dicts, as on disk,
+in ``seq`` order) and keeps the session's contracts (rebuilt as seed 001
+``ExecutionContract``s, so every seed 000 projection applies to them), its memory
+``ExecutionFact``s and its status history. No I/O and no clock here: the reader
+(``log_reader.py``) feeds it, and the SQLite read model (issue 10) can store it.
+
+What the log does not say, and what is used instead:
+
+* ``execution_state`` carries a transition's ``actor_category`` but not its
+  ``actor``. ``WORK_ITEM_STARTED``/``FINISHED`` (next lines, same history event)
+  name the actor of the start and the terminal transition; the others (suspend,
+  resume) are inferred from the category (``_ACTOR_OF``), which is unique for
+  every transition the workflow makes today.
+* A terminal contract's ``result`` is the journal's copy, clipped to
+  ``JOURNAL_RESULT_LIMIT`` characters (the whole one is in the tool artifact),
+  and, the log being RFC 8785 JSON, an object's keys come back sorted: a memory
+  fact's ``result_summary`` (a repr) lists them sorted where the workflow's
+  lists them in the tool's order.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from observation.projections import ExecutionFact, execution_fact
+from workflows.contract import (
+    ActionType,
+    Actor,
+    ExecutionContract,
+    ExecutionStatus,
+    TransitionRecord,
+    Trigger,
+)
+from workflows.session_state import StatusChange
+from workflows.statechart import FcmpEvent, SessionStatus
+
+GENESIS = "0" * 64
+FCMP_PREFIXES = ("conversation.", "interaction.")
+REPLY_RESOLUTIONS = frozenset({"answered", "auto_decided"})
+
+# The actor of a non-start, non-terminal transition, by its category.
+_ACTOR_OF: dict[str, Actor] = {
+    "agent": Actor.REASONING, "tool": Actor.TOOL_NODE, "interaction": Actor.ECS_NODE,
+    "human": Actor.USER, "environment": Actor.WINDOW,
+    "system": Actor.TIMER,  # the only system actor that resumes (an auto-decision)
+    "machine": Actor.VERIFY,  # a plan step waits for a person's verify; a gate: PLAN
+}
+
+
+def infer_actor(contract: ExecutionContract, category: str) -> str:
+    if category == "machine" and contract.action_detail.get("gate"):
+        return Actor.PLAN.value
+    actor = _ACTOR_OF.get(category)
+    return actor.value if actor is not None else category
+
+
+def _history_event(event_id: str) -> str:
+    """``<run id>:<history event id>``: the lines one history event made share it."""
+    return event_id.rsplit(":", 1)[0]
+
+
+@dataclass
+class SessionLogView:
+    """Everything the API serves about a session's past, as of log line ``last_seq``."""
+
+    session_id: str
+    contracts: list[ExecutionContract] = field(default_factory=list)  # creation order
+    index: dict[str, int] = field(default_factory=dict)
+    facts: list[ExecutionFact] = field(default_factory=list)  # the order they were recorded
+    fact_ids: set[str] = field(default_factory=set)
+    history: list[StatusChange] = field(default_factory=list)
+    statuses: Counter[ExecutionStatus] = field(default_factory=Counter)
+    status: SessionStatus | None = None
+    turns: int = 0
+    replies: int = 0
+    llm_calls: int = 0
+    last_text: str | None = None
+    failure_reason: str | None = None
+    # The session ended: the log is complete, nothing live can add to it.
+    closed: bool = False
+    last_seq: int = 0
+    last_hash: str = GENESIS
+    _change_from: str | None = None  # the history event of the last status change
+
+    def apply(self, event: dict[str, Any]) -> None:
+        handler = _HANDLERS.get(event["type"])
+        if handler is not None:
+            handler(self, event["payload"], event)
+        elif event["type"].startswith(FCMP_PREFIXES):
+            self._fcmp(event)
+        self.last_seq, self.last_hash = event["seq"], event["event_hash"]
+
+    def contract(self, execution_id: str) -> ExecutionContract | None:
+        i = self.index.get(execution_id)
+        return self.contracts[i] if i is not None else None
+
+    # -- contracts -----------------------------------------------------------------
+
+    def _queued(self, p: dict[str, Any], _: dict[str, Any]) -> None:
+        c = ExecutionContract(
+            execution_id=p["work_item_id"], session_id=self.session_id,
+            action_type=ActionType(p["action_type"]), action_detail=p["action_detail"],
+            irreversible=p["irreversible"], idempotency_key=p["idempotency_key"],
+            created_at=p["created_at"])
+        self.index[c.execution_id] = len(self.contracts)
+        self.contracts.append(c)
+        self.statuses[c.status] += 1
+
+    def _state(self, p: dict[str, Any], _: dict[str, Any]) -> None:
+        c = self._known(p["execution_id"])
+        record = TransitionRecord(
+            execution_id=c.execution_id, from_status=p["from_status"],
+            to_status=p["to_status"], trigger=Trigger(p["trigger"]),
+            actor=infer_actor(c, p["actor_category"]), actor_category=p["actor_category"],
+            timestamp=p["timestamp"])
+        self.statuses[c.status] -= 1
+        c.status = record.to_status
+        self.statuses[c.status] += 1
+        c.transitions.append(record)
+
+    def _started(self, p: dict[str, Any], _: dict[str, Any]) -> None:
+        self._name_actor(self._known(p["work_item_id"]), p["actor"])
+
+    def _finished(self, p: dict[str, Any], _: dict[str, Any]) -> None:
+        c = self._known(p["work_item_id"])
+        self._name_actor(c, p["actor"])
+        c.result, c.error_message = p.get("result"), p.get("error_message")
+        # As the workflow records it: at the terminal transition's time.
+        self.facts.append(execution_fact(c, c.transitions[-1].timestamp))
+        self.fact_ids.add(c.execution_id)
+
+    def _known(self, execution_id: str) -> ExecutionContract:
+        c = self.contract(execution_id)
+        if c is None:
+            raise ValueError(f"the log names contract {execution_id!r} before queuing it")
+        return c
+
+    @staticmethod
+    def _name_actor(c: ExecutionContract, actor: str) -> None:
+        if c.transitions:
+            c.transitions[-1].actor = actor
+
+    # -- the session -------------------------------------------------------------
+
+    def _status(self, p: dict[str, Any], event: dict[str, Any]) -> None:
+        change = StatusChange(from_status=p["old_state"], to_status=p["new_state"],
+                              event=p["trigger"], at=p["at"])
+        if change.from_status == SessionStatus.QUEUED and \
+                change.to_status == SessionStatus.RUNNING:
+            self.turns += 1  # as the workflow counts turns
+        self.status = change.to_status
+        self.history.append(change)
+        self._change_from = _history_event(event["event_id"])
+
+    def _fcmp(self, event: dict[str, Any]) -> None:
+        # A status change's FCMP events follow it, from the same history event.
+        if self.history and self._change_from == _history_event(event["event_id"]):
+            self.history[-1].fcmp.append(FcmpEvent(type=event["type"],
+                                                   payload=event["payload"]))
+
+    def _resolved(self, p: dict[str, Any], _: dict[str, Any]) -> None:
+        if p.get("resolution") in REPLY_RESOLUTIONS:
+            self.replies += 1
+
+    def _text(self, p: dict[str, Any], _: dict[str, Any]) -> None:
+        self.llm_calls += 1  # one `text` per answered LLM call
+        if p.get("text"):
+            self.last_text = p["text"]
+
+    def _run_completed(self, p: dict[str, Any], _: dict[str, Any]) -> None:
+        self.closed = True
+
+    def _run_failed(self, p: dict[str, Any], _: dict[str, Any]) -> None:
+        self.failure_reason = p.get("failure_reason")
+        self.closed = True
+
+
+_Handler = Callable[[SessionLogView, dict[str, Any], dict[str, Any]], None]
+_HANDLERS: dict[str, _Handler] = {
+    "WORK_ITEM_QUEUED": SessionLogView._queued,
+    "execution_state": SessionLogView._state,
+    "WORK_ITEM_STARTED": SessionLogView._started,
+    "WORK_ITEM_FINISHED": SessionLogView._finished,
+    "RUN_STATE_CHANGED": SessionLogView._status,
+    "ISSUE_RESOLVED": SessionLogView._resolved,
+    "text": SessionLogView._text,
+    "RUN_COMPLETED": SessionLogView._run_completed,
+    "RUN_FAILED": SessionLogView._run_failed,
+}
+
+
+def fold(session_id: str, events: Iterable[dict[str, Any]]) -> SessionLogView:
+    view = SessionLogView(session_id)
+    for event in events:
+        view.apply(event)
+    return view
