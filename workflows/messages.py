@@ -104,6 +104,8 @@ class SessionSnapshot(BaseModel):
     memory: list[ExecutionFact]
     status_history: list[StatusChange]
     replies: int
+    # Of the whole session; ``contracts`` is the recent window the workflow keeps.
+    contracts_total: int = 0
     turns: int
     llm_calls: int
     failure_reason: str | None = None

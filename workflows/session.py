@@ -363,7 +363,8 @@ class SessionWorkflow(AgentTurn, PlanTurn):
         return SessionSnapshot(
             session_id=s.session_id, status=s.status, mode=s.config.mode, pending=s.pending,
             contracts=[contract_snapshot_at(c, now) for c in s.contracts], memory=s.memory,
-            status_history=s.status_history, replies=s.replies_total, turns=s.turns,
+            status_history=s.status_history, replies=s.replies_total,
+            contracts_total=s.contracts_total, turns=s.turns,
             llm_calls=s.llm_calls, failure_reason=s.failure_reason, last_text=last,
         )
 

@@ -156,7 +156,8 @@ def _with_contracts(view: SessionView, log: SessionLogView | None,
     page = contract_page(log, live, offset, limit, datetime.now(UTC))
     check_offset(offset, page.total)
     return view.model_copy(update={
-        "contracts": page.items, "contracts_total": page.total,
+        # The log may lag behind the live count (a window of the recent past).
+        "contracts": page.items, "contracts_total": max(page.total, view.contracts_total),
         "next_cursor": encode_cursor("contracts", view.session_id, page.next_offset)})
 
 
