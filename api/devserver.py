@@ -58,11 +58,16 @@ SQLITE_PRAGMAS: tuple[str, ...] = ("journal_mode=wal", "synchronous=normal")
 #: filter and ``GET /api/sessions?status=...``).
 #: Eager activity execution lets the worker that completes a workflow task start the
 #: activity it just scheduled without a round trip through matching.
+#: Not latency: a workflow whose task has failed this many times in a row gets the
+#: ``TemporalReportedProblems`` search attribute (server default 5, i.e. about 40 s of
+#: retries), so stuck sessions are listed (``GET /api/sessions?stuck=true``, the UI)
+#: after the first retry failed too; a single failure stays unflagged.
 DYNAMIC_CONFIG: tuple[tuple[str, str], ...] = (
     ("history.transferProcessorMaxPollRPS", "10000"),
     ("history.timerProcessorMaxPollRPS", "10000"),
     ("history.visibilityProcessorMaxPollRPS", "10000"),
     ("system.enableActivityEagerExecution", "true"),
+    ("system.numConsecutiveWorkflowTaskProblemsToTriggerSearchAttribute", "2"),
 )
 
 
@@ -112,7 +117,8 @@ def temporal_test_server_path() -> Path:
 
 
 def tuning_args(*, persistent: bool = True) -> list[str]:
-    """The performance flags for ``start-dev`` (pragmas only for a file database)."""
+    """The flags for ``start-dev``: performance (pragmas only for a file database) and
+    the stuck-session threshold (``DYNAMIC_CONFIG``)."""
     args: list[str] = []
     if persistent:
         for pragma in SQLITE_PRAGMAS:

@@ -2,7 +2,9 @@
 
 Bad input is always a 4xx. Two 503s exist, neither caused by input: Temporal is
 unreachable (``temporal_unavailable``), or no worker answered a query or an
-update in time (``worker_unavailable``). A 500 (``internal_error``) is a bug.
+update in time (``worker_unavailable``). A session whose workflow task keeps
+failing refuses every request with 409 ``session_stuck`` (``api.stuck`` adds
+why). A 500 (``internal_error``) is a bug.
 """
 
 from __future__ import annotations
@@ -35,7 +37,8 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
         400: "Malformed request (e.g. invalid JSON)",
         401: "Missing or wrong bearer token (when HITLFLOW_API_TOKEN is set)",
         404: "Unknown session, contract or route",
-        409: "The session is not in a state that takes this request; nothing changed",
+        409: "The session is not in a state that takes this request (or it is stuck: "
+             "`session_stuck`, its workflow task keeps failing); nothing changed",
         413: "Request body too large",
         422: "The request does not validate",
         503: "Temporal unreachable, or no worker answered in time",
@@ -59,6 +62,17 @@ def error_response(status: int, code: str, message: str,
                    headers: dict[str, str] | None = None) -> JSONResponse:
     body = ErrorBody.model_validate({"error": {"code": code, "message": message}})
     return JSONResponse(body.model_dump(), status_code=status, headers=headers)
+
+
+#: The error code of a request to a session whose workflow task keeps failing.
+SESSION_STUCK = "session_stuck"
+
+
+def is_task_failing(err: BaseException) -> bool:
+    """The server refused a query or an update because the workflow task keeps failing
+    (its only sign is the message: "... due to Workflow Task in failed state.")."""
+    return isinstance(err, RPCError) and err.status == RPCStatusCode.FAILED_PRECONDITION \
+        and "workflow task in failed state" in err.message.lower()
 
 
 def session_not_found(session_id: str) -> ApiError:
@@ -96,6 +110,10 @@ def from_temporal(err: BaseException, session_id: str | None = None) -> ApiError
         if err.status in (RPCStatusCode.CANCELLED, RPCStatusCode.DEADLINE_EXCEEDED):
             return ApiError(503, "worker_unavailable", "no worker answered in time; is a "
                             "hitlflow worker running for this task queue?")
+        if is_task_failing(err):
+            who = f"session {session_id}" if session_id else "the session"
+            return ApiError(409, SESSION_STUCK, f"{who} is stuck: its workflow task keeps "
+                            "failing; it takes no requests until the cause is fixed")
         if err.status == RPCStatusCode.RESOURCE_EXHAUSTED:
             return ApiError(429, "too_many_requests", err.message)
         if err.status == RPCStatusCode.UNAVAILABLE:

@@ -131,6 +131,22 @@ NEXT_CURSOR = Field(default=None, description=(
     "Pass as `cursor` for the next page (opaque); null on the last page."))
 
 
+class StuckView(BaseModel):
+    """The session's workflow task fails on every attempt (a bug, a non-determinism,
+    a payload over Temporal's limit): it takes no requests until the cause is fixed."""
+
+    since: datetime | None = Field(
+        description="When the first failure of this streak was recorded (null if unknown).")
+    failed_attempts: int = Field(
+        ge=1, description="How many times in a row the workflow task has failed so far.")
+    cause: str | None = Field(
+        description="The last failure's cause, Temporal's WorkflowTaskFailedCause without "
+        "its prefix (e.g. `WORKFLOW_WORKER_UNHANDLED_FAILURE`, `PAYLOADS_TOO_LARGE`), or "
+        "`TIMED_OUT_<type>`.")
+    message: str | None = Field(description="The last failure's message.")
+    reason: str = Field(description="`<cause>: <message>`, for a person.")
+
+
 class SessionView(BaseModel):
     """A session: canonical status, pending request, counters, and one page of its
     contracts as snapshots (the log's, overlaid by the live query's). Memory and
@@ -138,6 +154,8 @@ class SessionView(BaseModel):
 
     ``live`` is false when no worker answered: the status is Temporal's record of
     the session and everything else comes from its exported log (if any).
+    ``stuck`` is set (and ``live`` false) when its workflow task keeps failing:
+    ``status`` is then the last status the session recorded.
     """
 
     session_id: str
@@ -154,6 +172,8 @@ class SessionView(BaseModel):
     llm_calls: int = 0
     failure_reason: str | None = None
     last_text: str | None = None
+    stuck: StuckView | None = Field(
+        default=None, description="Set when the session's workflow task keeps failing.")
 
 
 class MemoryPage(BaseModel):
@@ -191,6 +211,13 @@ class SessionSummary(BaseModel):
     closed_at: datetime | None = None
     waiting_since: datetime | None = None
     task_queue: str | None = None
+    problems: list[str] = Field(
+        default_factory=list,
+        description="Temporal's `TemporalReportedProblems` search attribute (server 1.28+), "
+        "e.g. `category=WorkflowTaskFailed`: set once the workflow task has failed several "
+        "times in a row, cleared when a task succeeds.")
+    stuck: bool = Field(default=False, description="`problems` is not empty: the session's "
+                        "workflow task keeps failing (GET the session for why).")
 
 
 class SessionList(BaseModel):

@@ -13,12 +13,13 @@ from datetime import UTC, datetime
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Body, Path, Query, Response
-from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
+from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDReusePolicy
 from temporalio.service import RPCError, RPCStatusCode
 
+from api import stuck as stuck_sessions
 from api.deps import ApiTuning, ClientDep, LogViewsDep, SessionIdDep, SettingsDep, TuningDep
-from api.errors import ApiError, temporal_errors
+from api.errors import SESSION_STUCK, ApiError, temporal_errors
 from api.models import (
     SESSION_ID_PATTERN,
     Accepted,
@@ -108,12 +109,18 @@ async def list_sessions(
                       ] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     page_token: Annotated[str | None, Query(max_length=4096)] = None,
+    stuck: Annotated[bool | None, Query(
+        description="Only sessions whose workflow task keeps failing (true) or the others "
+        "(false), by Temporal's `TemporalReportedProblems` search attribute (server 1.28+)")
+    ] = None,
 ) -> SessionList:
     """List sessions through Temporal visibility, newest first. Visibility trails
     the sessions by a moment: a status change shows here shortly after it happened."""
     query = 'WorkflowType = "SessionWorkflow" AND ExecutionStatus != "ContinuedAsNew"'
     if status is not None:
         query += f' AND SessionStatus = "{status.value}"'
+    if stuck is not None:
+        query += f" AND {stuck_sessions.STUCK_QUERY if stuck else stuck_sessions.HEALTHY_QUERY}"
     it = client.list_workflows(query, page_size=limit, next_page_token=_decode_token(page_token))
     try:
         with temporal_errors():
@@ -123,6 +130,10 @@ async def list_sessions(
                 err.__cause__.status == RPCStatusCode.INVALID_ARGUMENT and page_token:
             raise ApiError(400, "invalid_page_token", "page_token is not one this API gave "
                            "out") from None
+        if isinstance(err.__cause__, RPCError) and \
+                err.__cause__.status == RPCStatusCode.INVALID_ARGUMENT and stuck is not None:
+            raise ApiError(400, "unsupported_filter", "this Temporal server cannot filter by "
+                           "TemporalReportedProblems (it needs server 1.28+)") from None
         raise
     sessions = [
         SessionSummary(
@@ -130,6 +141,8 @@ async def list_sessions(
             execution_status=_execution_status(wf.status), started_at=wf.start_time,
             closed_at=wf.close_time, waiting_since=wf.typed_search_attributes.get(WAITING_SINCE),
             task_queue=wf.task_queue,
+            problems=wf.typed_search_attributes.get(stuck_sessions.REPORTED_PROBLEMS) or [],
+            stuck=bool(wf.typed_search_attributes.get(stuck_sessions.REPORTED_PROBLEMS)),
         )
         for wf in it.current_page or []
     ]
@@ -141,13 +154,15 @@ async def list_sessions(
 # -- one session -----------------------------------------------------------------------
 
 
-async def _recorded_view(handle: WorkflowHandle, session_id: str) -> SessionView:
-    """What Temporal alone knows of a session (no worker needed)."""
+async def _recorded_view(client: Client, session_id: str) -> SessionView:
+    """What Temporal alone knows of a session (no worker needed): its last recorded
+    status, and why it is stuck when its workflow task keeps failing."""
     with temporal_errors(session_id):
-        desc = await handle.describe()
+        desc = await client.get_workflow_handle(session_id).describe()
     return SessionView(
         session_id=session_id, status=_status(desc.typed_search_attributes.get(SESSION_STATUS)),
         execution_status=_execution_status(desc.status), live=False,
+        stuck=await stuck_sessions.diagnose(client, desc),
     )
 
 
@@ -185,9 +200,9 @@ async def get_session(session_id: SessionIdDep, client: ClientDep, tuning: Tunin
             snap = await handle.query("snapshot", result_type=WorkflowSnapshot,
                                       rpc_timeout=tuning.query_timeout)
     except ApiError as err:
-        if err.code != "worker_unavailable":
+        if err.code not in ("worker_unavailable", SESSION_STUCK):
             raise
-        recorded = await _recorded_view(handle, session_id)
+        recorded = await _recorded_view(client, session_id)
         return await read_log(logs, session_id, lambda log: _with_contracts(
             _from_log(recorded, log), log, [], offset, limit))
     view = SessionView.model_validate({
@@ -197,10 +212,10 @@ async def get_session(session_id: SessionIdDep, client: ClientDep, tuning: Tunin
         view, log, snap.contracts, offset, limit))
 
 
-async def _refusal_for_closed(handle: WorkflowHandle, session_id: str, code: str,
+async def _refusal_for_closed(client: Client, session_id: str, code: str,
                               what: str) -> ApiError:
     """An update hit a closed session (or none): 409 with its status, or 404."""
-    view = await _recorded_view(handle, session_id)
+    view = await _recorded_view(client, session_id)
     status = view.status.value if view.status else view.execution_status
     return ApiError(409, code, f"{what}: the session is {status}")
 
@@ -216,8 +231,8 @@ async def _update(client: Client, session_id: str, name: str, arg: object, *, co
         if err.code == "refused":
             raise ApiError(409, code, err.message) from None
         if err.code == "session_not_found":  # "workflow execution already completed"
-            raise await _refusal_for_closed(handle, session_id, code, closed) from None
-        raise
+            raise await _refusal_for_closed(client, session_id, code, closed) from None
+        raise await stuck_sessions.explain(client, session_id, err) from None
 
 
 @router.post("/{session_id}/reply", status_code=202, response_model=Accepted)
@@ -254,12 +269,15 @@ async def end(session_id: SessionIdDep, client: ClientDep, tuning: TuningDep,
 @router.post("/{session_id}/cancel", status_code=202, response_model=Accepted)
 async def cancel(session_id: SessionIdDep, client: ClientDep) -> Accepted:
     """Cancel the session: open contracts are cancelled, the status becomes
-    `canceled`. 409 when it has already ended."""
+    `canceled`. 409 when it has already ended, or when it is stuck (nothing is
+    recorded then: a stuck session cannot carry out a cancel)."""
     handle = client.get_workflow_handle(session_id)
-    view = await _recorded_view(handle, session_id)
+    view = await _recorded_view(client, session_id)
     if view.execution_status != "running":
         status = view.status.value if view.status else view.execution_status
         raise ApiError(409, "session_closed", f"the session already ended: it is {status}")
+    if view.stuck is not None:
+        raise stuck_sessions.refusal(session_id, view.stuck)
     with temporal_errors(session_id):
         await handle.cancel()
     return Accepted(session_id=session_id, status=view.status)
@@ -275,9 +293,12 @@ async def step_action(
     """Plan sessions (seed 002): the person approves, skips or resets step `index`.
     409 for an agent session."""
     handle = client.get_workflow_handle(session_id)
-    with temporal_errors(session_id):
-        state = await handle.query("state", result_type=SessionState,
-                                   rpc_timeout=tuning.query_timeout)
+    try:
+        with temporal_errors(session_id):
+            state = await handle.query("state", result_type=SessionState,
+                                       rpc_timeout=tuning.query_timeout)
+    except ApiError as err:
+        raise await stuck_sessions.explain(client, session_id, err) from None
     if state.config.plan is None:
         raise ApiError(409, "not_a_plan_session",
                        f"not a plan session: {session_id} is driven by an agent, it has no steps")
