@@ -50,7 +50,7 @@ from workflows.messages import SessionSnapshot as WorkflowSnapshot
 from workflows.plan import replay
 from workflows.search_attributes import SESSION_STATUS, WAITING_SINCE
 from workflows.session_state import SessionState
-from workflows.statechart import SessionStatus
+from workflows.statechart import SessionStatus, is_terminal
 
 router = APIRouter(prefix="/api/sessions", tags=["sessions"])
 
@@ -119,6 +119,8 @@ async def list_sessions(
     query = 'WorkflowType = "SessionWorkflow" AND ExecutionStatus != "ContinuedAsNew"'
     if status is not None:
         query += f' AND SessionStatus = "{status.value}"'
+        if not is_terminal(status):  # a terminated session keeps its last status
+            query += ' AND ExecutionStatus = "Running"'
     if stuck is not None:
         query += f" AND {stuck_sessions.STUCK_QUERY if stuck else stuck_sessions.HEALTHY_QUERY}"
     it = client.list_workflows(query, page_size=limit, next_page_token=_decode_token(page_token))
