@@ -12,7 +12,12 @@ import uuid
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Body, Path, Query, Response
-from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
+from temporalio.client import (
+    Client,
+    WorkflowExecutionDescription,
+    WorkflowExecutionStatus,
+    WorkflowHandle,
+)
 from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDReusePolicy
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -21,6 +26,7 @@ from api.errors import ApiError, temporal_errors
 from api.models import (
     SESSION_ID_PATTERN,
     Accepted,
+    CancelAccepted,
     EndRequest,
     MessageRequest,
     ReplyRequest,
@@ -128,14 +134,21 @@ async def list_sessions(
 # -- one session -----------------------------------------------------------------------
 
 
-async def _recorded_view(handle: WorkflowHandle, session_id: str) -> SessionView:
-    """What Temporal alone knows of a session (no worker needed)."""
-    with temporal_errors(session_id):
-        desc = await handle.describe()
+def _view_of(desc: WorkflowExecutionDescription, session_id: str) -> SessionView:
     return SessionView(
         session_id=session_id, status=_status(desc.typed_search_attributes.get(SESSION_STATUS)),
         execution_status=_execution_status(desc.status), live=False,
     )
+
+
+async def _describe(handle: WorkflowHandle, session_id: str) -> WorkflowExecutionDescription:
+    with temporal_errors(session_id):
+        return await handle.describe()
+
+
+async def _recorded_view(handle: WorkflowHandle, session_id: str) -> SessionView:
+    """What Temporal alone knows of a session (no worker needed)."""
+    return _view_of(await _describe(handle, session_id), session_id)
 
 
 @router.get("/{session_id}", response_model=SessionView)
@@ -209,18 +222,24 @@ async def end(session_id: SessionIdDep, client: ClientDep, tuning: TuningDep,
     return Accepted(session_id=session_id, status=ack.status)
 
 
-@router.post("/{session_id}/cancel", status_code=202, response_model=Accepted)
-async def cancel(session_id: SessionIdDep, client: ClientDep) -> Accepted:
-    """Cancel the session: open contracts are cancelled, the status becomes
-    `canceled`. 409 when it has already ended."""
+@router.post("/{session_id}/cancel", status_code=202, response_model=CancelAccepted)
+async def cancel(session_id: SessionIdDep, client: ClientDep) -> CancelAccepted:
+    """Cancel the session: what is in flight is cancelled, open contracts are
+    cancelled, nothing new starts, the status becomes `canceled`. A repeat while it
+    is cancelling is a 202 `already_requested`; 409 when it has already ended."""
     handle = client.get_workflow_handle(session_id)
-    view = await _recorded_view(handle, session_id)
+    desc = await _describe(handle, session_id)
+    view = _view_of(desc, session_id)
     if view.execution_status != "running":
         status = view.status.value if view.status else view.execution_status
         raise ApiError(409, "session_closed", f"the session already ended: it is {status}")
-    with temporal_errors(session_id):
-        await handle.cancel()
-    return Accepted(session_id=session_id, status=view.status)
+    # Temporal keeps one cancel request: a second would be a silent no-op, so say so.
+    already = desc.raw_description.workflow_extended_info.cancel_requested
+    if not already:
+        with temporal_errors(session_id):
+            await handle.cancel()
+    return CancelAccepted(session_id=session_id, status=view.status,
+                          cancellation="already_requested" if already else "requested")
 
 
 @router.post("/{session_id}/steps/{index}/{action}", status_code=202, response_model=Accepted)
