@@ -273,8 +273,10 @@ def end(session_id: SessionArg, reason: Annotated[str, typer.Option("--reason")]
 def cancel(session_id: SessionArg, api_url: ApiUrl = None, token: Token = None) -> None:
     """Cancel a session."""
     with _api(api_url, token) as api:
-        api.post(f"/api/sessions/{session_id}/cancel")
-    typer.echo("cancel requested")
+        answer = api.post(f"/api/sessions/{session_id}/cancel")
+    already = (answer or {}).get("cancellation") == "already_requested"
+    typer.echo("cancel already requested: the session is cancelling" if already
+               else "cancel requested")
 
 
 # -- tail -------------------------------------------------------------------------------

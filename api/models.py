@@ -95,6 +95,15 @@ class Accepted(BaseModel):
     )
 
 
+class CancelAccepted(Accepted):
+    """The session is cancelling: its cancellation is requested (now, or already)."""
+
+    cancellation: Literal["requested", "already_requested"] = Field(
+        description="`requested` by this call, or `already_requested` before it (a repeat "
+        "cancel changes nothing)."
+    )
+
+
 class FormFieldView(BaseModel):
     name: str
     label: str = ""

@@ -207,7 +207,7 @@ class AgentTurn:
                 result_type=ToolCallResult,
                 start_to_close_timeout=TOOL_TIMEOUT,
                 heartbeat_timeout=TOOL_HEARTBEAT,
-                retry_policy=AT_MOST_ONCE if once else RETRY_FREELY,
+                retry_policy=AT_MOST_ONCE if once else RETRY_FREELY, contract=c,
             )
         except ActivityError as err:
             msg = _cause(err)

@@ -8,6 +8,7 @@ log (``state = replay(log)``), which is part of the session state.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from datetime import timedelta
 from typing import Any
@@ -17,6 +18,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
+    from workflows.cancel import cancelled_in_flight
     from workflows.contract import ActionType, Actor, ExecutionContract, Trigger
     from workflows.io import CommandInput, CommandResult, ToolCallInput, ToolCallResult
     from workflows.plan import (
@@ -141,7 +143,7 @@ class PlanTurn:
                            command=command, purpose=purpose, step=step, timeout_s=timeout_s)
         try:
             return await self._activity(
-                "run_command", inp, CommandResult, retry_policy=ONCE,
+                "run_command", inp, CommandResult, retry_policy=ONCE, contract=c,
                 start_to_close_timeout=timedelta(seconds=timeout_s + 60),
                 heartbeat_timeout=STEP_HEARTBEAT)
         except ActivityError as err:
@@ -160,7 +162,7 @@ class PlanTurn:
                         server=server, tool=step.run.tool, arguments=step.run.arguments,
                         idempotency_key=c.execution_id),
                     ToolCallResult, retry_policy=ONCE, heartbeat_timeout=STEP_HEARTBEAT,
-                    start_to_close_timeout=timedelta(seconds=step.timeout_s))
+                    start_to_close_timeout=timedelta(seconds=step.timeout_s), contract=c)
             except ActivityError as err:
                 return CommandResult(exit_code=-1, stderr=f"outcome unknown: {err.cause}"), None
             return CommandResult(exit_code=1 if r.is_error else 0, stdout=r.text,
@@ -187,7 +189,13 @@ class PlanTurn:
             request_id=c.execution_id, kind="window", execution_id=None,
             prompt=f"step {i} runs in a window; approve or skip to decide it now",
             options=["approve", "skip"], created_at=workflow.now())
-        await self._wait(lambda: run.done() or self._reply is not None)
+        try:
+            await self._wait(lambda: run.done() or self._reply is not None)
+        except asyncio.CancelledError:
+            run.cancel()  # the session was cancelled: its window goes with it
+            self._book.transition(c, Trigger.CANCEL, Actor.USER, workflow.now(),
+                                  error_message=cancelled_in_flight(c))
+            raise
         # An accepted reply is always applied (invariant 6): if the window ended in
         # the same instant, the person's decision still wins and the exit is moot.
         if self._reply is not None:

@@ -13,7 +13,7 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_exception
 
 with workflow.unsafe.imports_passed_through():
     import workflows.agent as agent  # `from workflows import agent` is not passed through
@@ -26,9 +26,11 @@ with workflow.unsafe.imports_passed_through():
     )
     from observation.projections import snapshot as contract_snapshot_at
     from workflows.agent_turn import AgentTurn
+    from workflows.cancel import CANCELLED, cancelled_in_flight, late_reply_problem
     from workflows.config import execution_id_for
     from workflows.contract import (
         Actor,
+        ExecutionContract,
         Trigger,
     )
     from workflows.fsm import StateMachineTopology
@@ -94,7 +96,8 @@ class SessionWorkflow(AgentTurn, PlanTurn):
                         await self._wait_for_person()
                 await self._maybe_continue_as_new()
         except asyncio.CancelledError:
-            self._close(E.RUN_CANCELED, "the session was cancelled", Actor.SYSTEM)
+            # Cancelling is the person's act (the API, or an operator in the UI).
+            self._close(E.RUN_CANCELED, CANCELLED, Actor.USER)
             self._flush()
             raise
         await self._wait(workflow.all_handlers_finished)
@@ -119,9 +122,24 @@ class SessionWorkflow(AgentTurn, PlanTurn):
         if entries:
             workflow.upsert_memo({JOURNAL_MEMO_KEY: [e.model_dump(mode="json") for e in entries]})
 
-    async def _activity(self, name: str, arg: Any, result_type: type, **options: Any) -> Any:
+    async def _activity(self, name: str, arg: Any, result_type: type, *,
+                        contract: ExecutionContract | None = None, **options: Any) -> Any:
+        """Every activity goes through here. Temporal delivers the session's
+        cancellation as the activity's (an ActivityError whose cause is a
+        CancelledError): turn it back into the session's, or the caller would take it
+        for an ordinary failure and carry on. ``contract`` is the one the activity
+        works for: it ends CANCELLED, saying whether its outcome is unknown."""
         self._flush()
-        return await workflow.execute_activity(name, arg, result_type=result_type, **options)
+        try:
+            return await workflow.execute_activity(name, arg, result_type=result_type,
+                                                   **options)
+        except ActivityError as err:
+            if not is_cancelled_exception(err):
+                raise
+            if contract is not None and not contract.is_terminal:
+                self._book.transition(contract, Trigger.CANCEL, Actor.USER, workflow.now(),
+                                      error_message=cancelled_in_flight(contract))
+            raise asyncio.CancelledError(CANCELLED) from err
 
     async def _wait(self, condition: Any, timeout: timedelta | None = None) -> None:
         self._flush()
@@ -246,10 +264,13 @@ class SessionWorkflow(AgentTurn, PlanTurn):
     def _on_reply_timeout(self) -> None:
         s = self._s
         assert s.pending is not None
-        if not s.config.interactive_require_user_reply:
-            self._accept(agent.auto_answer(s.pending, s.config), "auto_decide", auto=True)
-            return
         pending, now = s.pending, workflow.now()
+        if not s.config.interactive_require_user_reply:
+            answer = agent.auto_answer(pending, s.config)
+            self._book.record_unanswered(pending, "auto_decided", now, answer)
+            self._accept(answer, "auto_decide", auto=True)
+            return
+        self._book.record_unanswered(pending, "expired", now)
         s.pending = None
         self._fire(E.REPLY_EXPIRED, {"request_id": pending.request_id})
         if pending.execution_id:
@@ -297,6 +318,10 @@ class SessionWorkflow(AgentTurn, PlanTurn):
         if self._reply is not None:
             return "a reply to this request was already accepted"
         pending = self._s.pending
+        if pending is None or pending.request_id != reply.request_id:
+            late = late_reply_problem(self._s.unanswered, reply.request_id)
+            if late:
+                return late
         in_window = pending is not None and pending.kind == "window"
         if self._s.status != S.WAITING_USER and not in_window:
             return f"nothing is pending: the session is {self._s.status.value}"

@@ -69,6 +69,19 @@ class ReplyRecord(BaseModel):
     auto: bool = False
 
 
+class UnansweredRequest(BaseModel):
+    """A request that ended without the person's reply, so that a late reply is
+    told what became of it (expired, or the auto-decision taken)."""
+
+    request_id: str
+    how: Literal["expired", "auto_decided"]
+    at: datetime
+    answer: dict[str, Any] | None = None
+
+
+UNANSWERED_KEPT = 20  # bounded: continue-as-new carries only these last few
+
+
 class QueuedAction(BaseModel):
     """One action of an LLM answer still to process: a tool call or an ECS request."""
 
@@ -142,6 +155,8 @@ class SessionState(BaseModel):
     # Journal entries not yet written to history, and how many ever were.
     journal_outbox: list[JournalEntry] = Field(default_factory=list)
     journal_seq: int = 0
+    # The last UNANSWERED_KEPT requests that ended without a reply (newest last).
+    unanswered: list[UnansweredRequest] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _upgrade(self) -> SessionState:
@@ -296,6 +311,14 @@ class SessionBook:
 
     def request(self, pending: PendingRequest) -> None:
         self.state.pending = pending
+
+    def record_unanswered(
+        self, pending: PendingRequest, how: Literal["expired", "auto_decided"],
+        now: datetime, answer: dict[str, Any] | None = None,
+    ) -> None:
+        record = UnansweredRequest(request_id=pending.request_id, how=how, at=now,
+                                   answer=answer)
+        self.state.unanswered = [*self.state.unanswered, record][-UNANSWERED_KEPT:]
 
     def accept_reply(
         self, answer: dict[str, Any], by: str, now: datetime, *, auto: bool = False

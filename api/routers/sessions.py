@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Body, Path, Query, Response
-from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.client import Client, WorkflowExecutionDescription, WorkflowExecutionStatus
 from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDReusePolicy
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -23,6 +23,7 @@ from api.errors import SESSION_STUCK, ApiError, temporal_errors
 from api.models import (
     SESSION_ID_PATTERN,
     Accepted,
+    CancelAccepted,
     EndRequest,
     MessageRequest,
     ReplyRequest,
@@ -156,11 +157,15 @@ async def list_sessions(
 # -- one session -----------------------------------------------------------------------
 
 
-async def _recorded_view(client: Client, session_id: str) -> SessionView:
+async def _describe(client: Client, session_id: str) -> WorkflowExecutionDescription:
+    with temporal_errors(session_id):
+        return await client.get_workflow_handle(session_id).describe()
+
+
+async def _view_of(client: Client, desc: WorkflowExecutionDescription,
+                   session_id: str) -> SessionView:
     """What Temporal alone knows of a session (no worker needed): its last recorded
     status, and why it is stuck when its workflow task keeps failing."""
-    with temporal_errors(session_id):
-        desc = await client.get_workflow_handle(session_id).describe()
     return SessionView(
         session_id=session_id, status=_status(desc.typed_search_attributes.get(SESSION_STATUS)),
         execution_status=_execution_status(desc.status), live=False,
@@ -185,6 +190,10 @@ def _from_log(view: SessionView, log: SessionLogView | None) -> SessionView:
     return view.model_copy(update={
         "replies": log.replies, "turns": log.turns, "llm_calls": log.llm_calls,
         "failure_reason": log.failure_reason, "last_text": log.last_text})
+
+
+async def _recorded_view(client: Client, session_id: str) -> SessionView:
+    return await _view_of(client, await _describe(client, session_id), session_id)
 
 
 @router.get("/{session_id}", response_model=SessionView)
@@ -268,21 +277,27 @@ async def end(session_id: SessionIdDep, client: ClientDep, tuning: TuningDep,
     return Accepted(session_id=session_id, status=ack.status)
 
 
-@router.post("/{session_id}/cancel", status_code=202, response_model=Accepted)
-async def cancel(session_id: SessionIdDep, client: ClientDep) -> Accepted:
-    """Cancel the session: open contracts are cancelled, the status becomes
-    `canceled`. 409 when it has already ended, or when it is stuck (nothing is
-    recorded then: a stuck session cannot carry out a cancel)."""
-    handle = client.get_workflow_handle(session_id)
-    view = await _recorded_view(client, session_id)
+@router.post("/{session_id}/cancel", status_code=202, response_model=CancelAccepted)
+async def cancel(session_id: SessionIdDep, client: ClientDep) -> CancelAccepted:
+    """Cancel the session: what is in flight is cancelled, open contracts are
+    cancelled, nothing new starts, the status becomes `canceled`. A repeat while it
+    is cancelling is a 202 `already_requested`; 409 when it has already ended, or
+    when it is stuck (nothing is recorded then: a stuck session cannot carry out a
+    cancel)."""
+    desc = await _describe(client, session_id)
+    view = await _view_of(client, desc, session_id)
     if view.execution_status != "running":
         status = view.status.value if view.status else view.execution_status
         raise ApiError(409, "session_closed", f"the session already ended: it is {status}")
     if view.stuck is not None:
         raise stuck_sessions.refusal(session_id, view.stuck)
-    with temporal_errors(session_id):
-        await handle.cancel()
-    return Accepted(session_id=session_id, status=view.status)
+    # Temporal keeps one cancel request: a second would be a silent no-op, so say so.
+    already = desc.raw_description.workflow_extended_info.cancel_requested
+    if not already:
+        with temporal_errors(session_id):
+            await client.get_workflow_handle(session_id).cancel()
+    return CancelAccepted(session_id=session_id, status=view.status,
+                          cancellation="already_requested" if already else "requested")
 
 
 @router.post("/{session_id}/steps/{index}/{action}", status_code=202, response_model=Accepted)

@@ -20,6 +20,8 @@ from tests.api.http_support import (
     session_until,
     waiting,
 )
+from workflows.config import SessionConfig
+from workflows.messages import SessionInput
 
 
 async def history_length(stack: HttpStack, sid: str) -> int:
@@ -154,7 +156,8 @@ async def test_cancel_a_waiting_session(http_stack: HttpStack):
     await session_until(http, sid, waiting("confirm"))
     r = await http.post(f"/api/sessions/{sid}/cancel")
     assert r.status_code == 202 and r.json() == {
-        "session_id": sid, "accepted": True, "request_id": None, "status": "waiting_user"}
+        "session_id": sid, "accepted": True, "request_id": None, "status": "waiting_user",
+        "cancellation": "requested"}
     s = await session_until(http, sid, lambda s: s["status"] == "canceled")
     assert [c["current_status"] for c in s["contracts"]] == ["cancelled"]
     assert await listed(http, sid, "canceled")
@@ -223,3 +226,55 @@ async def test_list_pages_and_filters(http_stack: HttpStack):
     r = await http.get("/api/sessions", params={"status": "sleeping"})
     assert r.status_code == 422 and "status" in error_of(r)["message"]
 
+
+
+async def test_a_second_cancel_while_cancelling_is_accepted_and_says_so(http_stack: HttpStack):
+    """No worker takes the session (another task queue), so it stays cancelling."""
+    sid = f"cancelling-{uuid.uuid4().hex[:8]}"
+    await http_stack.client.start_workflow(
+        "SessionWorkflow", SessionInput(session_id=sid, config=SessionConfig.model_validate(
+            confirm_body())), id=sid, task_queue=f"tq-nobody-{uuid.uuid4().hex[:6]}")
+    try:
+        answers = [await http_stack.http.post(f"/api/sessions/{sid}/cancel") for _ in "12"]
+        assert [(r.status_code, r.json()["cancellation"]) for r in answers] == [
+            (202, "requested"), (202, "already_requested")]
+        desc = await http_stack.client.get_workflow_handle(sid).describe()
+        assert desc.raw_description.workflow_extended_info.cancel_requested
+    finally:
+        await http_stack.client.get_workflow_handle(sid).terminate("test cleanup")
+
+
+def _timing_out(**policy) -> dict:
+    """A confirm nobody answers within 1 s; then the agent waits for a message."""
+    body = confirm_body()
+    body["agent"]["llm"]["responses"] = [
+        {"ecs_request": {"kind": "confirm", "prompt": "go on?"}}, {"text": "went on"}]
+    return {**body, "reply_timeout_s": 1, **policy}
+
+
+async def test_a_reply_to_an_expired_request_says_it_expired(http_stack: HttpStack):
+    http = http_stack.http
+    r = await http.post("/api/sessions", json=_timing_out(on_reply_timeout="cancel"))
+    sid = r.json()["session_id"]
+    asked = await session_until(http, sid, waiting("confirm"))
+    await session_until(http, sid, waiting("message"))  # it expired, the agent went on
+    r = await http.post(f"/api/sessions/{sid}/reply", json={
+        "request_id": asked["pending"]["request_id"], "approve": True})
+    assert r.status_code == 409 and error_of(r)["code"] == "reply_refused"
+    assert f"request {asked['pending']['request_id']!r} expired at " in error_of(r)["message"]
+    await http.post(f"/api/sessions/{sid}/cancel")
+
+
+async def test_a_reply_to_an_auto_decided_request_says_what_was_decided(
+        http_stack: HttpStack):
+    http = http_stack.http
+    r = await http.post("/api/sessions",
+                        json=_timing_out(interactive_require_user_reply=False))
+    sid = r.json()["session_id"]
+    asked = await session_until(http, sid, waiting("confirm"))
+    await session_until(http, sid, waiting("message"))  # auto-decided, the agent went on
+    r = await http.post(f"/api/sessions/{sid}/reply", json={
+        "request_id": asked["pending"]["request_id"], "approve": True})
+    assert r.status_code == 409 and error_of(r)["code"] == "reply_refused"
+    assert "was auto-decided: rejected" in error_of(r)["message"]
+    await http.post(f"/api/sessions/{sid}/cancel")

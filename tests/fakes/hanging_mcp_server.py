@@ -1,6 +1,7 @@
-"""An MCP server whose one tool never returns: a stand-in for a tool call that is
-under way when the worker running it dies. Before it hangs it appends a line to
-``<dir>/launches.log``, so a test can count how often the tool really ran.
+"""An MCP server whose tools never return: stand-ins for a tool call that is under
+way when the worker running it dies, or when the session is cancelled. Before it
+hangs each tool appends a line to ``<dir>/<tool>es.log`` (``launches.log``,
+``watches.log``), so a test can tell it runs and count how often it really ran.
 
     python -m tests.fakes.hanging_mcp_server --dir DIR
 """
@@ -15,6 +16,7 @@ from mcp.server.mcpserver import MCPServer
 from mcp_types import ToolAnnotations
 
 AT_MOST_ONCE = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False)
+READ_ONLY = ToolAnnotations(read_only_hint=True)
 
 
 def build_server(root: Path) -> MCPServer:
@@ -24,6 +26,14 @@ def build_server(root: Path) -> MCPServer:
     async def launch(name: str) -> str:
         """Launch something (not idempotent) and never report back."""
         with (root / "launches.log").open("a") as f:
+            f.write(name + "\n")
+        await anyio.sleep_forever()
+        return "unreachable"
+
+    @mcp.tool(annotations=READ_ONLY)
+    async def watch(name: str) -> str:
+        """Watch something (read-only, retried freely) and never report back."""
+        with (root / "watches.log").open("a") as f:
             f.write(name + "\n")
         await anyio.sleep_forever()
         return "unreachable"
