@@ -1,13 +1,22 @@
-"""One live MCP client session per configured server, shared by every tool activity.
+"""Live MCP client sessions shared by every tool activity, bounded in number and in time.
 
 Starting an MCP server and listing its tools takes 1.5-2.5 s, so the worker
 never spawns a server per call: the first call for a server starts it, later
 calls (from any number of concurrent activities) reuse the same session.
 
-The SDK's transports are anyio context managers that must be entered and
-exited by the same task, so each session is owned by one long-lived task
-(``_Connection``) that enters ``mcp.Client`` and waits to be told to stop;
-calls from other tasks only exchange messages over its streams.
+A waiting session must cost almost nothing, and a server config that differs
+per session (e.g. ``--dir <the session's folder>``) is a distinct server, so:
+- a server with no call in flight and none for ``idle_s`` is closed (a reaper
+  task sweeps; ``close_idle`` is the sweep); the next call starts it again;
+- at most ``max_servers`` run at once, counting those still closing (for stdio:
+  child processes). When full, the least recently used idle server is closed
+  to make room; when every one is busy, the call waits up to ``slot_wait_s``
+  for one to go idle, then fails with ``McpPoolFullError``. Waiting comes
+  first because at-most-once tools are never retried by the workflow.
+
+The pool never sends a call twice: a call is counted in flight before any
+await, and idle close and eviction only take sessions with none in flight, so
+a call either keeps the live session or starts a fresh one.
 
 Failures, and what the caller sees:
 - the server answers with an error (an ``isError`` result, or a JSON-RPC
@@ -24,150 +33,221 @@ Failures, and what the caller sees:
 from __future__ import annotations
 
 import asyncio
-import logging
+import contextlib
+import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, cast
 
 import mcp_types as types
-from mcp import Client, MCPError, StdioServerParameters
-from mcp.client import ClientRequestContext
-from mcp.client.session import ListRootsFnT
+from mcp import Client, MCPError
 
+from activities.mcp_connection import (
+    Connection,
+    McpTransportError,
+    describe,
+    is_transport_failure,
+    log,
+    program,
+    roots_callback,
+)
+from activities.mcp_results import tool_result, tool_spec
 from workflows.config import McpServerConfig
 from workflows.io import ToolCallResult, ToolSpec
-from workflows.safety import ToolAnnotations, classify
 
-log = logging.getLogger(__name__)
+__all__ = ["McpClientPool", "McpPoolFullError", "McpTransportError", "roots_callback"]
 
 IDEMPOTENCY_META_KEY = "hitlflow/idempotency_key"
+DEFAULT_IDLE_S = 300.0
+DEFAULT_MAX_SERVERS = 32
+DEFAULT_SLOT_WAIT_S = 60.0
 
 
-class McpTransportError(Exception):
-    """The connection to an MCP server failed; a call under way has an unknown outcome."""
-
-
-def _is_transport_failure(exc: MCPError) -> bool:
-    # The SDK reports a closed connection (EOF, broken pipe, a lost HTTP stream)
-    # as CONNECTION_CLOSED. A server that uses -32000 for its own errors is then
-    # treated as "outcome unknown" too: conservative, never double-runs a call.
-    return exc.code in (types.CONNECTION_CLOSED, types.REQUEST_TIMEOUT)
-
-
-def roots_callback(server: McpServerConfig) -> ListRootsFnT | None:
-    """The ``list_roots`` answer for ``server``, or None to not declare the capability.
-
-    Declaring roots matters: the filesystem server replaces its command-line
-    folders with the client's roots, so only a configured list is announced.
-    """
-    if server.roots is None:
-        return None
-    base = Path(server.cwd) if server.cwd else Path.cwd()
-    roots = [types.Root(uri=(base / r).resolve().as_uri(), name=r) for r in server.roots]
-
-    async def list_roots(context: ClientRequestContext) -> types.ListRootsResult:
-        return types.ListRootsResult(roots=roots)
-
-    return list_roots
-
-
-def _target(server: McpServerConfig) -> StdioServerParameters | str:
-    if server.url is not None:
-        return server.url  # the SDK's streamable-HTTP client
-    assert server.command is not None
-    return StdioServerParameters(
-        command=server.command[0], args=server.command[1:], env=server.env or None, cwd=server.cwd
-    )
-
-
-class _Connection:
-    """One client session, owned by a dedicated task that enters and exits its contexts."""
-
-    def __init__(self, server: McpServerConfig) -> None:
-        self.server = server
-        self.dead = False
-        self._started: asyncio.Future[Client] = asyncio.get_running_loop().create_future()
-        # Mark a start failure as seen even when every waiter was cancelled meanwhile.
-        self._started.add_done_callback(lambda f: f.cancelled() or f.exception())
-        self._stop = asyncio.Event()
-        self.task = asyncio.create_task(self._own(), name=f"mcp-session:{server.name}")
-
-    async def _own(self) -> None:
-        name = self.server.name
-        try:
-            client = Client(
-                _target(self.server), list_roots_callback=roots_callback(self.server), cache=None
-            )
-            async with client:
-                self._started.set_result(client)
-                await self._stop.wait()
-        except Exception as exc:
-            if not self._started.done():
-                why = f"MCP server {name!r} could not be started: {_describe(exc)}"
-                self._started.set_exception(McpTransportError(why))
-            else:
-                log.debug("MCP session %r ended with an error", name, exc_info=True)
-        finally:
-            self.dead = True
-            if not self._started.done():
-                why = f"MCP server {name!r} was closed before it started"
-                self._started.set_exception(McpTransportError(why))
-
-    async def client(self) -> Client:
-        """The connected client; shielded so one cancelled caller does not abort the start."""
-        return await asyncio.shield(self._started)
-
-    def stop(self) -> None:
-        self.dead = True
-        self._stop.set()
-
-    async def close(self) -> None:
-        """Stop and wait; shielded: cancelling the waiter must not interrupt the teardown."""
-        self.stop()
-        await asyncio.shield(asyncio.gather(self.task, return_exceptions=True))
+class McpPoolFullError(McpTransportError):
+    """Every server the pool may run stayed busy; the call was not sent (safe to retry)."""
 
 
 class McpClientPool:
-    """Live MCP client sessions keyed by server name and connection config.
+    """Live MCP client sessions keyed by server connection config.
 
     Use it from one event loop (the worker's) and ``aclose()`` it on shutdown.
+    ``clock`` (monotonic seconds) decides idleness; tests inject their own.
     """
 
-    def __init__(self) -> None:
-        self._connections: dict[str, _Connection] = {}
-        self._locks: dict[str, asyncio.Lock] = {}
-        # Every owner task still running, also those of dropped sessions still closing.
+    def __init__(
+        self,
+        *,
+        idle_s: float = DEFAULT_IDLE_S,
+        max_servers: int = DEFAULT_MAX_SERVERS,
+        slot_wait_s: float = DEFAULT_SLOT_WAIT_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if max_servers < 1:
+            raise ValueError(f"max_servers must be at least 1, got {max_servers}")
+        if idle_s < 0 or slot_wait_s < 0:
+            raise ValueError(f"idle_s and slot_wait_s must be >= 0, got {idle_s}, {slot_wait_s}")
+        self.idle_s = idle_s
+        self.max_servers = max_servers
+        self.slot_wait_s = slot_wait_s
+        self._clock = clock
+        self._connections: dict[str, Connection] = {}
+        # Every owner task still running, also those of dropped sessions still closing:
+        # the cap counts these, so it bounds processes, not just map entries.
         self._owners: set[asyncio.Task[None]] = set()
-        # How many sessions were started (tests assert reuse with it).
+        # Set (and replaced) whenever a session goes idle or an owner task ends.
+        self._changed = asyncio.Event()
+        self._reaper: asyncio.Task[None] | None = None
+        # Counters (tests assert reuse, closes and evictions with them).
         self.sessions_started = 0
+        self.closed_idle = 0
+        self.evicted = 0
+        self.waiting = 0  # calls waiting for a slot right now
+
+    @property
+    def live_servers(self) -> int:
+        """Sessions running or still closing (for stdio servers: child processes)."""
+        return len(self._owners)
 
     @staticmethod
     def _key(server: McpServerConfig) -> str:
         # Overrides change how tools are classified, not the session.
         return server.model_dump_json(exclude={"tool_overrides"})
 
-    async def _connection(self, server: McpServerConfig) -> tuple[_Connection, Client]:
-        key = self._key(server)
-        async with self._locks.setdefault(key, asyncio.Lock()):
-            conn = self._connections.get(key)
-            if conn is None or conn.dead:
-                if conn is not None:
-                    await self._drop(key, conn)
-                conn = _Connection(server)
-                self._connections[key] = conn
-                self._owners.add(conn.task)
-                conn.task.add_done_callback(self._owners.discard)
-                self.sessions_started += 1
-        try:
-            return conn, await conn.client()
-        except McpTransportError:
-            await self._drop(key, conn)
-            raise
+    async def _acquire(self, server: McpServerConfig) -> Connection:
+        """A session for ``server`` with this call counted in flight.
 
-    async def _drop(self, key: str, conn: _Connection) -> None:
+        Between looking a session up and counting the call there is no await,
+        which is what makes idle close and eviction safe against this call.
+        """
+        self._ensure_reaper()
+        key = self._key(server)
+        deadline: float | None = None
+        loop = asyncio.get_running_loop()
+        while True:
+            conn = self._connections.get(key)
+            if conn is not None and conn.dead:
+                del self._connections[key]
+                conn.stop()  # its owner task frees the slot when it ends
+                conn = None
+            if conn is None and len(self._owners) < self.max_servers:
+                conn = self._start(key, server)
+            if conn is not None:
+                conn.in_flight += 1
+                conn.last_used = self._clock()
+                return conn
+            # A server already closing will free a slot: wait for it rather than evict another.
+            victim = None if self._closing() else self._lru_idle()
+            if victim is not None:
+                self._remove(victim)
+                self.evicted += 1
+                log.info(
+                    "MCP server %r evicted: the pool is at its cap of %d live servers "
+                    "(HITLFLOW_MCP_MAX_SERVERS)", victim.server.name, self.max_servers,
+                )
+                await victim.close()  # its process is gone before the new one starts
+                continue
+            deadline = loop.time() + self.slot_wait_s if deadline is None else deadline
+            if loop.time() >= deadline:
+                raise self._full(server)
+            changed = self._changed
+            self.waiting += 1
+            try:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(changed.wait(), deadline - loop.time())
+            finally:
+                self.waiting -= 1
+
+    def _start(self, key: str, server: McpServerConfig) -> Connection:
+        conn = Connection(server, self._clock())
+        self._connections[key] = conn
+        self._owners.add(conn.task)
+        conn.task.add_done_callback(self._owner_done)
+        self.sessions_started += 1
+        log.info(
+            "MCP server %r starting (%s); %d of at most %d live",
+            server.name, program(server), len(self._owners), self.max_servers,
+        )
+        return conn
+
+    def _owner_done(self, task: asyncio.Task[None]) -> None:
+        self._owners.discard(task)
+        self._notify()
+
+    def _release(self, conn: Connection) -> None:
+        conn.in_flight -= 1
+        conn.last_used = self._clock()
+        if conn.in_flight == 0:
+            self._notify()
+
+    def _notify(self) -> None:
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    def _closing(self) -> int:
+        return len(self._owners - {c.task for c in self._connections.values()})
+
+    def _lru_idle(self) -> Connection | None:
+        idle = [c for c in self._connections.values() if c.in_flight == 0 and not c.dead]
+        return min(idle, key=lambda c: c.last_used, default=None)
+
+    def _remove(self, conn: Connection) -> None:
+        """Take ``conn`` out of the pool and tell it to stop (no await: see ``_acquire``)."""
+        key = self._key(conn.server)
         if self._connections.get(key) is conn:
             del self._connections[key]
+        conn.stop()
+
+    async def _drop(self, conn: Connection) -> None:
+        self._remove(conn)
         await conn.close()
+
+    def _full(self, server: McpServerConfig) -> McpPoolFullError:
+        log.warning(
+            "MCP pool full: %d servers, all busy for %g s; %r not called",
+            self.max_servers, self.slot_wait_s, server.name,
+        )
+        return McpPoolFullError(
+            f"MCP server {server.name!r} was not called: this worker already runs its cap of "
+            f"{self.max_servers} MCP servers and all stayed busy for {self.slot_wait_s:g} s. "
+            "The call was not sent, so it is safe to retry; raise the cap with "
+            "HITLFLOW_MCP_MAX_SERVERS"
+        )
+
+    async def close_idle(self, now: float | None = None) -> int:
+        """Close every server with no call in flight and none for ``idle_s``; return how many.
+
+        The reaper calls it; tests call it with a ``now`` of their choosing. The
+        servers are chosen and told to stop before the first await, so a call
+        starting meanwhile either was counted first (its server stays) or
+        finds it gone (and starts a fresh one); it returns once they have exited.
+        """
+        now = self._clock() if now is None else now
+        idle = [
+            c for c in self._connections.values()
+            if c.in_flight == 0 and not c.dead and now - c.last_used >= self.idle_s
+        ]
+        for conn in idle:
+            self._remove(conn)
+            self.closed_idle += 1
+            log.info(
+                "MCP server %r closed after %.0f s idle", conn.server.name, now - conn.last_used
+            )
+        await asyncio.gather(*(c.close() for c in idle))
+        return len(idle)
+
+    def _ensure_reaper(self) -> None:
+        if self._reaper is None or self._reaper.done():
+            self._reaper = asyncio.create_task(self._reap(), name="mcp-pool-reaper")
+
+    async def _reap(self) -> None:
+        # A server closes between idle_s and idle_s + sweep after its last call;
+        # with no server left the reaper ends (the next call starts it again).
+        sweep = min(max(self.idle_s / 4, 1.0), 30.0)
+        while self._connections:
+            await asyncio.sleep(sweep)
+            try:
+                await self.close_idle()
+            except Exception:  # a failed sweep must not end idle closing for good
+                log.exception("closing idle MCP servers failed")
 
     async def _request(self, server: McpServerConfig, what: str, send: Callable[[Client], Any]):
         """Run ``send`` on the server's session; a lost connection drops the session.
@@ -177,11 +257,22 @@ class McpClientPool:
         ``RuntimeError`` for a result it rejects (e.g. structured content that
         does not match the tool's output schema) while the session is alive.
         """
-        conn, client = await self._connection(server)
+        conn = await self._acquire(server)
+        try:
+            return await self._send(conn, what, send)
+        finally:
+            self._release(conn)
+
+    async def _send(self, conn: Connection, what: str, send: Callable[[Client], Any]):
+        try:
+            client = await conn.client()
+        except McpTransportError:
+            await self._drop(conn)
+            raise
         try:
             return await send(client)
         except MCPError as exc:
-            if not _is_transport_failure(exc):
+            if not is_transport_failure(exc):
                 raise
             failure: Exception = exc
         except RuntimeError as exc:
@@ -190,11 +281,11 @@ class McpClientPool:
             failure = exc
         except Exception as exc:
             failure = exc
-        await self._drop(self._key(server), conn)
+        await self._drop(conn)
         raise McpTransportError(
-            f"MCP server {server.name!r}: connection lost during {what} ({_describe(failure)}); "
-            "whether it took effect is unknown; the next call connects again "
-            "(starting a stdio server anew)"
+            f"MCP server {conn.server.name!r}: connection lost during {what} "
+            f"({describe(failure)}); whether it took effect is unknown; the next call "
+            "connects again (starting a stdio server anew)"
         ) from failure
 
     async def list_tools(self, server: McpServerConfig) -> list[ToolSpec]:
@@ -211,7 +302,7 @@ class McpClientPool:
                     return tools
 
         tools = await self._request(server, "tools/list", every_page)
-        return [_tool_spec(server, tool) for tool in tools]
+        return [tool_spec(server, tool) for tool in tools]
 
     async def call_tool(
         self,
@@ -235,57 +326,22 @@ class McpClientPool:
         except RuntimeError as exc:  # the tool ran, but its result was rejected
             message = f"invalid result from {tool!r}: {exc}"
             return ToolCallResult(is_error=True, text=message, error_message=message)
-        return _tool_result(result)
+        return tool_result(result)
 
     async def aclose(self) -> None:
-        """Stop every session; each owner task exits its own contexts (and reaps its server)."""
+        """Stop the reaper and every session; each owner task exits its own contexts
+        (and reaps its server)."""
+        if self._reaper is not None:
+            self._reaper.cancel()
+            await asyncio.gather(self._reaper, return_exceptions=True)
+            self._reaper = None
         for conn in self._connections.values():
             conn.stop()
         self._connections.clear()
-        await asyncio.gather(*self._owners, return_exceptions=True)
+        await asyncio.gather(*list(self._owners), return_exceptions=True)
 
     async def __aenter__(self) -> McpClientPool:
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
-
-
-def _describe(exc: BaseException) -> str:
-    """A one-line cause; a group of one (anyio task groups wrap everything) is unwrapped."""
-    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
-        exc = exc.exceptions[0]
-    return f"{type(exc).__name__}: {exc}"
-
-
-def _tool_spec(server: McpServerConfig, tool: types.Tool) -> ToolSpec:
-    a = tool.annotations
-    annotations = ToolAnnotations(
-        read_only_hint=a.read_only_hint if a else None,
-        destructive_hint=a.destructive_hint if a else None,
-        idempotent_hint=a.idempotent_hint if a else None,
-    )
-    return ToolSpec(
-        server=server.name,
-        name=tool.name,
-        description=tool.description or "",
-        input_schema=tool.input_schema,
-        annotations=annotations,
-        safety=classify(annotations, server.tool_overrides.get(tool.name)),
-    )
-
-
-def _tool_result(result: types.CallToolResult) -> ToolCallResult:
-    parts: list[str] = []
-    for block in result.content:
-        if isinstance(block, types.TextContent):
-            parts.append(block.text)
-        else:
-            parts.append(f"[{block.type} content]")
-    text = "\n".join(parts)
-    structured = result.structured_content if isinstance(result.structured_content, dict) else None
-    if result.is_error:
-        return ToolCallResult(
-            is_error=True, text=text, structured=structured, error_message=text or "tool failed"
-        )
-    return ToolCallResult(text=text, structured=structured)

@@ -72,7 +72,7 @@ async def run_worker(
 ) -> None:
     """Run a worker until ``stop`` is set; MCP servers are closed on the way out."""
     client = client or await connect(settings)
-    pool = McpClientPool()
+    pool = McpClientPool(idle_s=settings.mcp_idle_s, max_servers=settings.mcp_max_servers)
     try:
         async with build_worker(client, settings.task_queue, pool):
             recovered = await recover_waiting_sessions(client)

@@ -8,7 +8,6 @@ start their own pool so their counts are exact.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import signal
 import sys
@@ -20,11 +19,10 @@ from temporalio.testing import ActivityEnvironment
 
 from activities.mcp_pool import McpClientPool, McpTransportError, roots_callback
 from activities.tools import McpToolActivities
+from tests.support.mcp_servers import REPO, executions, gone, notes_server, server_pid
 from workflows.config import McpServerConfig
 from workflows.io import ListToolsInput, ToolCallInput
 from workflows.safety import SafetyClass, ToolAnnotations
-
-REPO = Path(__file__).resolve().parents[2]
 
 # A low-level server that answers an unknown tool with a JSON-RPC error (as
 # Python servers may) instead of an isError result.
@@ -48,34 +46,6 @@ async def main():
 
 anyio.run(main)
 """
-
-
-def notes_server(notes_dir: Path, **extra) -> McpServerConfig:
-    return McpServerConfig(
-        name="notes",
-        command=[sys.executable, "-m", "activities.demo_notes_server", "--dir", str(notes_dir)],
-        cwd=str(REPO),
-        **extra,
-    )
-
-
-def server_pid(notes_dir: Path) -> int:
-    return int((notes_dir / ".server.pid").read_text())
-
-
-def executions(notes_dir: Path) -> list[dict]:
-    log = notes_dir / ".calls.log"
-    if not log.exists():
-        return []
-    return [json.loads(line) for line in log.read_text().splitlines()]
-
-
-def gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    return False
 
 
 @pytest.fixture(scope="module")

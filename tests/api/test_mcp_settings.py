@@ -1,0 +1,70 @@
+"""The MCP pool's two knobs: read from HITLFLOW_*, refused when nonsense, passed to the pool."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import subprocess
+import sys
+
+import pytest
+from pydantic import ValidationError
+
+import api.worker as worker
+from activities.mcp_pool import DEFAULT_IDLE_S, DEFAULT_MAX_SERVERS, McpClientPool
+from api.settings import HitlflowSettings
+
+
+def test_defaults_match_the_pools_and_the_environment_sets_them(monkeypatch):
+    monkeypatch.delenv("HITLFLOW_MCP_IDLE_S", raising=False)
+    monkeypatch.delenv("HITLFLOW_MCP_MAX_SERVERS", raising=False)
+    assert (HitlflowSettings().mcp_idle_s, HitlflowSettings().mcp_max_servers) == (
+        DEFAULT_IDLE_S, DEFAULT_MAX_SERVERS)
+    monkeypatch.setenv("HITLFLOW_MCP_IDLE_S", "45.5")
+    monkeypatch.setenv("HITLFLOW_MCP_MAX_SERVERS", "4")
+    settings = HitlflowSettings()
+    assert (settings.mcp_idle_s, settings.mcp_max_servers) == (45.5, 4)
+
+
+@pytest.mark.parametrize(
+    ("var", "value", "field"),
+    [("HITLFLOW_MCP_MAX_SERVERS", "0", "mcp_max_servers"),
+     ("HITLFLOW_MCP_MAX_SERVERS", "-3", "mcp_max_servers"),
+     ("HITLFLOW_MCP_IDLE_S", "-1", "mcp_idle_s")],
+)
+def test_nonsense_is_refused(monkeypatch, var, value, field):
+    monkeypatch.setenv(var, value)
+    with pytest.raises(ValidationError, match=field):
+        HitlflowSettings()
+
+
+def test_the_worker_command_refuses_a_cap_of_zero_before_starting(tmp_path):
+    env = {"HITLFLOW_MCP_MAX_SERVERS": "0", "PATH": "/usr/bin:/bin", "COLUMNS": "200"}
+    r = subprocess.run([sys.executable, "-m", "api.cli", "worker"], capture_output=True,
+                       text=True, env=env, cwd=tmp_path, timeout=60, stdin=subprocess.DEVNULL,
+                       check=False)
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert "HITLFLOW_MCP_MAX_SERVERS" in r.stderr and "greater than or equal to 1" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+async def test_run_worker_builds_the_pool_from_the_settings(monkeypatch):
+    pools: list[McpClientPool] = []
+
+    @contextlib.asynccontextmanager
+    async def no_worker(client, task_queue, pool):
+        pools.append(pool)
+        yield
+
+    async def none_waiting(client) -> int:
+        return 0
+
+    monkeypatch.setattr(worker, "build_worker", no_worker)
+    monkeypatch.setattr(worker, "recover_waiting_sessions", none_waiting)
+    stop = asyncio.Event()
+    stop.set()
+    settings = HitlflowSettings(mcp_idle_s=12, mcp_max_servers=3)
+
+    await worker.run_worker(settings, stop, client=object())  # type: ignore[arg-type]
+
+    assert [(p.idle_s, p.max_servers) for p in pools] == [(12, 3)]
