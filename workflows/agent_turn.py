@@ -12,7 +12,7 @@ from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError
+from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     import workflows.agent as agent  # `from workflows import agent` is not passed through
@@ -45,6 +45,15 @@ RETRY_FREELY = RetryPolicy(
 AT_MOST_ONCE = RetryPolicy(maximum_attempts=1)
 TOOL_TIMEOUT = timedelta(minutes=5)
 TOOL_HEARTBEAT = timedelta(seconds=15)
+
+
+# Errors raised before a tool call was sent (the worker's MCP pool was full): the
+# outcome is known, the call did not run.
+NOT_SENT_ERRORS = ("McpPoolFullError",)
+
+
+def _not_sent(err: ActivityError) -> bool:
+    return isinstance(err.cause, ApplicationError) and err.cause.type in NOT_SENT_ERRORS
 
 
 def _cause(err: BaseException) -> str:
@@ -211,7 +220,7 @@ class AgentTurn:
             )
         except ActivityError as err:
             msg = _cause(err)
-            if once:
+            if once and not _not_sent(err):
                 msg = f"outcome unknown: the call did not report back ({msg}); not retried"
             self._book.transition(c, Trigger.FAIL, Actor.TOOL_NODE, workflow.now(),
                                   error_message=msg)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from temporalio.exceptions import ActivityError, ApplicationError
 
 from workflows import agent
 from workflows.config import FormField, SessionConfig, ToolCallRequest
@@ -234,3 +235,20 @@ def test_reasoner_messages_carry_facts_not_contracts():
     view = agent.consequence_message(c, "call-1")
     assert view.content.startswith("[SUCCESS] Ask the person to confirm: ok?")
     assert "was_suspended=true" in view.content and view.tool_call_id == "call-1"
+
+
+def _activity_error(cause: BaseException) -> ActivityError:
+    err = ActivityError("activity failed", scheduled_event_id=1, started_event_id=2,
+                        identity="w", activity_type="call_tool", activity_id="1",
+                        retry_state=None)
+    err.__cause__ = cause
+    return err
+
+
+def test_a_call_the_pool_never_sent_is_not_an_unknown_outcome():
+    """A full MCP pool refuses before sending: the at-most-once call did not run."""
+    from workflows.agent_turn import _not_sent
+
+    assert _not_sent(_activity_error(ApplicationError("pool full", type="McpPoolFullError")))
+    assert not _not_sent(_activity_error(ApplicationError("boom", type="McpTransportError")))
+    assert not _not_sent(_activity_error(TimeoutError("heartbeat")))
