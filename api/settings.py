@@ -23,6 +23,9 @@ class HitlflowSettings(BaseSettings):
     api_port: int = Field(default=8000, ge=1, le=65535)
     api_host: str = "127.0.0.1"
     api_token: str | None = None
+    # The read model: PostgreSQL (postgresql://...) on a cluster; unset means SQLite
+    # in data_dir (read_model.sqlite).
+    read_model_url: str | None = None
 
     @property
     def target(self) -> str:
