@@ -224,6 +224,8 @@ class SessionLogView:
     def _created(self, p: dict[str, Any], _: dict[str, Any]) -> None:
         self.mode = (p.get("config") or {}).get("mode")
         self.task_queue = p.get("task_queue")
+        if self.status is None:
+            self.status = SessionStatus(p.get("run_state") or "queued")
         self.started_at = p.get("created_at")
         self.execution_status = "running"
 
