@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
+import logging
 import socket
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -32,6 +33,9 @@ from api.routers import audit, events, execution, health, past, sessions
 from api.settings import HitlflowSettings
 from api.sse import EventProvider
 from observation.log_reader import LogViews
+from observation.read_model import ReadModelError, ReadStore, open_store
+
+log = logging.getLogger("hitlflow.api")
 
 OPEN_PATHS = frozenset({"/healthz"})
 
@@ -116,6 +120,7 @@ def create_app(
     *,
     tuning: ApiTuning | None = None,
     event_provider: EventProvider | None = None,
+    read_model: ReadStore | None = None,
 ) -> FastAPI:
     """The HTTP service. Without ``client``, the lifespan connects one to
     ``settings.target``; ``event_provider`` replaces the SSE source (tests)."""
@@ -128,7 +133,19 @@ def create_app(
             app.state.client = await Client.connect(
                 settings.target, namespace=settings.namespace,
                 data_converter=pydantic_data_converter, lazy=True)
-        yield
+        opened = None
+        if app.state.read_model is None:
+            try:
+                opened = app.state.read_model = await asyncio.to_thread(
+                    open_store, settings.data_dir, settings.read_model_url)
+            except ReadModelError as err:  # reads answer 503 until it can be opened
+                log.error("the read model cannot be opened: %s", err)
+        try:
+            yield
+        finally:
+            if opened is not None:
+                app.state.read_model = None
+                await asyncio.to_thread(opened.close)
 
     app = FastAPI(
         title="hitlflow", version="0.1.0", lifespan=lifespan,
@@ -139,6 +156,7 @@ def create_app(
     app.state.settings, app.state.tuning, app.state.client = settings, tuning, client
     app.state.event_provider = event_provider
     app.state.log_views = LogViews(settings.data_dir / "runs")
+    app.state.read_model = read_model
     app.state.stopping = asyncio.Event()  # set first on shutdown: SSE streams end
     errors.install(app)
     app.include_router(health.router)

@@ -50,12 +50,17 @@ def follow(api: ApiClient, session_id: str, auto_approve: bool) -> str:
     """Print what happens until the session ends; answer whenever it waits."""
     shown_changes = shown_transitions = 0
     answered: set[str] = set()
+    written = 0  # the journal position our last answer needs the reads to reflect
     while True:
-        s = api.get(f"/api/sessions/{session_id}")
+        fresh = {"min_journal_seq": written} if written else {}
+        s = api.get(f"/api/sessions/{session_id}", params=fresh)
+        # Read at least as fresh as the session (and the same seq for all three).
+        seen = {"min_seq": s.get("seq", 0)}
         # A demo session is short: one page of each holds all of it.
-        timeline = api.get(f"/api/execution/{session_id}/timeline", params={"limit": 500})
+        timeline = api.get(f"/api/execution/{session_id}/timeline",
+                           params={"limit": 500, **seen})
         history = api.get(f"/api/sessions/{session_id}/history",
-                          params={"limit": 500})["status_history"]
+                          params={"limit": 500, **seen})["status_history"]
         for change in history[shown_changes:]:
             console.print(f"[bold]session[/] {change['from_status']} → {change['to_status']} "
                           f"[dim]({change['event']})[/]")
@@ -73,7 +78,8 @@ def follow(api: ApiClient, session_id: str, auto_approve: bool) -> str:
         if s["status"] == "waiting_user" and p and p["request_id"] not in answered:
             endpoint, body = ask(p, auto_approve)
             answered.add(p["request_id"])
-            api.post(f"/api/sessions/{session_id}/{endpoint}", body)
+            ack = api.post(f"/api/sessions/{session_id}/{endpoint}", body)
+            written = (ack or {}).get("journal_seq") or written
         time.sleep(POLL_S)
 
 

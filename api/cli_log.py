@@ -151,10 +151,41 @@ def export_command(
     raise typer.Exit(code)
 
 
+@log_app.command("rebuild-read-model")
+def rebuild_read_model_command(
+    data_dir: Path | None = DATA_DIR,
+    read_model_url: str | None = typer.Option(
+        None, "--read-model-url", help="postgresql://... (env HITLFLOW_READ_MODEL_URL; "
+        "default: <data-dir>/read_model.sqlite)"),
+) -> None:
+    """Drop the read model and rebuild it from every runs/*/events.ndjson alone (each
+    log verified first; a broken one is reported and skipped, exit 1). Stop the
+    exporter first, or restart it after."""
+    from observation.read_model import ReadModelError, open_store
+    from observation.read_model.sync import rebuild
+
+    settings = _settings(data_dir, read_model_url=read_model_url)
+    try:
+        store = open_store(settings.data_dir, settings.read_model_url)
+        try:
+            result = rebuild(store, settings.data_dir / "runs")
+        finally:
+            store.close()
+    except ReadModelError as err:
+        _fail(f"error: {err}")
+    for sid, why in sorted(result.errors.items()):
+        typer.echo(f"{sid}: skipped: {why}", err=True)
+    typer.echo(f"read model rebuilt in {store.where}: {len(result.synced)} sessions"
+               + (f", {len(result.errors)} logs skipped" if result.errors else ""))
+    raise typer.Exit(1 if result.errors else 0)
+
+
 def exporter_command(
     data_dir: Path | None = typer.Option(None, "--data-dir", help="env HITLFLOW_DATA_DIR"),
     temporal_address: str | None = typer.Option(
         None, "--temporal-address", help="host:port of Temporal (env HITLFLOW_TEMPORAL_ADDRESS)"),
+    read_model_url: str | None = typer.Option(
+        None, "--read-model-url", help="postgresql://... (env HITLFLOW_READ_MODEL_URL)"),
 ) -> None:
     """Run the exporter alone (e.g. next to a Temporal cluster) until Ctrl-C."""
     import asyncio
@@ -163,8 +194,8 @@ def exporter_command(
     from api.settings import HitlflowSettings
     from observation.exporter import run_exporter
 
-    overrides = {k: v for k, v in {"data_dir": data_dir,
-                                   "temporal_address": temporal_address}.items() if v}
+    overrides = {k: v for k, v in {"data_dir": data_dir, "temporal_address": temporal_address,
+                                   "read_model_url": read_model_url}.items() if v}
     settings = HitlflowSettings(**overrides)
 
     async def main() -> None:

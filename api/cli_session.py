@@ -330,7 +330,11 @@ def tail(session_id: SessionArg, api_url: ApiUrl = None, token: Token = None,
 
     Status changes, contract transitions and what the session waits for, as they
     happen; --json prints one event per line."""
+    last = {"seq": 0}
+
     def on_event(msg: SseMessage) -> None:
+        if msg.id and str(msg.id).isdigit():
+            last["seq"] = int(msg.id)
         if as_json:
             typer.echo(json.dumps({"id": msg.id, "event": msg.event, "data": msg.json()}))
         else:
@@ -341,8 +345,8 @@ def tail(session_id: SessionArg, api_url: ApiUrl = None, token: Token = None,
             follow_events(api, session_id, on_event)
         except KeyboardInterrupt:
             return
-        if not as_json:
-            s = api.get(f"/api/sessions/{session_id}")
+        if not as_json:  # as fresh as the last event shown
+            s = api.get(f"/api/sessions/{session_id}", params={"min_seq": last["seq"]})
             console.print(f"session {session_id} ended: [bold]{s['status']}[/]")
 
 

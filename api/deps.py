@@ -8,15 +8,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Annotated
+from typing import Annotated, Literal
 
-from fastapi import Depends, Path, Request
+from fastapi import Depends, Path, Query, Request
 from temporalio.client import Client
 
 from api.errors import ApiError
 from api.models import SESSION_ID_PATTERN
+from api.read_model import Freshness, store_of
 from api.settings import HitlflowSettings
 from observation.log_reader import LogViews
+from observation.read_model import ReadStore
 from workflows.config import valid_session_id
 
 
@@ -33,6 +35,8 @@ class ApiTuning:
     keepalive_s: float = 15.0
     # SSE: the reconnection delay suggested to clients (the `retry:` field).
     retry_ms: int = 2000
+    # How long a read with `min_seq`/`min_journal_seq` waits for the read model.
+    freshness_wait_s: float = 2.0
 
     @property
     def query_timeout(self) -> timedelta:
@@ -62,6 +66,22 @@ async def get_log_views(request: Request) -> LogViews:
     return request.app.state.log_views
 
 
+async def get_read_model(request: Request) -> ReadStore:
+    return store_of(request.app.state)
+
+
+async def get_freshness(
+    min_seq: Annotated[int | None, Query(ge=0, le=2**31 - 1, description=(
+        "Wait briefly (at most 2 s) until the answer reflects log line `min_seq` "
+        "(an SSE id or a previous answer's `seq`); else the older answer comes with "
+        "`X-Hitlflow-Stale: true`."))] = None,
+    min_journal_seq: Annotated[int | None, Query(ge=0, le=2**31 - 1, description=(
+        "Read your writes: the `journal_seq` of a reply's, message's or end's answer; "
+        "waits like `min_seq`."))] = None,
+) -> Freshness:
+    return Freshness(min_seq, min_journal_seq)
+
+
 async def get_session_id(
     session_id: Annotated[str, Path(
         pattern=SESSION_ID_PATTERN, max_length=128,
@@ -79,3 +99,8 @@ TuningDep = Annotated[ApiTuning, Depends(get_tuning)]
 ClientDep = Annotated[Client, Depends(get_client)]
 SessionIdDep = Annotated[str, Depends(get_session_id)]
 LogViewsDep = Annotated[LogViews, Depends(get_log_views)]
+ReadModelDep = Annotated[ReadStore, Depends(get_read_model)]
+FreshnessDep = Annotated[Freshness, Depends(get_freshness)]
+ConsistencyQuery = Annotated[Literal["read_model", "live"], Query(description=(
+    "`read_model` (default): from the read model the exporter keeps, no worker needed; "
+    "`live`: from the workflow's query (needs a worker), overlaid on the log."))]

@@ -93,6 +93,9 @@ class Accepted(BaseModel):
     status: SessionStatus | None = Field(
         description="The session's status when the request was taken (before its effect)."
     )
+    journal_seq: int | None = Field(default=None, description=(
+        "Read your write: pass it as `min_journal_seq` to a later read (null for a cancel: "
+        "wait for the status instead)."))
 
 
 class CancelAccepted(Accepted):
@@ -135,6 +138,11 @@ class StatusChangeView(BaseModel):
     at: datetime
     fcmp: list[FcmpEventView] = Field(default_factory=list)
 
+
+SEQ = ("The log line the answer reflects (0: none yet); also the `X-Hitlflow-Seq` header. "
+       "Pass it as `min_seq` to read at least as fresh again.")
+STALE = ("The `min_seq`/`min_journal_seq` asked for was not reached within the wait: this is "
+         "the older answer (also `X-Hitlflow-Stale: true`).")
 
 NEXT_CURSOR = Field(default=None, description=(
     "Pass as `cursor` for the next page (opaque); null on the last page."))
@@ -183,6 +191,10 @@ class SessionView(BaseModel):
     last_text: str | None = None
     stuck: StuckView | None = Field(
         default=None, description="Set when the session's workflow task keeps failing.")
+    waiting_since: datetime | None = None
+    seq: int = Field(default=0, description=SEQ)
+    journal_seq: int = Field(default=0, description="Journal entries the answer reflects.")
+    stale: bool = Field(default=False, description=STALE)
 
 
 class MemoryPage(BaseModel):
@@ -192,6 +204,7 @@ class MemoryPage(BaseModel):
     facts: list[ExecutionFact]
     total: int
     next_cursor: str | None = NEXT_CURSOR
+    seq: int = Field(default=0, description=SEQ)
 
 
 class HistoryPage(BaseModel):
@@ -201,6 +214,7 @@ class HistoryPage(BaseModel):
     status_history: list[StatusChangeView]
     total: int
     next_cursor: str | None = NEXT_CURSOR
+    seq: int = Field(default=0, description=SEQ)
 
 
 class TimelinePage(ExecutionTimeline):
@@ -208,6 +222,7 @@ class TimelinePage(ExecutionTimeline):
     every contract; `transitions` are those of the contracts on this page."""
 
     next_cursor: str | None = NEXT_CURSOR
+    seq: int = Field(default=0, description=SEQ)
 
 
 class SessionSummary(BaseModel):
@@ -227,6 +242,8 @@ class SessionSummary(BaseModel):
         "times in a row, cleared when a task succeeds.")
     stuck: bool = Field(default=False, description="`problems` is not empty: the session's "
                         "workflow task keeps failing (GET the session for why).")
+    seq: int | None = Field(default=None, description="The log line the read model's row "
+                            "reflects (null when listed through Temporal visibility).")
 
 
 class SessionList(BaseModel):

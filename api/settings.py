@@ -27,6 +27,9 @@ class HitlflowSettings(BaseSettings):
     # and at most this many run at once (README "Tools and their safety class").
     mcp_idle_s: float = Field(default=300.0, ge=0)
     mcp_max_servers: int = Field(default=32, ge=1)
+    # The read model: PostgreSQL (postgresql://...) on a cluster; unset means SQLite
+    # in data_dir (read_model.sqlite).
+    read_model_url: str | None = None
 
     @property
     def target(self) -> str:

@@ -36,10 +36,19 @@ from workflows.contract import (
     TransitionRecord,
     Trigger,
 )
+from workflows.plan import PLAN_EVENT_TYPES
 from workflows.session_state import StatusChange
 from workflows.statechart import FcmpEvent, SessionStatus
 
 GENESIS = "0" * 64
+# The first log event each workflow journal entry makes (``journal.py``): counting
+# them gives the journal position the log has reached (read-your-writes, below).
+JOURNAL_LEADS = frozenset({"RUN_STATE_CHANGED", "execution_state", "WORK_ITEM_QUEUED",
+                           "message", "text", *PLAN_EVENT_TYPES})
+# How Temporal names a closed run, by the closing log event's ``outcome``.
+EXECUTION_STATUS_OF = {"completed": "completed", "workflow_failed": "failed",
+                       "canceled": "canceled", "terminated": "terminated",
+                       "timed_out": "timed_out"}
 FCMP_PREFIXES = ("conversation.", "interaction.")
 REPLY_RESOLUTIONS = frozenset({"answered", "auto_decided"})
 
@@ -85,15 +94,50 @@ class SessionLogView:
     closed: bool = False
     last_seq: int = 0
     last_hash: str = GENESIS
+    # What the session waits for (seed 004's pending request, as the API shows it).
+    pending: dict[str, Any] | None = None
+    waiting_since: str | None = None
+    mode: str | None = None
+    task_queue: str | None = None
+    started_at: str | None = None
+    closed_at: str | None = None
+    # Temporal's name for the workflow's state: running until the log says it closed.
+    execution_status: str | None = None
+    # Journal entries the log reflects: a write's answer says which one it needs.
+    journal_seq: int = 0
+    # The log line at which each contract / status change last changed (same order as
+    # ``contracts`` / ``history``); facts never change once recorded.
+    contract_seq: list[int] = field(default_factory=list)
+    history_seq: list[int] = field(default_factory=list)
+    fact_seq: list[int] = field(default_factory=list)
+    # Indexes of the contracts and status changes changed since ``take_touched``.
+    touched_contracts: set[int] = field(default_factory=set)
+    touched_history: set[int] = field(default_factory=set)
     _change_from: str | None = None  # the history event of the last status change
+    _seq: int = 0  # the line being applied
 
     def apply(self, event: dict[str, Any]) -> None:
-        handler = _HANDLERS.get(event["type"])
+        self._seq = event["seq"]
+        kind = event["type"]
+        handler = _HANDLERS.get(kind)
         if handler is not None:
             handler(self, event["payload"], event)
-        elif event["type"].startswith(FCMP_PREFIXES):
+        elif kind.startswith(FCMP_PREFIXES):
             self._fcmp(event)
+        if kind in JOURNAL_LEADS or (kind == "ISSUE_RESOLVED" and event["payload"].get(
+                "resolution") in REPLY_RESOLUTIONS):
+            self.journal_seq += 1
         self.last_seq, self.last_hash = event["seq"], event["event_hash"]
+
+    def take_touched(self) -> tuple[set[int], set[int]]:
+        """The contracts and status changes changed since the last call (by index)."""
+        out = self.touched_contracts, self.touched_history
+        self.touched_contracts, self.touched_history = set(), set()
+        return out
+
+    def _touch_contract(self, i: int) -> None:
+        self.contract_seq[i] = self._seq
+        self.touched_contracts.add(i)
 
     def contract(self, execution_id: str) -> ExecutionContract | None:
         i = self.index.get(execution_id)
@@ -109,6 +153,8 @@ class SessionLogView:
             created_at=p["created_at"])
         self.index[c.execution_id] = len(self.contracts)
         self.contracts.append(c)
+        self.contract_seq.append(self._seq)
+        self._touch_contract(len(self.contracts) - 1)
         self.statuses[c.status] += 1
 
     def _state(self, p: dict[str, Any], _: dict[str, Any]) -> None:
@@ -122,6 +168,7 @@ class SessionLogView:
         c.status = record.to_status
         self.statuses[c.status] += 1
         c.transitions.append(record)
+        self._touch_contract(self.index[c.execution_id])
 
     def _started(self, p: dict[str, Any], _: dict[str, Any]) -> None:
         self._name_actor(self._known(p["work_item_id"]), p["actor"])
@@ -133,6 +180,8 @@ class SessionLogView:
         # As the workflow records it: at the terminal transition's time.
         self.facts.append(execution_fact(c, c.transitions[-1].timestamp))
         self.fact_ids.add(c.execution_id)
+        self.fact_seq.append(self._seq)
+        self._touch_contract(self.index[c.execution_id])
 
     def _known(self, execution_id: str) -> ExecutionContract:
         c = self.contract(execution_id)
@@ -140,10 +189,10 @@ class SessionLogView:
             raise ValueError(f"the log names contract {execution_id!r} before queuing it")
         return c
 
-    @staticmethod
-    def _name_actor(c: ExecutionContract, actor: str) -> None:
+    def _name_actor(self, c: ExecutionContract, actor: str) -> None:
         if c.transitions:
             c.transitions[-1].actor = actor
+            self._touch_contract(self.index[c.execution_id])
 
     # -- the session -------------------------------------------------------------
 
@@ -155,17 +204,42 @@ class SessionLogView:
             self.turns += 1  # as the workflow counts turns
         self.status = change.to_status
         self.history.append(change)
+        self.history_seq.append(self._seq)
+        self.touched_history.add(len(self.history) - 1)
         self._change_from = _history_event(event["event_id"])
+        waiting = change.to_status == SessionStatus.WAITING_USER
+        if waiting and change.from_status != SessionStatus.WAITING_USER:
+            self.waiting_since = p["at"]  # as the WaitingSince search attribute
+        elif not waiting:
+            self.waiting_since = None
 
     def _fcmp(self, event: dict[str, Any]) -> None:
         # A status change's FCMP events follow it, from the same history event.
         if self.history and self._change_from == _history_event(event["event_id"]):
             self.history[-1].fcmp.append(FcmpEvent(type=event["type"],
                                                    payload=event["payload"]))
+            self.history_seq[-1] = self._seq
+            self.touched_history.add(len(self.history) - 1)
+
+    def _created(self, p: dict[str, Any], _: dict[str, Any]) -> None:
+        self.mode = (p.get("config") or {}).get("mode")
+        self.task_queue = p.get("task_queue")
+        if self.status is None:
+            self.status = SessionStatus(p.get("run_state") or "queued")
+        self.started_at = p.get("created_at")
+        self.execution_status = "running"
+
+    def _opened(self, p: dict[str, Any], _: dict[str, Any]) -> None:
+        self.pending = {
+            "request_id": p["issue_id"], "kind": p["kind"], "prompt": p.get("prompt", ""),
+            "execution_id": p.get("work_item_id"), "options": p.get("options") or [],
+            "fields": p.get("fields") or [], "created_at": p.get("opened_at")}
 
     def _resolved(self, p: dict[str, Any], _: dict[str, Any]) -> None:
         if p.get("resolution") in REPLY_RESOLUTIONS:
             self.replies += 1
+        if self.pending is not None and self.pending["request_id"] == p.get("issue_id"):
+            self.pending = None
 
     def _text(self, p: dict[str, Any], _: dict[str, Any]) -> None:
         self.llm_calls += 1  # one `text` per answered LLM call
@@ -173,11 +247,17 @@ class SessionLogView:
             self.last_text = p["text"]
 
     def _run_completed(self, p: dict[str, Any], _: dict[str, Any]) -> None:
-        self.closed = True
+        self._close(p)
 
     def _run_failed(self, p: dict[str, Any], _: dict[str, Any]) -> None:
         self.failure_reason = p.get("failure_reason")
+        self._close(p)
+
+    def _close(self, p: dict[str, Any]) -> None:
         self.closed = True
+        self.pending = self.waiting_since = None
+        self.closed_at = p.get("finished_at")
+        self.execution_status = EXECUTION_STATUS_OF.get(p.get("outcome", ""), "completed")
 
 
 _Handler = Callable[[SessionLogView, dict[str, Any], dict[str, Any]], None]
@@ -191,6 +271,8 @@ _HANDLERS: dict[str, _Handler] = {
     "text": SessionLogView._text,
     "RUN_COMPLETED": SessionLogView._run_completed,
     "RUN_FAILED": SessionLogView._run_failed,
+    "RUN_CREATED": SessionLogView._created,
+    "ISSUE_OPENED": SessionLogView._opened,
 }
 
 

@@ -87,6 +87,10 @@ class Ack(BaseModel):
     accepted: bool = True
     request_id: str | None = None
     status: SessionStatus
+    # Journal entries the session will have once the request is recorded (the ones
+    # so far and the first one after it): a read model that has folded this many
+    # reflects at least the workflow task that took it.
+    journal_seq: int | None = None
 
 
 class ContractQuery(BaseModel):

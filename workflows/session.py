@@ -306,7 +306,8 @@ class SessionWorkflow(AgentTurn, PlanTurn):
         if problem:  # two replies in one task: the first one wins
             raise ApplicationError(problem, type="ReplyRefused", non_retryable=True)
         self._reply = reply
-        return Ack(request_id=reply.request_id, status=self._s.status)
+        return Ack(request_id=reply.request_id, status=self._s.status,
+                   journal_seq=self._s.journal_seq + 1)
 
     @reply.validator
     def _validate_reply(self, reply: ReplyInput) -> None:
@@ -345,7 +346,7 @@ class SessionWorkflow(AgentTurn, PlanTurn):
     @workflow.update(name="send_message")
     def send_message(self, message: MessageInput) -> Ack:
         self._s.inbox.append(message.text)
-        return Ack(status=self._s.status)
+        return Ack(status=self._s.status, journal_seq=self._s.journal_seq + 1)
 
     @send_message.validator
     def _validate_message(self, message: MessageInput) -> None:
@@ -360,7 +361,7 @@ class SessionWorkflow(AgentTurn, PlanTurn):
     @workflow.update(name="end")
     def end(self, end: EndInput) -> Ack:
         self._end = end
-        return Ack(status=self._s.status)
+        return Ack(status=self._s.status, journal_seq=self._s.journal_seq + 1)
 
     @end.validator
     def _validate_end(self, end: EndInput) -> None:

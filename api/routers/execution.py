@@ -7,9 +7,18 @@ import hashlib
 from datetime import UTC, datetime
 from typing import Annotated
 
-from fastapi import APIRouter, Header, Path, Response
+from fastapi import APIRouter, Header, Path, Request, Response
+from temporalio.client import Client
 
-from api.deps import ClientDep, LogViewsDep, SessionIdDep, TuningDep
+from api.deps import (
+    ApiTuning,
+    ClientDep,
+    ConsistencyQuery,
+    FreshnessDep,
+    LogViewsDep,
+    SessionIdDep,
+    TuningDep,
+)
 from api.errors import ApiError, temporal_errors
 from api.models import TimelinePage
 from api.paging import (
@@ -20,12 +29,22 @@ from api.paging import (
     decode_cursor,
     encode_cursor,
 )
-from api.read_model import log_then_live, read_log
+from api.read_model import (
+    Freshness,
+    fresh_row,
+    freshness_headers,
+    log_then_live,
+    read_log,
+    store_call,
+    store_of,
+    with_duration,
+)
 from observation.log_pages import contract_page
 from observation.log_view import SessionLogView
 from observation.projections import ExecutionObserver, ExecutionSnapshot, ExecutionTimeline
 from observation.projections import snapshot as project
 from workflows.config import session_of_execution
+from workflows.contract import TransitionRecord
 from workflows.fsm import StateMachineTopology
 from workflows.messages import ContractQuery
 
@@ -58,13 +77,18 @@ async def topology(
 
 @router.get("/{session_id}/timeline", response_model=TimelinePage)
 async def timeline(session_id: SessionIdDep, client: ClientDep, tuning: TuningDep,
-                   logs: LogViewsDep, limit: LimitQuery = DEFAULT_LIMIT,
-                   cursor: CursorQuery = None) -> TimelinePage:
+                   logs: LogViewsDep, request: Request, response: Response,
+                   fresh: FreshnessDep, limit: LimitQuery = DEFAULT_LIMIT,
+                   cursor: CursorQuery = None,
+                   consistency: ConsistencyQuery = "read_model") -> TimelinePage:
     """Seed 000's timeline, paged by contract (`limit`, `cursor`): the contracts in
     the order they were created, with their transitions merged by time; the counts
-    are over every contract. From the exported log, overlaid by the live query.
-    404 for an unknown session."""
+    are over every contract. From the read model (`consistency=live`: the exported
+    log overlaid by the live query). 404 for an unknown session."""
     offset = decode_cursor(cursor, "timeline", session_id)
+    if consistency == "read_model":
+        return await _stored_timeline(request, response, client, tuning, session_id,
+                                      fresh, offset, limit)
 
     async def live() -> ExecutionTimeline:
         with temporal_errors(session_id):
@@ -85,18 +109,63 @@ async def timeline(session_id: SessionIdDep, client: ClientDep, tuning: TuningDe
     return await log_then_live(logs, session_id, live, build)
 
 
+async def _stored_timeline(request: Request, response: Response, client: Client,
+                           tuning: ApiTuning, session_id: str, fresh: Freshness, offset: int,
+                           limit: int) -> TimelinePage:
+    store = store_of(request.app.state)
+    row, stale = await fresh_row(store, session_id, fresh, tuning.freshness_wait_s)
+    freshness_headers(response, row, stale)
+    if row is None:  # not exported yet: known to Temporal (empty), else 404
+        with temporal_errors(session_id):
+            await client.get_workflow_handle(session_id).describe()
+        check_offset(offset, 0)
+        return TimelinePage(session_id=session_id, total_contracts=0, terminal_contracts=0,
+                            active_contracts=0, has_suspended=False, contracts=[],
+                            transitions=[])
+    total = row["contracts_total"]
+    check_offset(offset, total)
+    rows = await store_call(store, store.contracts, session_id, offset, limit)
+    now = datetime.now(UTC)
+    transitions = sorted((TransitionRecord.model_validate(t) for r in rows
+                          for t in r["transitions"]),
+                         key=lambda t: (t.timestamp, t.execution_id))
+    following = offset + len(rows)
+    return TimelinePage.model_validate({
+        "session_id": session_id, "total_contracts": total,
+        "terminal_contracts": row["terminal_contracts"],
+        "active_contracts": total - row["terminal_contracts"],
+        "has_suspended": row["has_suspended"],
+        "contracts": [with_duration(r["snapshot"], now) for r in rows],
+        "transitions": transitions, "seq": row["last_seq"],
+        "next_cursor": encode_cursor("timeline", session_id,
+                                     following if following < total else None)})
+
+
 @router.get("/{execution_id}/snapshot", response_model=ExecutionSnapshot)
 async def snapshot(
     execution_id: Annotated[str, Path(min_length=1, max_length=300)],
-    client: ClientDep, tuning: TuningDep, logs: LogViewsDep,
+    client: ClientDep, tuning: TuningDep, logs: LogViewsDep, request: Request,
+    response: Response, fresh: FreshnessDep,
+    consistency: ConsistencyQuery = "read_model",
 ) -> ExecutionSnapshot:
-    """One contract's snapshot: the live query's when the contract is in the
+    """One contract's snapshot, from the read model (`X-Hitlflow-Seq` says how
+    fresh). `consistency=live`: the live query's when the contract is in the
     session's current run, else the exported log's. Execution ids name their
     session. 404 when unknown."""
     unknown = ApiError(404, "execution_not_found", f"no contract {execution_id!r}")
     session_id = session_of_execution(execution_id)
     if session_id is None:
         raise unknown
+    if consistency == "read_model":
+        store = store_of(request.app.state)
+        row, stale = await fresh_row(store, session_id, fresh, tuning.freshness_wait_s)
+        freshness_headers(response, row, stale)
+        found = await store_call(store, store.contract, session_id, execution_id) \
+            if row is not None else None
+        if found is None:
+            raise unknown
+        return ExecutionSnapshot.model_validate(with_duration(found["snapshot"],
+                                                              datetime.now(UTC)))
     try:
         with temporal_errors(session_id):
             return await client.get_workflow_handle(session_id).query(

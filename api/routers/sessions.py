@@ -12,13 +12,22 @@ import uuid
 from datetime import UTC, datetime
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Body, Path, Query, Response
+from fastapi import APIRouter, Body, Path, Query, Request, Response
 from temporalio.client import Client, WorkflowExecutionDescription, WorkflowExecutionStatus
 from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDReusePolicy
 from temporalio.service import RPCError, RPCStatusCode
 
 from api import stuck as stuck_sessions
-from api.deps import ApiTuning, ClientDep, LogViewsDep, SessionIdDep, SettingsDep, TuningDep
+from api.deps import (
+    ApiTuning,
+    ClientDep,
+    ConsistencyQuery,
+    FreshnessDep,
+    LogViewsDep,
+    SessionIdDep,
+    SettingsDep,
+    TuningDep,
+)
 from api.errors import SESSION_STUCK, ApiError, temporal_errors
 from api.models import (
     SESSION_ID_PATTERN,
@@ -41,10 +50,20 @@ from api.paging import (
     decode_cursor,
     encode_cursor,
 )
-from api.read_model import read_log
+from api.read_model import (
+    fresh_row,
+    freshness_headers,
+    read_log,
+    store_call,
+    store_of,
+    with_duration,
+)
 from observation.log_pages import contract_page
+from observation.log_reader import LogViews
 from observation.log_view import SessionLogView
 from observation.projections import ExecutionSnapshot
+from observation.read_model import ReadStore
+from observation.read_model.store import InvalidPageToken
 from workflows.config import SessionConfig
 from workflows.messages import Ack, EndInput, MessageInput, ReplyInput, SessionInput
 from workflows.messages import SessionSnapshot as WorkflowSnapshot
@@ -105,7 +124,7 @@ def _decode_token(token: str | None) -> bytes | None:
 
 @router.get("", response_model=SessionList)
 async def list_sessions(
-    client: ClientDep,
+    client: ClientDep, request: Request,
     status: Annotated[SessionStatus | None, Query(description="Only sessions in this status")
                       ] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
@@ -115,8 +134,13 @@ async def list_sessions(
         "(false), by Temporal's `TemporalReportedProblems` search attribute (server 1.28+)")
     ] = None,
 ) -> SessionList:
-    """List sessions through Temporal visibility, newest first. Visibility trails
-    the sessions by a moment: a status change shows here shortly after it happened."""
+    """List sessions, newest first, from the read model (a session shows once the
+    exporter has written its first lines, a moment after it started). With
+    `stuck`, through Temporal visibility instead (the read model does not know
+    whether a workflow task keeps failing)."""
+    if stuck is None:
+        return await _listed_from_read_model(store_of(request.app.state), status, limit,
+                                             page_token)
     query = 'WorkflowType = "SessionWorkflow" AND ExecutionStatus != "ContinuedAsNew"'
     if status is not None:
         query += f' AND SessionStatus = "{status.value}"'
@@ -152,6 +176,21 @@ async def list_sessions(
     token = it.next_page_token
     return SessionList(sessions=sessions, next_page_token=(
         base64.urlsafe_b64encode(token).decode().rstrip("=") if token else None))
+
+
+async def _listed_from_read_model(store: ReadStore, status: SessionStatus | None, limit: int,
+                                  page_token: str | None) -> SessionList:
+    try:
+        rows, token = await store_call(store, store.list_sessions,
+                                       status.value if status else None, limit, page_token)
+    except InvalidPageToken:
+        raise ApiError(400, "invalid_page_token", "page_token is not one this API gave out"
+                       ) from None
+    return SessionList(sessions=[SessionSummary(
+        session_id=r["session_id"], status=_status(r["status"]),
+        execution_status=r["execution_status"], started_at=r["started_at"] or None,
+        closed_at=r["closed_at"], waiting_since=r["waiting_since"], task_queue=r["task_queue"],
+        seq=r["last_seq"]) for r in rows], next_page_token=token)
 
 
 # -- one session -----------------------------------------------------------------------
@@ -198,13 +237,47 @@ async def _recorded_view(client: Client, session_id: str) -> SessionView:
 
 @router.get("/{session_id}", response_model=SessionView)
 async def get_session(session_id: SessionIdDep, client: ClientDep, tuning: TuningDep,
-                      logs: LogViewsDep, limit: LimitQuery = DEFAULT_LIMIT,
-                      cursor: CursorQuery = None) -> SessionView:
+                      logs: LogViewsDep, request: Request, response: Response,
+                      fresh: FreshnessDep, limit: LimitQuery = DEFAULT_LIMIT,
+                      cursor: CursorQuery = None,
+                      consistency: ConsistencyQuery = "read_model") -> SessionView:
     """The session: canonical status, pending request, counters, and one page of its
-    contracts as snapshots (`limit`, `cursor`; `contracts_total` counts them all).
-    When no worker answers in time, `live` is false: the status is Temporal's
-    record and the rest comes from the exported log."""
+    contracts as snapshots (`limit`, `cursor`; `contracts_total` counts them all),
+    from the read model (no worker needed; `seq` says how fresh; `min_journal_seq`
+    reads your writes). Before the exporter has reached a new session, Temporal's
+    record of it (`seq` 0). `consistency=live`: the workflow's query (`live` true;
+    `stuck` when its workflow task keeps failing)."""
     offset = decode_cursor(cursor, "contracts", session_id)
+    if consistency == "live":
+        return await _live_session(session_id, client, tuning, logs, offset, limit)
+    store = store_of(request.app.state)
+    row, stale = await fresh_row(store, session_id, fresh, tuning.freshness_wait_s)
+    freshness_headers(response, row, stale)
+    if row is None:
+        recorded = await _recorded_view(client, session_id)
+        check_offset(offset, 0)
+        return recorded.model_copy(update={"stale": stale})
+    check_offset(offset, row["contracts_total"])
+    rows = await store_call(store, store.contracts, session_id, offset, limit)
+    now = datetime.now(UTC)
+    following = offset + len(rows)
+    return SessionView.model_validate({
+        "session_id": session_id, "status": row["status"],
+        "execution_status": row["execution_status"], "live": False, "mode": row["mode"],
+        "pending": row["pending"], "replies": row["replies"], "turns": row["turns"],
+        "llm_calls": row["llm_calls"], "failure_reason": row["failure_reason"],
+        "last_text": row["last_text"], "waiting_since": row["waiting_since"],
+        "contracts": [with_duration(r["snapshot"], now) for r in rows],
+        "contracts_total": row["contracts_total"],
+        "next_cursor": encode_cursor("contracts", session_id, following
+                                     if following < row["contracts_total"] else None),
+        "seq": row["last_seq"], "journal_seq": row["journal_seq"], "stale": stale})
+
+
+async def _live_session(session_id: str, client: Client, tuning: ApiTuning, logs: LogViews,
+                        offset: int, limit: int) -> SessionView:
+    """The workflow's query overlaid on the log fold (needs a worker; without one,
+    Temporal's record and the log)."""
     handle = client.get_workflow_handle(session_id)
     try:
         with temporal_errors(session_id):
@@ -254,7 +327,8 @@ async def reply(session_id: SessionIdDep, body: ReplyRequest, client: ClientDep,
     request; the session is unchanged then."""
     ack = await _update(client, session_id, "reply", ReplyInput(**body.model_dump()),
                         code="reply_refused", closed="nothing is pending", tuning=tuning)
-    return Accepted(session_id=session_id, request_id=ack.request_id, status=ack.status)
+    return Accepted(session_id=session_id, request_id=ack.request_id, status=ack.status,
+                    journal_seq=ack.journal_seq)
 
 
 @router.post("/{session_id}/messages", status_code=202, response_model=Accepted)
@@ -264,7 +338,7 @@ async def send_message(session_id: SessionIdDep, body: MessageRequest, client: C
     waits for a message, else after the current one). 409 once the session ended."""
     ack = await _update(client, session_id, "send_message", MessageInput(**body.model_dump()),
                         code="message_refused", closed="it takes no messages", tuning=tuning)
-    return Accepted(session_id=session_id, status=ack.status)
+    return Accepted(session_id=session_id, status=ack.status, journal_seq=ack.journal_seq)
 
 
 @router.post("/{session_id}/end", status_code=202, response_model=Accepted)
@@ -274,7 +348,7 @@ async def end(session_id: SessionIdDep, client: ClientDep, tuning: TuningDep,
     409 otherwise (cancel a running session instead)."""
     ack = await _update(client, session_id, "end", EndInput(**(body or EndRequest()).model_dump()),
                         code="end_refused", closed="it cannot be ended", tuning=tuning)
-    return Accepted(session_id=session_id, status=ack.status)
+    return Accepted(session_id=session_id, status=ack.status, journal_seq=ack.journal_seq)
 
 
 @router.post("/{session_id}/cancel", status_code=202, response_model=CancelAccepted)
@@ -336,4 +410,5 @@ async def step_action(
                        comment=(body.comment if body else None))
     ack = await _update(client, session_id, "reply", reply, code="reply_refused",
                         closed="nothing is pending", tuning=tuning)
-    return Accepted(session_id=session_id, request_id=ack.request_id, status=ack.status)
+    return Accepted(session_id=session_id, request_id=ack.request_id, status=ack.status,
+                    journal_seq=ack.journal_seq)

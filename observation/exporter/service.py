@@ -19,6 +19,8 @@ from temporalio.client import Client
 from observation.exporter import follower
 from observation.exporter.follower import SESSION_QUERY, finished_on_disk
 from observation.exporter.log import LogLockedError, LogObserver, LogWriteError
+from observation.read_model import ReadModelError, ReadStore, open_store
+from observation.read_model.sync import ReadModelObserver, Tee, sync_store
 
 if TYPE_CHECKING:
     from api.settings import HitlflowSettings
@@ -127,8 +129,42 @@ async def run_exporter(settings: HitlflowSettings, stop: asyncio.Event,
     from observation.telemetry.hook import start_telemetry
 
     client = client or await connect(settings)
+    runs = settings.data_dir / "runs"
     telemetry = await asyncio.to_thread(start_telemetry, settings.data_dir)
+    store = await asyncio.to_thread(start_read_model, settings.data_dir, runs,
+                                    settings.read_model_url)
+
+    def observers(session_id: str) -> LogObserver | None:
+        found = [telemetry.observer(session_id),
+                 ReadModelObserver(session_id, store) if store is not None else None]
+        return Tee(found) if any(found) else None
+
     try:
-        await Exporter(client, settings.data_dir / "runs", observers=telemetry.observer).run(stop)
+        await Exporter(client, runs, observers=observers).run(stop)
     finally:
         await asyncio.to_thread(telemetry.close)
+        if store is not None:
+            await asyncio.to_thread(store.close)
+
+
+def start_read_model(data_dir: Path, runs_dir: Path, url: str | None = None
+                     ) -> ReadStore | None:
+    """The exporter's read model (SQLite in ``data_dir``, or PostgreSQL at ``url``),
+    brought up to the logs' heads. One that cannot be opened is logged and left
+    out: the logs are exported all the same (the API then says it is stale)."""
+    try:
+        store = open_store(data_dir, url)
+    except ReadModelError as err:
+        log.error("read model left out: %s", err)
+        return None
+    try:
+        result = sync_store(store, runs_dir)
+    except ReadModelError as err:
+        log.error("read model: catching up with the logs failed: %s", err)
+        return store
+    for sid, err in result.errors.items():
+        log.error("read model: the log of session %s is left out: %s", sid, err)
+    if result.synced:
+        log.info("read model: %d session logs brought up to date in %s", len(result.synced),
+                 store.where)
+    return store

@@ -15,6 +15,8 @@ async def test_two_api_replicas_serve_the_same_sessions(http_stack: HttpStack, f
                                                         monkeypatch):
     monkeypatch.setenv("HITLFLOW_TEMPORAL_ADDRESS", http_stack.settings.temporal_address)
     monkeypatch.setenv("HITLFLOW_TASK_QUEUE", http_stack.settings.task_queue)
+    # Replicas share the read model the exporter keeps (as on a cluster).
+    monkeypatch.setenv("HITLFLOW_DATA_DIR", str(http_stack.settings.data_dir))
     monkeypatch.delenv("HITLFLOW_API_TOKEN", raising=False)
     settings = HitlflowSettings()  # from the environment only
     assert settings.target == http_stack.settings.temporal_address

@@ -20,6 +20,7 @@ from tests.api.http_support import (
     session_until,
     waiting,
 )
+from tests.support.sessions import running_exporter
 from workflows.config import SessionConfig
 from workflows.messages import SessionInput
 
@@ -38,7 +39,8 @@ async def test_demo_session_driven_through_http(http_stack: HttpStack, http_note
     assert r.headers["location"] == f"/api/sessions/{sid}"
 
     s = await session_until(http, sid, waiting("approval"))
-    assert s["live"] is True and s["mode"] == "interactive"
+    assert s["live"] is False and s["mode"] == "interactive"  # from the read model
+    assert s["seq"] > 0 and s["journal_seq"] > 0
     assert s["pending"]["prompt"].startswith("Approve irreversible action: Call tool delete_note")
     assert [c["current_status"] for c in s["contracts"]] == ["completed", "completed", "waiting"]
     assert await listed(http, sid, "waiting_user")
@@ -61,8 +63,15 @@ async def test_demo_session_driven_through_http(http_stack: HttpStack, http_note
     r = await http.post(f"/api/sessions/{sid}/reply",
                         json={"request_id": before["pending"]["request_id"], "approve": True})
     assert r.status_code == 202, r.text
-    assert r.json() == {"session_id": sid, "accepted": True,
+    written = r.json()["journal_seq"]
+    assert written > before["journal_seq"]
+    assert r.json() == {"session_id": sid, "accepted": True, "journal_seq": written,
                         "request_id": before["pending"]["request_id"], "status": "waiting_user"}
+    # Read your write: the read model waits (briefly) until it reflects the reply.
+    r = await http.get(f"/api/sessions/{sid}", params={"min_journal_seq": written})
+    assert r.status_code == 200 and "x-hitlflow-stale" not in r.headers
+    assert r.json()["replies"] == 1 and r.json()["journal_seq"] >= written
+    assert int(r.headers["x-hitlflow-seq"]) == r.json()["seq"]
 
     s = await session_until(http, sid, waiting("confirm"))
     r = await http.post(f"/api/sessions/{sid}/reply",
@@ -110,6 +119,7 @@ async def test_a_new_session_is_queued_and_listed_before_any_worker_runs(
                                                                    update_timeout_s=0.5))
     sid = f"queued-{uuid.uuid4().hex[:8]}"
     async with serve(app, free_port()) as server, \
+            running_exporter(http_stack.client, settings.data_dir, settings.task_queue), \
             httpx.AsyncClient(base_url=server.url, timeout=30) as http:
         r = await http.post("/api/sessions", params={"session_id": sid}, json=confirm_body())
         assert r.status_code == 201 and r.json() == {"session_id": sid, "status": "queued"}
@@ -157,7 +167,7 @@ async def test_cancel_a_waiting_session(http_stack: HttpStack):
     r = await http.post(f"/api/sessions/{sid}/cancel")
     assert r.status_code == 202 and r.json() == {
         "session_id": sid, "accepted": True, "request_id": None, "status": "waiting_user",
-        "cancellation": "requested"}
+        "journal_seq": None, "cancellation": "requested"}
     s = await session_until(http, sid, lambda s: s["status"] == "canceled")
     assert [c["current_status"] for c in s["contracts"]] == ["cancelled"]
     assert await listed(http, sid, "canceled")

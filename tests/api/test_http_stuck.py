@@ -83,7 +83,10 @@ async def stuck_stack(dev_env: WorkflowEnvironment, free_port: Callable[[], int]
                 serve(create_app(settings, tuning=ApiTuning(query_timeout_s=2.0,
                                                             update_timeout_s=3.0)),
                       free_port()) as server, \
-                httpx.AsyncClient(base_url=server.url, timeout=30) as http:
+                httpx.AsyncClient(base_url=server.url, timeout=30,
+                                  params={"consistency": "live"}) as http:
+            # Only the live view knows a workflow task keeps failing (the read model
+            # shows the last status the session recorded): every read here asks for it.
             stack = HttpStack(http=http, url=server.url, client=dev_env.client,
                               settings=settings)
             stack.poisoned = poisoned  # type: ignore[attr-defined]

@@ -86,3 +86,27 @@ async def until_file(path: Path, limit_s: float = 60) -> None:
     while not path.exists():
         assert asyncio.get_running_loop().time() < deadline, f"{path} never appeared"
         await asyncio.sleep(0.05)
+
+
+@asynccontextmanager
+async def running_exporter(client: Client, data_dir: Path, task_queue: str | None = None,
+                           ) -> AsyncIterator[object]:
+    """The exporter with its read model (SQLite in ``data_dir``), following the
+    sessions of ``task_queue`` (default: all), as ``hitlflow up`` runs it."""
+    from observation.exporter.follower import SESSION_QUERY
+    from observation.exporter.service import Exporter, start_read_model
+    from observation.read_model.sync import ReadModelObserver
+
+    store = await asyncio.to_thread(start_read_model, data_dir, data_dir / "runs")
+    assert store is not None
+    query = SESSION_QUERY + (f' AND TaskQueue = "{task_queue}"' if task_queue else "")
+    exporter = Exporter(client, data_dir / "runs", query=query, discover_every_s=0.2,
+                        observers=lambda sid: ReadModelObserver(sid, store))
+    stop = asyncio.Event()
+    task = asyncio.create_task(exporter.run(stop))
+    try:
+        yield exporter
+    finally:
+        stop.set()
+        await task
+        store.close()

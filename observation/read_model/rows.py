@@ -1,0 +1,144 @@
+"""What the read model stores, made from a session's log fold (pure, no I/O).
+
+``batch(view, since)`` turns a :class:`~observation.log_view.SessionLogView` into
+the rows that changed after log line ``since``: the session's row (always), and
+the contracts, memory facts and status changes whose last change is after it.
+The fold (``log_view.py``) stays the one definition of how events change a
+session; this module only lays its result out as rows.
+
+A contract row keeps seed 000's snapshot as JSON with ``duration_in_state_ms``
+left at 0: the reader computes it from ``entered_state_at`` and its own clock.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from observation.log_view import SessionLogView
+from observation.projections import snapshot
+from workflows.contract import CONTRACT_TABLE, ExecutionStatus
+
+
+def dumps(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
+
+
+@dataclass(frozen=True)
+class SessionRow:
+    session_id: str
+    status: str | None
+    execution_status: str | None
+    mode: str | None
+    task_queue: str | None
+    pending: str | None  # JSON
+    waiting_since: str | None
+    started_at: str | None
+    closed_at: str | None
+    turns: int
+    replies: int
+    llm_calls: int
+    contracts_total: int
+    terminal_contracts: int
+    has_suspended: bool
+    status_counts: str  # JSON {contract status: count}
+    facts_total: int
+    history_total: int
+    failure_reason: str | None
+    last_text: str | None
+    closed: bool
+    journal_seq: int
+    last_seq: int
+    last_hash: str
+
+
+SESSION_COLUMNS: tuple[str, ...] = tuple(SessionRow.__dataclass_fields__)
+
+
+@dataclass(frozen=True)
+class ContractRow:
+    ordinal: int  # creation order within the session, from 0
+    execution_id: str
+    status: str
+    entered_state_at: str
+    snapshot: str  # JSON, duration_in_state_ms = 0
+    transitions: str  # JSON list of TransitionRecord
+    seq: int  # the log line of its last change
+
+
+@dataclass(frozen=True)
+class EntryRow:
+    """A memory fact or a status change: ``body`` is its JSON."""
+
+    ordinal: int
+    body: str
+    seq: int
+
+
+@dataclass(frozen=True)
+class SessionBatch:
+    """The rows a log batch changed, as of log line ``session.last_seq``."""
+
+    session: SessionRow
+    contracts: list[ContractRow] = field(default_factory=list)
+    facts: list[EntryRow] = field(default_factory=list)
+    history: list[EntryRow] = field(default_factory=list)
+
+    @property
+    def session_id(self) -> str:
+        return self.session.session_id
+
+    def since(self, seq: int) -> SessionBatch:
+        """Only the rows changed after log line ``seq`` (the store has the rest)."""
+        return SessionBatch(self.session, [c for c in self.contracts if c.seq > seq],
+                            [f for f in self.facts if f.seq > seq],
+                            [h for h in self.history if h.seq > seq])
+
+
+def session_row(view: SessionLogView) -> SessionRow:
+    counts = {s.value: n for s, n in sorted(view.statuses.items()) if n}
+    terminal = sum(n for s, n in view.statuses.items() if s in CONTRACT_TABLE.terminal)
+    return SessionRow(
+        session_id=view.session_id, status=view.status.value if view.status else None,
+        execution_status=view.execution_status, mode=view.mode, task_queue=view.task_queue,
+        pending=dumps(view.pending) if view.pending is not None else None,
+        waiting_since=view.waiting_since, started_at=view.started_at,
+        closed_at=view.closed_at, turns=view.turns, replies=view.replies,
+        llm_calls=view.llm_calls, contracts_total=len(view.contracts),
+        terminal_contracts=terminal,
+        has_suspended=view.statuses[ExecutionStatus.WAITING] > 0,
+        status_counts=dumps(counts), facts_total=len(view.facts),
+        history_total=len(view.history), failure_reason=view.failure_reason,
+        last_text=view.last_text, closed=view.closed, journal_seq=view.journal_seq,
+        last_seq=view.last_seq, last_hash=view.last_hash)
+
+
+def contract_row(view: SessionLogView, i: int) -> ContractRow:
+    c = view.contracts[i]
+    entered = c.transitions[-1].timestamp if c.transitions else c.created_at
+    snap = snapshot(c, entered).model_dump(mode="json")
+    return ContractRow(
+        ordinal=i, execution_id=c.execution_id, status=c.status.value,
+        entered_state_at=snap["entered_state_at"], snapshot=dumps(snap),
+        transitions=dumps([t.model_dump(mode="json") for t in c.transitions]),
+        seq=view.contract_seq[i])
+
+
+def batch(view: SessionLogView, contracts: Iterable[int], history: Iterable[int],
+          facts_from: int) -> SessionBatch:
+    """The session's row, the given contracts and status changes (by index) and the
+    facts from index ``facts_from`` on."""
+    return SessionBatch(
+        session=session_row(view),
+        contracts=[contract_row(view, i) for i in sorted(contracts)],
+        facts=[EntryRow(i, dumps(view.facts[i].model_dump(mode="json")), view.fact_seq[i])
+               for i in range(facts_from, len(view.facts))],
+        history=[EntryRow(i, dumps(view.history[i].model_dump(mode="json")),
+                          view.history_seq[i]) for i in sorted(history)])
+
+
+def full_batch(view: SessionLogView) -> SessionBatch:
+    """Every row of the session (a rebuild)."""
+    return batch(view, range(len(view.contracts)), range(len(view.history)), 0)

@@ -1,0 +1,364 @@
+"""The read model's store: one small interface, two backends (``sqlite.py`` for
+``hitlflow up``, ``postgres.py`` for a cluster), the same SQL.
+
+Tables (every read is one indexed query):
+
+* ``rm_sessions`` — one row per session (``SessionRow``), primary key the session
+  id; indexed by ``(started_at, session_id)`` and ``(status, started_at,
+  session_id)`` for the list and its status filter.
+* ``rm_contracts`` — one row per contract, primary key ``(session_id, ordinal)``
+  (creation order: a page is an index range); ``(session_id, execution_id)`` finds
+  one contract.
+* ``rm_facts``, ``rm_history`` — the memory facts and status changes, primary key
+  ``(session_id, ordinal)``.
+
+Writes: :meth:`SqlStore.apply` writes one log batch in one transaction, after
+reading the session's stored ``last_seq`` in it: a batch the store already
+reflects is a no-op, and only the rows changed after the stored seq are written
+(each write is an upsert of the row's whole state), so re-applying a batch or an
+exporter restart never double-counts. :meth:`SqlStore.replace` writes a session
+whole (a rebuild).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import contextlib
+import json
+import threading
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from observation.read_model.rows import SESSION_COLUMNS, SessionBatch, SessionRow
+
+SCHEMA_VERSION = "1"
+TERMINAL_STATUSES = ("succeeded", "failed", "canceled")
+
+DDL = (
+    "CREATE TABLE IF NOT EXISTS rm_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+    """CREATE TABLE IF NOT EXISTS rm_sessions (
+        session_id TEXT PRIMARY KEY, status TEXT, execution_status TEXT, mode TEXT,
+        task_queue TEXT, pending TEXT, waiting_since TEXT, started_at TEXT NOT NULL,
+        closed_at TEXT, turns INTEGER NOT NULL, replies INTEGER NOT NULL,
+        llm_calls INTEGER NOT NULL, contracts_total INTEGER NOT NULL,
+        terminal_contracts INTEGER NOT NULL, has_suspended INTEGER NOT NULL,
+        status_counts TEXT NOT NULL, facts_total INTEGER NOT NULL,
+        history_total INTEGER NOT NULL, failure_reason TEXT, last_text TEXT,
+        closed INTEGER NOT NULL, journal_seq INTEGER NOT NULL, last_seq INTEGER NOT NULL,
+        last_hash TEXT NOT NULL, updated_at TEXT NOT NULL)""",
+    "CREATE INDEX IF NOT EXISTS rm_sessions_started ON rm_sessions (started_at, session_id)",
+    """CREATE INDEX IF NOT EXISTS rm_sessions_status
+        ON rm_sessions (status, started_at, session_id)""",
+    """CREATE TABLE IF NOT EXISTS rm_contracts (
+        session_id TEXT NOT NULL, ordinal INTEGER NOT NULL, execution_id TEXT NOT NULL,
+        status TEXT NOT NULL, entered_state_at TEXT NOT NULL, snapshot TEXT NOT NULL,
+        transitions TEXT NOT NULL, seq INTEGER NOT NULL, PRIMARY KEY (session_id, ordinal))""",
+    """CREATE UNIQUE INDEX IF NOT EXISTS rm_contracts_execution
+        ON rm_contracts (session_id, execution_id)""",
+    """CREATE TABLE IF NOT EXISTS rm_facts (
+        session_id TEXT NOT NULL, ordinal INTEGER NOT NULL, body TEXT NOT NULL,
+        seq INTEGER NOT NULL, PRIMARY KEY (session_id, ordinal))""",
+    """CREATE TABLE IF NOT EXISTS rm_history (
+        session_id TEXT NOT NULL, ordinal INTEGER NOT NULL, body TEXT NOT NULL,
+        seq INTEGER NOT NULL, PRIMARY KEY (session_id, ordinal))""",
+)
+TABLES = ("rm_sessions", "rm_contracts", "rm_facts", "rm_history")
+_BOOLS = ("has_suspended", "closed")
+
+_SESSION_COLS = (*SESSION_COLUMNS, "updated_at")
+UPSERT_SESSION = (
+    f"INSERT INTO rm_sessions ({', '.join(_SESSION_COLS)}) "
+    f"VALUES ({', '.join('?' for _ in _SESSION_COLS)}) ON CONFLICT (session_id) DO UPDATE SET "
+    + ", ".join(f"{c} = excluded.{c}" for c in _SESSION_COLS[1:]))
+UPSERT_CONTRACT = (
+    "INSERT INTO rm_contracts (session_id, ordinal, execution_id, status, entered_state_at, "
+    "snapshot, transitions, seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
+    "ON CONFLICT (session_id, ordinal) DO UPDATE SET execution_id = excluded.execution_id, "
+    "status = excluded.status, entered_state_at = excluded.entered_state_at, "
+    "snapshot = excluded.snapshot, transitions = excluded.transitions, seq = excluded.seq")
+
+
+def _upsert_entry(table: str) -> str:
+    return (f"INSERT INTO {table} (session_id, ordinal, body, seq) VALUES (?, ?, ?, ?) "
+            "ON CONFLICT (session_id, ordinal) DO UPDATE SET body = excluded.body, "
+            "seq = excluded.seq")
+
+
+class ReadModelError(Exception):
+    """The read model cannot be read or written (its database is unreachable or broken)."""
+
+
+class InvalidPageToken(ValueError):
+    """A list page token this store never gave out."""
+
+
+@dataclass(frozen=True)
+class StoredSession:
+    """A session's row as stored (JSON columns decoded)."""
+
+    row: dict[str, Any]
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self.row[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+
+class ReadStore(Protocol):
+    """What the exporter writes and the API reads. Methods are blocking; ``inline``
+    says whether a read is cheap enough to run on an event loop (SQLite: a local
+    indexed read) or should go to a thread (PostgreSQL: a network round trip)."""
+
+    inline: bool
+    where: str
+
+    def apply(self, batch: SessionBatch) -> bool: ...
+    def replace(self, batch: SessionBatch) -> None: ...
+    def reset(self) -> None: ...
+    def heads(self) -> dict[str, tuple[int, str]]: ...
+    def session(self, session_id: str) -> dict[str, Any] | None: ...
+    def contracts(self, session_id: str, offset: int, limit: int) -> list[dict[str, Any]]: ...
+    def contract(self, session_id: str, execution_id: str) -> dict[str, Any] | None: ...
+    def facts(self, session_id: str, offset: int, limit: int) -> list[dict[str, Any]]: ...
+    def history(self, session_id: str, offset: int, limit: int) -> list[dict[str, Any]]: ...
+    def list_sessions(self, status: str | None, limit: int, page_token: str | None
+                      ) -> tuple[list[dict[str, Any]], str | None]: ...
+    def dump(self) -> dict[str, list[tuple[Any, ...]]]: ...
+    def close(self) -> None: ...
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+def encode_page_token(started_at: str, session_id: str) -> str:
+    raw = json.dumps([started_at, session_id], separators=(",", ":")).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_page_token(token: str) -> tuple[str, str]:
+    try:
+        raw = base64.urlsafe_b64decode(token.encode() + b"=" * (-len(token) % 4))
+        started_at, session_id = json.loads(raw)
+    except (binascii.Error, ValueError, TypeError, UnicodeError):
+        raise InvalidPageToken(token) from None
+    if not isinstance(started_at, str) or not isinstance(session_id, str):
+        raise InvalidPageToken(token)
+    return started_at, session_id
+
+
+class SqlStore:
+    """The SQL both backends share. Subclasses give connections and a placeholder."""
+
+    inline = False
+    where = ""
+    placeholder = "?"
+
+    def __init__(self) -> None:
+        self._local = threading.local()
+        self._write_lock = threading.Lock()
+        self._sql_cache: dict[str, str] = {}
+
+    # -- backend hooks ------------------------------------------------------------------
+
+    def _connect(self) -> Any:
+        raise NotImplementedError
+
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[Any]:
+        """A cursor inside one write transaction (committed on exit)."""
+        raise NotImplementedError
+        yield
+
+    def _lock_session(self, cur: Any, session_id: str) -> tuple[int, str] | None:
+        self._exec(cur, "SELECT last_seq, last_hash FROM rm_sessions WHERE session_id = ?",
+                   (session_id,))
+        row = cur.fetchone()
+        return (int(row[0]), str(row[1])) if row is not None else None
+
+    def _errors(self) -> tuple[type[BaseException], ...]:
+        raise NotImplementedError
+
+    # -- plumbing ---------------------------------------------------------------------
+
+    def _sql(self, sql: str) -> str:
+        if self.placeholder == "?":
+            return sql
+        out = self._sql_cache.get(sql)
+        if out is None:
+            out = self._sql_cache[sql] = sql.replace("?", self.placeholder)
+        return out
+
+    def _exec(self, cur: Any, sql: str, params: Sequence[Any] = ()) -> Any:
+        return cur.execute(self._sql(sql), params)
+
+    def _many(self, cur: Any, sql: str, rows: list[Sequence[Any]]) -> None:
+        if rows:
+            cur.executemany(self._sql(sql), rows)
+
+    def _reader(self) -> Any:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = self._local.conn = self._connect()
+        return conn
+
+    def _query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        try:
+            return self._run_query(self._reader(), self._sql(sql), params)
+        except self._errors() as err:
+            self._local.conn = None
+            raise ReadModelError(f"the read model ({self.where}) cannot be read: {err}"
+                                 ) from err
+
+    def _run_query(self, conn: Any, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+        return conn.execute(sql, params).fetchall()
+
+    def create_schema(self) -> None:
+        with self._transaction() as cur:
+            for ddl in DDL:
+                self._exec(cur, ddl)
+            self._exec(cur, "INSERT INTO rm_meta (key, value) VALUES ('schema', ?) "
+                       "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                       (SCHEMA_VERSION,))
+
+    # -- writes -----------------------------------------------------------------------
+
+    def apply(self, batch: SessionBatch) -> bool:
+        """Write one batch; False (nothing written) when the store already reflects it."""
+        try:
+            with self._write_lock, self._transaction() as cur:
+                stored = self._lock_session(cur, batch.session_id)
+                if stored is not None and stored[0] >= batch.session.last_seq:
+                    return False
+                self._write(cur, batch.since(stored[0]) if stored is not None else batch)
+                return True
+        except self._errors() as err:
+            raise ReadModelError(f"the read model ({self.where}) cannot be written: {err}"
+                                 ) from err
+
+    def replace(self, batch: SessionBatch) -> None:
+        """The session's rows are exactly ``batch`` (a full one), whatever was stored."""
+        try:
+            with self._write_lock, self._transaction() as cur:
+                for table in TABLES:
+                    self._exec(cur, f"DELETE FROM {table} WHERE session_id = ?",
+                               (batch.session_id,))
+                self._write(cur, batch)
+        except self._errors() as err:
+            raise ReadModelError(f"the read model ({self.where}) cannot be written: {err}"
+                                 ) from err
+
+    def reset(self) -> None:
+        """Drop every row (a rebuild starts here)."""
+        try:
+            with self._write_lock, self._transaction() as cur:
+                for table in TABLES:
+                    self._exec(cur, f"DELETE FROM {table}")
+        except self._errors() as err:
+            raise ReadModelError(f"the read model ({self.where}) cannot be reset: {err}"
+                                 ) from err
+
+    def _write(self, cur: Any, b: SessionBatch) -> None:
+        sid = b.session_id
+        s = b.session
+        values = [getattr(s, c) for c in SESSION_COLUMNS]
+        values = [int(v) if isinstance(v, bool) else v for v in values]
+        values[SESSION_COLUMNS.index("started_at")] = s.started_at or ""
+        self._exec(cur, UPSERT_SESSION, (*values, _now()))
+        self._many(cur, UPSERT_CONTRACT, [
+            (sid, c.ordinal, c.execution_id, c.status, c.entered_state_at, c.snapshot,
+             c.transitions, c.seq) for c in b.contracts])
+        self._many(cur, _upsert_entry("rm_facts"),
+                   [(sid, f.ordinal, f.body, f.seq) for f in b.facts])
+        self._many(cur, _upsert_entry("rm_history"),
+                   [(sid, h.ordinal, h.body, h.seq) for h in b.history])
+
+    # -- reads ------------------------------------------------------------------------
+
+    def heads(self) -> dict[str, tuple[int, str]]:
+        """Every session's ``(last_seq, last_hash)``."""
+        return {r[0]: (int(r[1]), r[2]) for r in self._query(
+            "SELECT session_id, last_seq, last_hash FROM rm_sessions")}
+
+    def session(self, session_id: str) -> dict[str, Any] | None:
+        rows = self._query(f"SELECT {', '.join(_SESSION_COLS)} FROM rm_sessions "
+                           "WHERE session_id = ?", (session_id,))
+        return _session_dict(rows[0]) if rows else None
+
+    def contracts(self, session_id: str, offset: int, limit: int) -> list[dict[str, Any]]:
+        return [{"snapshot": json.loads(r[0]), "transitions": json.loads(r[1])}
+                for r in self._query(
+                    "SELECT snapshot, transitions FROM rm_contracts WHERE session_id = ? "
+                    "AND ordinal >= ? AND ordinal < ? ORDER BY ordinal",
+                    (session_id, offset, offset + limit))]
+
+    def contract(self, session_id: str, execution_id: str) -> dict[str, Any] | None:
+        rows = self._query("SELECT snapshot, transitions FROM rm_contracts "
+                           "WHERE session_id = ? AND execution_id = ?",
+                           (session_id, execution_id))
+        return ({"snapshot": json.loads(rows[0][0]), "transitions": json.loads(rows[0][1])}
+                if rows else None)
+
+    def _entries(self, table: str, session_id: str, offset: int, limit: int
+                 ) -> list[dict[str, Any]]:
+        return [json.loads(r[0]) for r in self._query(
+            f"SELECT body FROM {table} WHERE session_id = ? AND ordinal >= ? AND ordinal < ? "
+            "ORDER BY ordinal", (session_id, offset, offset + limit))]
+
+    def facts(self, session_id: str, offset: int, limit: int) -> list[dict[str, Any]]:
+        return self._entries("rm_facts", session_id, offset, limit)
+
+    def history(self, session_id: str, offset: int, limit: int) -> list[dict[str, Any]]:
+        return self._entries("rm_history", session_id, offset, limit)
+
+    def list_sessions(self, status: str | None, limit: int, page_token: str | None
+                      ) -> tuple[list[dict[str, Any]], str | None]:
+        """Newest first; ``status``: only sessions in it (and, unless it is terminal,
+        still running: a terminated session keeps its last status)."""
+        where, params = [], []
+        if status is not None:
+            where.append("status = ?")
+            params.append(status)
+            if status not in TERMINAL_STATUSES:
+                where.append("execution_status = 'running'")
+        if page_token:
+            started, sid = decode_page_token(page_token)
+            where.append("(started_at < ? OR (started_at = ? AND session_id < ?))")
+            params += [started, started, sid]
+        sql = (f"SELECT {', '.join(_SESSION_COLS)} FROM rm_sessions"
+               + (" WHERE " + " AND ".join(where) if where else "")
+               + " ORDER BY started_at DESC, session_id DESC LIMIT ?")
+        rows = [_session_dict(r) for r in self._query(sql, (*params, limit + 1))]
+        more = len(rows) > limit
+        rows = rows[:limit]
+        token = encode_page_token(rows[-1]["started_at"], rows[-1]["session_id"]) \
+            if more and rows else None
+        return rows, token
+
+    def dump(self) -> dict[str, list[tuple[Any, ...]]]:
+        """Every row of every table, ordered, without ``updated_at`` (tests compare)."""
+        out = {}
+        for table in TABLES:
+            rows = self._query(f"SELECT * FROM {table} ORDER BY session_id"
+                               + (", ordinal" if table != "rm_sessions" else ""))
+            if table == "rm_sessions":
+                rows = [r[:-1] for r in rows]  # updated_at is last
+            out[table] = [tuple(r) for r in rows]
+        return out
+
+
+def _session_dict(r: Sequence[Any]) -> dict[str, Any]:
+    d = dict(zip(_SESSION_COLS, r, strict=True))
+    for b in _BOOLS:
+        d[b] = bool(d[b])
+    d["pending"] = json.loads(d["pending"]) if d["pending"] else None
+    d["status_counts"] = json.loads(d["status_counts"])
+    return d
+
+
+def session_row_of(d: dict[str, Any]) -> SessionRow:  # pragma: no cover - convenience
+    return SessionRow(**{c: d[c] for c in SESSION_COLUMNS})

@@ -1,0 +1,145 @@
+"""Keeping the read model: the exporter's hook, the catch-up at start, the rebuild.
+
+* :class:`ReadModelObserver` — a :class:`~observation.exporter.log.LogObserver`:
+  it folds every line the writer has (those on disk when it opens, then each
+  appended one) and, at each commit (after the batch's fsync, ``snapshot.json``
+  and ``head``: log first, then the read model), writes the rows the batch
+  changed in one transaction. A failed write is logged and kept: the next commit
+  writes everything since what the store holds.
+* :func:`sync_store` — at the exporter's start: every log whose head the store
+  does not reflect is folded and its rows replaced (sessions that ended are no
+  longer followed; a store that lost commits, or a new one, catches up here).
+* :func:`rebuild` — drop every row and rebuild from ``runs/*/events.ndjson``
+  alone, each log verified first (a broken one is reported and skipped).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from observation.exporter.log import LogObserver
+from observation.exporter.verify import HEAD_NAME, LOG_NAME, read_lines, verify_lines
+from observation.log_view import SessionLogView, fold
+from observation.read_model.rows import batch, full_batch
+from observation.read_model.store import ReadModelError, ReadStore
+
+log = logging.getLogger("hitlflow.read_model")
+
+
+class ReadModelObserver:
+    """One session's log into the read model, batch by batch."""
+
+    def __init__(self, session_id: str, store: ReadStore) -> None:
+        self.store = store
+        self.view = SessionLogView(session_id)
+        self.broken: str | None = None
+        self._facts_from = 0  # facts not written yet start here
+        self._contracts: set[int] = set()
+        self._history: set[int] = set()
+        self._stored: int | None = None  # what the store holds, once known
+
+    def event(self, event: dict[str, Any], replayed: bool) -> None:
+        if self.broken is not None:
+            return
+        try:
+            self.view.apply(event)
+        except (ValueError, KeyError, TypeError) as err:
+            self.broken = f"line {event.get('seq')}: {type(err).__name__}: {err}"
+            log.error("read model of session %s stops: %s", self.view.session_id, self.broken)
+
+    def commit(self) -> None:
+        view = self.view
+        if self.broken is not None or view.last_seq == 0 or view.last_seq == self._stored:
+            return
+        contracts, history = view.take_touched()
+        self._contracts |= contracts
+        self._history |= history
+        try:
+            b = batch(view, self._contracts, self._history, self._facts_from)
+            self.store.apply(b)  # the store skips what it already has
+        except ReadModelError as err:  # kept: the next commit writes it
+            log.warning("read model of session %s: %s", view.session_id, err)
+            return
+        self._stored = view.last_seq
+        self._facts_from = len(view.facts)
+        self._contracts.clear()
+        self._history.clear()
+
+
+class Tee:
+    """Several observers as one (telemetry and the read model)."""
+
+    def __init__(self, observers: Iterable[LogObserver | None]) -> None:
+        self.observers = [o for o in observers if o is not None]
+
+    def event(self, event: dict[str, Any], replayed: bool) -> None:
+        for o in self.observers:
+            o.event(event, replayed)
+
+    def commit(self) -> None:
+        for o in self.observers:
+            o.commit()
+
+
+def _head(run_dir: Path) -> tuple[int, str] | None:
+    try:
+        head = json.loads((run_dir / HEAD_NAME).read_bytes())
+        return int(head["last_seq"]), str(head["last_hash"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def fold_log(run_dir: Path) -> SessionLogView:
+    """A log verified line by line and folded (raises ``ChainBrokenError`` or the
+    fold's ``ValueError``); its head, when there is one, must be where it ends."""
+    view = fold(run_dir.name, verify_lines(read_lines(run_dir / LOG_NAME)))
+    head = _head(run_dir)
+    if head is not None and head != (view.last_seq, view.last_hash):
+        raise ValueError(f"the log ends at line {view.last_seq}, its head says "
+                         f"{head[0]}: lines are missing")
+    return view
+
+
+@dataclass
+class SyncResult:
+    synced: list[str] = field(default_factory=list)
+    errors: dict[str, str] = field(default_factory=dict)
+
+
+def _logs(runs_dir: Path) -> list[Path]:
+    if not runs_dir.is_dir():
+        return []
+    return [d for d in sorted(runs_dir.iterdir()) if (d / LOG_NAME).is_file()]
+
+
+def sync_store(store: ReadStore, runs_dir: Path, *, every: bool = False) -> SyncResult:
+    """Replace the rows of every session whose log's head the store does not
+    reflect (``every``: of all of them)."""
+    result = SyncResult()
+    heads = {} if every else store.heads()
+    for run_dir in _logs(runs_dir):
+        sid = run_dir.name
+        if not every and sid in heads and heads[sid] == _head(run_dir):
+            continue
+        try:
+            view = fold_log(run_dir)
+        except (ValueError, KeyError, TypeError, OSError) as err:  # ChainBroken included
+            result.errors[sid] = f"{type(err).__name__}: {err}"
+            continue
+        if view.last_seq == 0:
+            continue
+        store.replace(full_batch(view))
+        result.synced.append(sid)
+    return result
+
+
+def rebuild(store: ReadStore, runs_dir: Path) -> SyncResult:
+    """Drop every row, then fold every log under ``runs_dir`` into the store. Run
+    it while no exporter writes the store (or restart the exporter after it)."""
+    store.reset()
+    return sync_store(store, runs_dir, every=True)

@@ -1,0 +1,77 @@
+"""Reads come from the read model: they answer with every worker stopped, say how
+fresh they are, and wait (bounded) for a write they must reflect."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import httpx
+from temporalio.testing import WorkflowEnvironment
+
+from api.app import create_app
+from api.deps import ApiTuning
+from api.settings import HitlflowSettings
+from tests.api.http_support import confirm_body, error_of, serve, session_until, waiting
+from tests.support.sessions import running_exporter, running_worker
+
+
+async def test_every_read_answers_with_the_worker_stopped(dev_env: WorkflowEnvironment,
+                                                          free_port, tmp_path: Path):
+    settings = HitlflowSettings(
+        temporal_address=dev_env.client.service_client.config.target_host,
+        task_queue=f"tq-rm-{uuid.uuid4().hex[:8]}", data_dir=tmp_path)
+    app = create_app(settings, tuning=ApiTuning(query_timeout_s=0.5, update_timeout_s=0.5,
+                                                freshness_wait_s=0.2))
+    async with running_exporter(dev_env.client, tmp_path, settings.task_queue), \
+            serve(app, free_port()) as server, \
+            httpx.AsyncClient(base_url=server.url, timeout=30) as http:
+        async with running_worker(dev_env.client, settings.task_queue):
+            sid = (await http.post("/api/sessions", json=confirm_body())).json()["session_id"]
+            before = await session_until(http, sid, waiting("confirm"))
+        # The worker is gone: every read still answers, from the read model.
+        s = await http.get(f"/api/sessions/{sid}")
+        assert s.status_code == 200, s.text
+        body = s.json()
+        assert body["status"] == "waiting_user" and body["pending"] == before["pending"]
+        assert body["waiting_since"] is not None and body["seq"] == before["seq"]
+        assert s.headers["x-hitlflow-seq"] == str(body["seq"])
+        contract = body["contracts"][-1]
+        assert contract["current_status"] == "waiting"
+        t = await http.get(f"/api/execution/{sid}/timeline")
+        assert t.status_code == 200 and t.json()["has_suspended"] is True
+        assert t.json()["total_contracts"] == body["contracts_total"] >= 1
+        assert t.json()["transitions"]
+        c = await http.get(f"/api/execution/{contract['execution_id']}/snapshot")
+        assert c.status_code == 200 and c.json()["current_status"] == "waiting"
+        # Computed when read, not stored: it grows with the reader's clock.
+        assert c.json()["duration_in_state_ms"] >= contract["duration_in_state_ms"]
+        h = await http.get(f"/api/sessions/{sid}/history")
+        assert h.status_code == 200 and h.json()["total"] >= 2
+        assert h.json()["status_history"][-1]["to_status"] == "waiting_user"
+        m = await http.get(f"/api/sessions/{sid}/memory")
+        assert m.status_code == 200 and m.json()["seq"] == body["seq"]
+        listed = await http.get("/api/sessions", params={"status": "waiting_user"})
+        assert listed.status_code == 200
+        assert sid in [x["session_id"] for x in listed.json()["sessions"]]
+        # A freshness the read model cannot reach: the older answer, flagged stale.
+        r = await http.get(f"/api/sessions/{sid}", params={"min_seq": body["seq"] + 1000})
+        assert r.status_code == 200 and r.headers["x-hitlflow-stale"] == "true"
+        assert r.json()["stale"] is True and r.json()["seq"] == body["seq"]
+        # One it has reached: no wait, not stale.
+        r = await http.get(f"/api/sessions/{sid}", params={"min_seq": body["seq"]})
+        assert "x-hitlflow-stale" not in r.headers and r.json()["stale"] is False
+        # Bad input is a 4xx.
+        r = await http.get(f"/api/sessions/{sid}", params={"min_seq": -1})
+        assert r.status_code == 422
+        r = await http.get(f"/api/sessions/{sid}", params={"consistency": "eventual"})
+        assert r.status_code == 422
+        r = await http.get("/api/sessions", params={"page_token": "bm9wZQ"})
+        assert r.status_code == 400 and error_of(r)["code"] == "invalid_page_token"
+        # An unknown session is a 404 (Temporal does not know it either).
+        r = await http.get(f"/api/sessions/nope-{uuid.uuid4().hex[:6]}")
+        assert r.status_code == 404
+        # The live view needs a worker: without one it falls back to Temporal's record.
+        r = await http.get(f"/api/sessions/{sid}", params={"consistency": "live"})
+        assert r.status_code == 200 and r.json()["status"] == "waiting_user"
+    await dev_env.client.get_workflow_handle(sid).terminate("test cleanup")
