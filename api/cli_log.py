@@ -161,6 +161,7 @@ def exporter_command(
     import signal
 
     from api.settings import HitlflowSettings
+    from api.worker import connect
     from observation.exporter import run_exporter
 
     overrides = {k: v for k, v in {"data_dir": data_dir,
@@ -173,7 +174,7 @@ def exporter_command(
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
         typer.echo(f"exporting sessions of {settings.target} into {settings.data_dir / 'runs'}")
-        await run_exporter(settings, stop)
+        await run_exporter(await connect(settings), settings.data_dir, stop)
 
     try:
         asyncio.run(main())

@@ -6,6 +6,7 @@ dependency in a worker thread, a hop per request that costs more than they do.""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Annotated
@@ -58,6 +59,14 @@ async def get_client(request: Request) -> Client:
     return client
 
 
+#: Told the id of every session a write was accepted for (``up``: the exporter's wakeups).
+OnChange = Callable[[str], None]
+
+
+async def get_on_change(request: Request) -> OnChange:
+    return request.app.state.on_change
+
+
 async def get_log_views(request: Request) -> LogViews:
     return request.app.state.log_views
 
@@ -79,3 +88,4 @@ TuningDep = Annotated[ApiTuning, Depends(get_tuning)]
 ClientDep = Annotated[Client, Depends(get_client)]
 SessionIdDep = Annotated[str, Depends(get_session_id)]
 LogViewsDep = Annotated[LogViews, Depends(get_log_views)]
+OnChangeDep = Annotated[OnChange, Depends(get_on_change)]

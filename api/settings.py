@@ -23,6 +23,9 @@ class HitlflowSettings(BaseSettings):
     api_port: int = Field(default=8000, ge=1, le=65535)
     api_host: str = "127.0.0.1"
     api_token: str | None = None
+    # A worker that saw another poll its task queue this recently does not run restart
+    # recovery (api.recovery); just over Temporal's 1-minute long-poll.
+    live_poller_window_s: float = Field(default=90.0, ge=0)
 
     @property
     def target(self) -> str:
