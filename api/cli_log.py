@@ -174,7 +174,8 @@ def exporter_command(
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
         typer.echo(f"exporting sessions of {settings.target} into {settings.data_dir / 'runs'}")
-        await run_exporter(await connect(settings), settings.data_dir, stop)
+        await run_exporter(await connect(settings), settings.data_dir, stop,
+                           park=settings.exporter_park)
 
     try:
         asyncio.run(main())

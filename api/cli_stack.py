@@ -209,7 +209,8 @@ async def _up(settings: HitlflowSettings, run_worker: RunWorker | None) -> int:
 
         exporter_stop = asyncio.Event()
         exporter = asyncio.create_task(
-            run_exporter(await connect(stack), stack.data_dir, exporter_stop, wakeups=wakeups),
+            run_exporter(await connect(stack), stack.data_dir, exporter_stop, wakeups=wakeups,
+                         park=stack.exporter_park),
             name="exporter")
         await asyncio.sleep(0)  # let a worker that cannot even start fail before "up"
 
