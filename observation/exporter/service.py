@@ -182,7 +182,11 @@ class Exporter:
         if session_id in self._woken:
             self._woken.discard(session_id)
             return False
-        desc = await self.client.get_workflow_handle(session_id).describe()
+        try:
+            desc = await self.client.get_workflow_handle(session_id).describe()
+        except Exception as err:  # cannot tell: keep following
+            log.warning("exporter: describing %s failed: %s", session_id, err)
+            return False
         sa = desc.typed_search_attributes
         if (desc.run_id != run_id or desc.history_length != last_event_id
                 or desc.status != WorkflowExecutionStatus.RUNNING
