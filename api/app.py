@@ -28,7 +28,7 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
 from api import errors
-from api.deps import ApiTuning
+from api.deps import ApiTuning, OnChange
 from api.routers import audit, events, execution, health, past, sessions
 from api.settings import HitlflowSettings
 from api.sse import EventProvider
@@ -114,6 +114,10 @@ def _document_bearer(app: FastAPI) -> None:
     app.openapi = openapi  # type: ignore[method-assign]
 
 
+def _nobody(session_id: str) -> None:
+    """No one to tell of a write (a standalone API: the exporter polls visibility)."""
+
+
 def create_app(
     settings: HitlflowSettings | None = None,
     client: Client | None = None,
@@ -121,9 +125,11 @@ def create_app(
     tuning: ApiTuning | None = None,
     event_provider: EventProvider | None = None,
     read_model: ReadStore | None = None,
+    on_change: OnChange | None = None,
 ) -> FastAPI:
     """The HTTP service. Without ``client``, the lifespan connects one to
-    ``settings.target``; ``event_provider`` replaces the SSE source (tests)."""
+    ``settings.target``; ``event_provider`` replaces the SSE source (tests);
+    ``on_change(session_id)`` hears of every accepted write (``up`` wakes the exporter)."""
     settings = settings or HitlflowSettings()
     tuning = tuning or ApiTuning()
 
@@ -155,6 +161,7 @@ def create_app(
     )
     app.state.settings, app.state.tuning, app.state.client = settings, tuning, client
     app.state.event_provider = event_provider
+    app.state.on_change = on_change or _nobody
     app.state.log_views = LogViews(settings.data_dir / "runs")
     app.state.read_model = read_model
     app.state.stopping = asyncio.Event()  # set first on shutdown: SSE streams end

@@ -192,6 +192,7 @@ def exporter_command(
     import signal
 
     from api.settings import HitlflowSettings
+    from api.worker import connect
     from observation.exporter import run_exporter
 
     overrides = {k: v for k, v in {"data_dir": data_dir, "temporal_address": temporal_address,
@@ -204,7 +205,8 @@ def exporter_command(
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
         typer.echo(f"exporting sessions of {settings.target} into {settings.data_dir / 'runs'}")
-        await run_exporter(settings, stop)
+        await run_exporter(await connect(settings), settings.data_dir, stop,
+                           read_model_url=settings.read_model_url, park=settings.exporter_park)
 
     try:
         asyncio.run(main())

@@ -25,7 +25,7 @@ from pydantic import ValidationError
 
 from api.devserver import DevServer, DevServerError
 from api.settings import HitlflowSettings
-from observation.exporter import run_exporter
+from observation.exporter import Wakeups, run_exporter
 
 #: How long a worker may take to finish its in-flight tasks after Ctrl-C.
 WORKER_STOP_TIMEOUT_S = 30.0
@@ -76,15 +76,18 @@ def _load_run_worker() -> RunWorker:
 # API hook — the lead wires the HTTP service in here.
 
 
-async def _start_api(settings: HitlflowSettings, stop: asyncio.Event) -> asyncio.Task[None] | None:
+async def _start_api(settings: HitlflowSettings, stop: asyncio.Event,
+                     on_change: Callable[[str], None] | None = None) -> asyncio.Task[None] | None:
     """Start the HTTP service on settings.api_host:settings.api_port until ``stop`` is set.
 
     Return its task, or None while there is no HTTP service yet. ``up`` stops it first.
     The API listens before this returns; a port it cannot bind makes the task fail.
+    ``on_change(session_id)`` is called for every write the API accepted.
     """
     from api.app import ApiServer, ApiStartError, create_app
 
-    server = ApiServer(create_app(settings), settings.api_host, settings.api_port)
+    server = ApiServer(create_app(settings, on_change=on_change), settings.api_host,
+                       settings.api_port)
     try:
         await server.start()
     except ApiStartError as err:
@@ -198,10 +201,17 @@ async def _up(settings: HitlflowSettings, run_worker: RunWorker | None) -> int:
         worker_stop, api_stop = asyncio.Event(), asyncio.Event()
         worker = (asyncio.create_task(run_worker(stack, worker_stop), name="worker")
                   if run_worker else None)
-        api = await _start_api(stack, api_stop)
-        # The exporter mirrors every session's history into <data_dir>/runs/ as it runs.
+        # The exporter mirrors every session's history into <data_dir>/runs/ as it runs;
+        # the API wakes a parked session's follower as soon as it accepted a write.
+        wakeups = Wakeups()
+        api = await _start_api(stack, api_stop, wakeups)
+        from api.worker import connect
+
         exporter_stop = asyncio.Event()
-        exporter = asyncio.create_task(run_exporter(stack, exporter_stop), name="exporter")
+        exporter = asyncio.create_task(
+            run_exporter(await connect(stack), stack.data_dir, exporter_stop, wakeups=wakeups,
+                         read_model_url=stack.read_model_url, park=stack.exporter_park),
+            name="exporter")
         await asyncio.sleep(0)  # let a worker that cannot even start fail before "up"
 
         typer.echo(f"Temporal frontend: {server.address} (namespace {settings.namespace})")

@@ -6,6 +6,7 @@ dependency in a worker thread, a hop per request that costs more than they do.""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Annotated, Literal
@@ -62,6 +63,14 @@ async def get_client(request: Request) -> Client:
     return client
 
 
+#: Told the id of every session a write was accepted for (``up``: the exporter's wakeups).
+OnChange = Callable[[str], None]
+
+
+async def get_on_change(request: Request) -> OnChange:
+    return request.app.state.on_change
+
+
 async def get_log_views(request: Request) -> LogViews:
     return request.app.state.log_views
 
@@ -104,3 +113,4 @@ FreshnessDep = Annotated[Freshness, Depends(get_freshness)]
 ConsistencyQuery = Annotated[Literal["read_model", "live"], Query(description=(
     "`read_model` (default): from the read model the exporter keeps, no worker needed; "
     "`live`: from the workflow's query (needs a worker), overlaid on the log."))]
+OnChangeDep = Annotated[OnChange, Depends(get_on_change)]

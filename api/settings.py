@@ -30,6 +30,12 @@ class HitlflowSettings(BaseSettings):
     # The read model: PostgreSQL (postgresql://...) on a cluster; unset means SQLite
     # in data_dir (read_model.sqlite).
     read_model_url: str | None = None
+    # A worker that saw another poll its task queue this recently does not run restart
+    # recovery (api.recovery); just over Temporal's 1-minute long-poll.
+    live_poller_window_s: float = Field(default=90.0, ge=0)
+    # The exporter parks sessions that wait for a person (false: follow them all, as
+    # before; for comparisons).
+    exporter_park: bool = True
 
     @property
     def target(self) -> str:

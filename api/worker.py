@@ -1,8 +1,9 @@
 """The session worker: SessionWorkflow plus the LLM and MCP tool activities.
 
 Any number of workers may run against one Temporal server; nothing here
-assumes it is the only one. At start-up a worker asks every session in
-``waiting_user`` to check its pending request (restart recovery, seed 004).
+assumes it is the only one. A worker that starts while no other polls its task
+queue (a cold start of the orchestrator) asks every session in ``waiting_user``
+to check its pending request with one batch operation (seed 004; ``api.recovery``).
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ import asyncio
 import logging
 import os
 import socket
+import uuid
+from datetime import timedelta
 from typing import Any
 
 from temporalio.client import Client
@@ -21,8 +24,8 @@ from activities.commands import run_command
 from activities.llm import LlmActivities
 from activities.mcp_pool import McpClientPool
 from activities.tools import McpToolActivities
+from api.recovery import other_workers, start_recovery
 from api.settings import HitlflowSettings
-from workflows.messages import RecoverInput
 from workflows.session import SessionWorkflow
 
 log = logging.getLogger("hitlflow.worker")
@@ -48,23 +51,8 @@ def build_worker(
 
 
 def worker_identity() -> str:
-    return f"hitlflow-{socket.gethostname()}-{os.getpid()}"
-
-
-async def recover_waiting_sessions(client: Client) -> int:
-    """Signal ``recover`` to every running session in waiting_user; return how many."""
-    count = 0
-    query = 'WorkflowType = "SessionWorkflow" AND ExecutionStatus = "Running" AND ' \
-            'SessionStatus = "waiting_user"'
-    async for wf in client.list_workflows(query):
-        try:
-            await client.get_workflow_handle(wf.id, run_id=wf.run_id).signal(
-                "recover", RecoverInput(worker_identity=worker_identity())
-            )
-            count += 1
-        except Exception as err:  # one closed session must not stop the others
-            log.warning("recover signal to %s failed: %s", wf.id, err)
-    return count
+    """Unique per worker (several may share a process in tests)."""
+    return f"hitlflow-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
 
 
 async def run_worker(
@@ -72,11 +60,23 @@ async def run_worker(
 ) -> None:
     """Run a worker until ``stop`` is set; MCP servers are closed on the way out."""
     client = client or await connect(settings)
+    identity = worker_identity()
     pool = McpClientPool(idle_s=settings.mcp_idle_s, max_servers=settings.mcp_max_servers)
     try:
-        async with build_worker(client, settings.task_queue, pool):
-            recovered = await recover_waiting_sessions(client)
-            log.info("worker started; %d waiting session(s) asked to recover", recovered)
+        try:  # before this worker polls: a poller seen now is another worker
+            others = await other_workers(client, settings.task_queue,
+                                         timedelta(seconds=settings.live_poller_window_s))
+        except Exception as err:  # cannot tell: recover (a duplicate check is harmless)
+            log.warning("cannot list the task queue's pollers: %s", err)
+            others = []
+        async with build_worker(client, settings.task_queue, pool, identity=identity):
+            if others:
+                log.info("worker %s started next to %d live worker(s): nothing to recover",
+                         identity, len(others))
+            else:
+                job = await start_recovery(client, settings.task_queue, identity)
+                log.info("worker %s started cold; waiting sessions asked to recover "
+                         "(batch %s)", identity, job)
             await stop.wait()
     finally:
         await pool.aclose()

@@ -24,6 +24,8 @@ from api.deps import (
     ConsistencyQuery,
     FreshnessDep,
     LogViewsDep,
+    OnChange,
+    OnChangeDep,
     SessionIdDep,
     SettingsDep,
     TuningDep,
@@ -305,12 +307,14 @@ async def _refusal_for_closed(client: Client, session_id: str, code: str,
 
 
 async def _update(client: Client, session_id: str, name: str, arg: object, *, code: str,
-                  closed: str, tuning: ApiTuning) -> Ack:
+                  closed: str, tuning: ApiTuning, changed: OnChange) -> Ack:
     handle = client.get_workflow_handle(session_id)
     try:
         with temporal_errors(session_id):
-            return await handle.execute_update(name, arg, result_type=Ack,
-                                               rpc_timeout=tuning.update_timeout)
+            ack = await handle.execute_update(name, arg, result_type=Ack,
+                                              rpc_timeout=tuning.update_timeout)
+        changed(session_id)
+        return ack
     except ApiError as err:
         if err.code == "refused":
             raise ApiError(409, code, err.message) from None
@@ -321,38 +325,42 @@ async def _update(client: Client, session_id: str, name: str, arg: object, *, co
 
 @router.post("/{session_id}/reply", status_code=202, response_model=Accepted)
 async def reply(session_id: SessionIdDep, body: ReplyRequest, client: ClientDep,
-                tuning: TuningDep) -> Accepted:
+                tuning: TuningDep, changed: OnChangeDep) -> Accepted:
     """Answer the pending request (name it by `request_id`). 409 when nothing is
     pending, when it names another request, or when the answer does not fit the
     request; the session is unchanged then."""
     ack = await _update(client, session_id, "reply", ReplyInput(**body.model_dump()),
-                        code="reply_refused", closed="nothing is pending", tuning=tuning)
+                        code="reply_refused", closed="nothing is pending",
+                        tuning=tuning, changed=changed)
     return Accepted(session_id=session_id, request_id=ack.request_id, status=ack.status,
                     journal_seq=ack.journal_seq)
 
 
 @router.post("/{session_id}/messages", status_code=202, response_model=Accepted)
 async def send_message(session_id: SessionIdDep, body: MessageRequest, client: ClientDep,
-                       tuning: TuningDep) -> Accepted:
+                       tuning: TuningDep, changed: OnChangeDep) -> Accepted:
     """A new message from the person; it starts a turn (at once when the session
     waits for a message, else after the current one). 409 once the session ended."""
     ack = await _update(client, session_id, "send_message", MessageInput(**body.model_dump()),
-                        code="message_refused", closed="it takes no messages", tuning=tuning)
+                        code="message_refused", closed="it takes no messages",
+                        tuning=tuning, changed=changed)
     return Accepted(session_id=session_id, status=ack.status, journal_seq=ack.journal_seq)
 
 
 @router.post("/{session_id}/end", status_code=202, response_model=Accepted)
 async def end(session_id: SessionIdDep, client: ClientDep, tuning: TuningDep,
-              body: Annotated[EndRequest | None, Body()] = None) -> Accepted:
+              changed: OnChangeDep, body: Annotated[EndRequest | None, Body()] = None) -> Accepted:
     """End the conversation while the session waits for the person (it succeeds).
     409 otherwise (cancel a running session instead)."""
     ack = await _update(client, session_id, "end", EndInput(**(body or EndRequest()).model_dump()),
-                        code="end_refused", closed="it cannot be ended", tuning=tuning)
+                        code="end_refused", closed="it cannot be ended",
+                        tuning=tuning, changed=changed)
     return Accepted(session_id=session_id, status=ack.status, journal_seq=ack.journal_seq)
 
 
 @router.post("/{session_id}/cancel", status_code=202, response_model=CancelAccepted)
-async def cancel(session_id: SessionIdDep, client: ClientDep) -> CancelAccepted:
+async def cancel(session_id: SessionIdDep, client: ClientDep,
+                 changed: OnChangeDep) -> CancelAccepted:
     """Cancel the session: what is in flight is cancelled, open contracts are
     cancelled, nothing new starts, the status becomes `canceled`. A repeat while it
     is cancelling is a 202 `already_requested`; 409 when it has already ended, or
@@ -370,13 +378,14 @@ async def cancel(session_id: SessionIdDep, client: ClientDep) -> CancelAccepted:
     if not already:
         with temporal_errors(session_id):
             await client.get_workflow_handle(session_id).cancel()
+        changed(session_id)
     return CancelAccepted(session_id=session_id, status=view.status,
                           cancellation="already_requested" if already else "requested")
 
 
 @router.post("/{session_id}/steps/{index}/{action}", status_code=202, response_model=Accepted)
 async def step_action(
-    session_id: SessionIdDep, client: ClientDep, tuning: TuningDep,
+    session_id: SessionIdDep, client: ClientDep, tuning: TuningDep, changed: OnChangeDep,
     index: Annotated[int, Path(ge=0, le=10_000, description="The step's index in the plan")],
     action: Annotated[Literal["approve", "skip", "reset"], Path()],
     body: Annotated[StepActionRequest | None, Body()] = None,
@@ -409,6 +418,6 @@ async def step_action(
                        values={"to_step": index} if action == "reset" else None,
                        comment=(body.comment if body else None))
     ack = await _update(client, session_id, "reply", reply, code="reply_refused",
-                        closed="nothing is pending", tuning=tuning)
+                        closed="nothing is pending", tuning=tuning, changed=changed)
     return Accepted(session_id=session_id, request_id=ack.request_id, status=ack.status,
                     journal_seq=ack.journal_seq)

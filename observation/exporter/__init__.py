@@ -7,7 +7,7 @@ See README.md in this folder for the exact bytes. Public API:
 * snapshot (pure): :class:`Snapshot`, :func:`snapshot_bytes`
 * verify: :func:`verify_dir`, :func:`verify_lines`, :class:`ChainBrokenError`
 * I/O: :class:`LogWriter`, :func:`export_session`, :func:`session_events`,
-  :class:`Exporter`, :func:`run_exporter`
+  :class:`Exporter`, :class:`Wakeups`, :func:`run_exporter`
 """
 
 from observation.exporter.chain import GENESIS, HASH_PREFIX, Chain, hash_body, line_bytes
@@ -37,7 +37,7 @@ from observation.exporter.model import (
     MappedEvent,
     is_sse,
 )
-from observation.exporter.service import Exporter, run_exporter
+from observation.exporter.service import Exporter, Wakeups, run_exporter
 from observation.exporter.snapshot import ReplayError, Snapshot, snapshot_bytes
 from observation.exporter.verify import ChainBrokenError, Verified, verify_dir, verify_lines
 
@@ -46,6 +46,7 @@ __all__ = [
     "ChainBrokenError", "ExportResult", "Exporter", "LogCorruptError", "LogDivergedError",
     "LogError", "LogEvent", "LogLockedError", "LogWriteError", "LogWriter", "MappedEvent",
     "MappingError", "ReplayError", "SessionExport", "SessionMapper", "Snapshot", "Verified",
+    "Wakeups",
     "export_history", "export_session", "hash_body", "history_events", "is_sse",
     "line_bytes", "map_history", "run_exporter", "session_events", "snapshot_bytes",
     "verify_dir", "verify_lines",

@@ -13,8 +13,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator, Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TypeVar
 
@@ -86,6 +86,12 @@ class ExportResult:
     written: int
     last_seq: int
     finished: bool
+    parked: bool = False  # stopped at a wait for the person (``park`` said so)
+
+
+#: ``park(run_id, last_event_id)``: asked at a page end while the log says the session
+#: waits for the person; True stops the follower there (the caller wakes it later).
+Park = Callable[[str, int], Awaitable[bool]]
 
 
 class SessionExport:
@@ -156,11 +162,13 @@ async def _in_thread(fn: Callable[..., T], *args: object) -> T:
 
 async def export_session(
     client: Client, session_id: str, runs_dir: Path, *, follow: bool = False,
-    observer: LogObserver | None = None,
+    observer: LogObserver | None = None, park: Park | None = None,
 ) -> ExportResult:
     """Mirror a session's history into ``runs_dir/<session_id>/`` (until its last
     run closes when ``follow``), resuming after the lines already there;
-    ``observer`` (telemetry) is told each line and commit."""
+    ``observer`` (telemetry) is told each line and commit. With ``park``, a
+    follower stops once everything up to a wait for the person is written and
+    ``park`` agrees (the result says ``parked``)."""
     w = LogWriter(runs_dir / session_id, observer)
     await _in_thread(w.open)
     try:
@@ -172,6 +180,10 @@ async def export_session(
             if page_end:
                 await _in_thread(export.feed_page, page)
                 page = []
+                if park is not None and export.mapper.open_issue is not None \
+                        and export.mapper.run_id is not None \
+                        and await park(export.mapper.run_id, event.event_id):
+                    return replace(await _in_thread(export.finish), parked=True)
         await _in_thread(export.feed_page, page)
         return await _in_thread(export.finish)
     finally:

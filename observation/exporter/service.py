@@ -3,6 +3,13 @@
 ``hitlflow up`` runs :func:`run_exporter` next to the worker. A session whose log
 another exporter holds is retried later (one writer per log); a write or fsync
 error stops the whole service (:class:`LogWriteError` is raised from ``run``).
+
+A session that waits for the person is **parked**: its follower stops once the log
+holds everything up to the wait (no task, no history long-poll). It is woken by
+what changes it: visibility (its ``SessionStatus`` leaves ``waiting_user``, its
+``WaitingSince`` moves, or it closes; seen at the next discovery poll), a
+:class:`Wakeups` call from the process that changed it (in ``up``, the API), or
+the sweep of parked sessions (history grew without a status change).
 """
 
 from __future__ import annotations
@@ -10,26 +17,56 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowExecution, WorkflowExecutionStatus
 
 from observation.exporter import follower
 from observation.exporter.follower import SESSION_QUERY, finished_on_disk
 from observation.exporter.log import LogLockedError, LogObserver, LogWriteError
 from observation.read_model import ReadModelError, ReadStore, open_store
 from observation.read_model.sync import ReadModelObserver, Tee, sync_store
-
-if TYPE_CHECKING:
-    from api.settings import HitlflowSettings
+from workflows.search_attributes import SESSION_STATUS, WAITING_SINCE
 
 log = logging.getLogger("hitlflow.exporter")
 
+WAITING = "waiting_user"
+
+
+@dataclass(frozen=True)
+class Parked:
+    """What a parked session looked like when its follower stopped."""
+
+    run_id: str
+    waiting_since: datetime | None
+    history_length: int
+
+    def changed(self, wf: WorkflowExecution) -> bool:
+        """Visibility shows another state than the one parked at."""
+        sa = wf.typed_search_attributes
+        return (wf.status != WorkflowExecutionStatus.RUNNING or wf.run_id != self.run_id
+                or sa.get(SESSION_STATUS) != WAITING
+                or sa.get(WAITING_SINCE) != self.waiting_since)
+
+
+class Wakeups:
+    """How a process that changed a session tells the exporter at once (in ``up``,
+    the API that accepted a reply, message, end or cancel). A no-op until an
+    :class:`Exporter` runs with it."""
+
+    def __init__(self) -> None:
+        self._to: Callable[[str], None] | None = None
+
+    def __call__(self, session_id: str) -> None:
+        if self._to is not None:
+            self._to(session_id)
+
 
 class Exporter:
-    """Follows every session (``list_workflows``) into ``runs_dir``; one task each.
+    """Follows every session (``list_workflows``) into ``runs_dir``; one task each,
+    none for a parked session (see the module docstring).
 
     A session whose log another exporter holds is retried later (one writer per
     log); a write or fsync error stops the whole exporter (:class:`LogWriteError`).
@@ -37,39 +74,57 @@ class Exporter:
 
     def __init__(self, client: Client, runs_dir: Path, *, query: str = SESSION_QUERY,
                  discover_every_s: float = 1.0, retry_after_s: float = 5.0,
-                 rescan_every: int = 60,
+                 rescan_every: int = 60, sweep_every_s: float = 300.0, park: bool = True,
                  observers: Callable[[str], LogObserver | None] | None = None) -> None:
         self.client, self.runs_dir, self.query = client, runs_dir, query
         self.observers = observers  # session id -> its log's observer (telemetry)
         self.discover_every_s, self.retry_after_s = discover_every_s, retry_after_s
+        self.sweep_every_s, self.park = sweep_every_s, park
         self.tasks: dict[str, asyncio.Task[None]] = {}
+        self.parked: dict[str, Parked] = {}
         self.done: set[str] = set()
         self.errors: dict[str, str] = {}
         self.fatal: BaseException | None = None
+        self._woken: set[str] = set()  # woken while its follower was still running
         self._stop = asyncio.Event()
         self._since: datetime | None = None
-        # Every poll lists what started or closed lately; every `rescan_every`-th one
-        # lists every running session too (one visibility missed for a minute).
+        # Every poll lists what started, closed or left its wait lately; every
+        # `rescan_every`-th one lists every running session too (one visibility
+        # missed for a minute).
         self.rescan_every, self._polls = rescan_every, 0
+        self._sweep: asyncio.Task[None] | None = None
+        self._swept = 0.0
 
-    async def run(self, stop: asyncio.Event | None = None) -> None:
+    async def run(self, stop: asyncio.Event | None = None,
+                  wakeups: Wakeups | None = None) -> None:
         """Run until ``stop`` is set (or a fatal write error, which is raised)."""
         watcher = asyncio.ensure_future((stop or asyncio.Event()).wait())
         stopping = asyncio.ensure_future(self._stop.wait())  # one task, not one per loop
+        loop = asyncio.get_running_loop()
+        self._swept = loop.time()
+        if wakeups is not None:
+            wakeups._to = self.wake
         try:
             while not self._stop.is_set() and not watcher.done():
                 try:
                     await self.discover()
                 except Exception as err:  # Temporal unreachable for a moment
                     log.warning("exporter: listing sessions failed: %s", err)
+                if loop.time() - self._swept >= self.sweep_every_s and (
+                        self._sweep is None or self._sweep.done()):
+                    self._swept = loop.time()
+                    self._sweep = asyncio.create_task(self.sweep(), name="exporter sweep")
                 await asyncio.wait({stopping, watcher}, timeout=self.discover_every_s,
                                    return_when=asyncio.FIRST_COMPLETED)
         finally:
+            if wakeups is not None:
+                wakeups._to = None
             watcher.cancel()
             stopping.cancel()
-            for t in self.tasks.values():
+            for t in [*self.tasks.values(), *([self._sweep] if self._sweep else [])]:
                 t.cancel()
             await asyncio.gather(*self.tasks.values(), watcher, stopping,
+                                 *([self._sweep] if self._sweep else []),
                                  return_exceptions=True)
         if self.fatal is not None:
             raise self.fatal
@@ -79,20 +134,74 @@ class Exporter:
         if self._since is not None:
             since = (self._since - timedelta(minutes=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
             recent = "ExecutionStatus=\"Running\"" if self._polls % self.rescan_every == 0 \
-                else f'StartTime > "{since}"'
+                else (f'StartTime > "{since}" OR (ExecutionStatus="Running" AND '
+                      f'(SessionStatus != "{WAITING}" OR WaitingSince > "{since}"))')
             query += f' AND ({recent} OR CloseTime > "{since}")'
         self._since = datetime.now(UTC)
         self._polls += 1
         async for wf in self.client.list_workflows(query):
-            self.follow(wf.id)
+            parked = self.parked.get(wf.id)
+            if parked is None:
+                self.follow(wf.id)
+            elif parked.changed(wf):
+                self.wake(wf.id)
+
+    async def sweep(self) -> None:
+        """Wake the parked sessions whose history grew without a change visibility
+        shows (e.g. ``restart.preserve_waiting``): one describe each, a few at a time."""
+        gate = asyncio.Semaphore(4)
+
+        async def check(session_id: str, parked: Parked) -> None:
+            async with gate:
+                if self.parked.get(session_id) is not parked:
+                    return
+                try:
+                    desc = await self.client.get_workflow_handle(session_id).describe()
+                except Exception as err:
+                    log.warning("exporter: describing parked %s failed: %s", session_id, err)
+                    return
+                if desc.run_id != parked.run_id or desc.history_length != parked.history_length:
+                    self.wake(session_id)
+
+        await asyncio.gather(*(check(s, p) for s, p in list(self.parked.items())))
 
     def follow(self, session_id: str) -> None:
-        if session_id not in self.tasks and session_id not in self.done:
+        if session_id not in self.tasks and session_id not in self.done \
+                and session_id not in self.parked:
             self.tasks[session_id] = asyncio.create_task(
                 self._follow(session_id), name=f"export {session_id}")
 
+    def wake(self, session_id: str) -> None:
+        """Something may have changed the session: follow it again if it was parked."""
+        if session_id in self.tasks:
+            self._woken.add(session_id)  # its follower must not park on what it saw
+        elif self.parked.pop(session_id, None) is not None:
+            self.follow(session_id)
+
+    async def _may_park(self, session_id: str, run_id: str, last_event_id: int) -> bool:
+        """Park only at the very end of history, with no workflow task pending (a
+        cancel request, a reply being handled) and visibility saying it waits."""
+        if session_id in self._woken:
+            self._woken.discard(session_id)
+            return False
+        try:
+            desc = await self.client.get_workflow_handle(session_id).describe()
+        except Exception as err:  # cannot tell: keep following
+            log.warning("exporter: describing %s failed: %s", session_id, err)
+            return False
+        sa = desc.typed_search_attributes
+        if (desc.run_id != run_id or desc.history_length != last_event_id
+                or desc.status != WorkflowExecutionStatus.RUNNING
+                or desc.raw_description.HasField("pending_workflow_task")
+                or sa.get(SESSION_STATUS) != WAITING or session_id in self._woken):
+            return False
+        self.parked[session_id] = Parked(run_id, sa.get(WAITING_SINCE), last_event_id)
+        return True
+
     async def _follow(self, session_id: str) -> None:
         delay = self.retry_after_s
+        park = (lambda run_id, last: self._may_park(session_id, run_id, last)) \
+            if self.park else None
         try:
             while True:
                 if finished_on_disk(self.runs_dir / session_id):
@@ -100,11 +209,17 @@ class Exporter:
                     return
                 try:
                     hook = {"observer": self.observers(session_id)} if self.observers else {}
-                    await follower.export_session(self.client, session_id, self.runs_dir,
-                                                  follow=True, **hook)
-                    self.done.add(session_id)
+                    result = await follower.export_session(
+                        self.client, session_id, self.runs_dir, follow=True, park=park, **hook)
                     self.errors.pop(session_id, None)
-                    return
+                    if not result.parked:
+                        self.done.add(session_id)
+                        return
+                    if session_id not in self._woken:
+                        return  # parked: this task ends, wake() starts another
+                    self._woken.discard(session_id)
+                    self.parked.pop(session_id, None)
+                    continue
                 except LogWriteError as err:
                     self.fatal = err
                     log.error("exporter stops: %s", err)
@@ -121,18 +236,19 @@ class Exporter:
             self.tasks.pop(session_id, None)
 
 
-async def run_exporter(settings: HitlflowSettings, stop: asyncio.Event,
-                       client: Client | None = None) -> None:
-    """The exporter as a service of ``hitlflow up``: ``<data_dir>/runs/<session_id>/``,
-    and telemetry runs in ``<data_dir>/telemetry.sqlite`` (and OTLP when configured)."""
-    from api.worker import connect
+async def run_exporter(client: Client, data_dir: Path, stop: asyncio.Event, *,
+                       wakeups: Wakeups | None = None, read_model_url: str | None = None,
+                       **options: object) -> None:
+    """The exporter as a service (``hitlflow up``, ``hitlflow exporter``):
+    ``<data_dir>/runs/<session_id>/``, telemetry runs in ``<data_dir>/telemetry.sqlite``
+    (and OTLP when configured), and the read model (SQLite in ``data_dir``, or
+    PostgreSQL at ``read_model_url``). The entry point builds the client; ``options``
+    go to :class:`Exporter`."""
     from observation.telemetry.hook import start_telemetry
 
-    client = client or await connect(settings)
-    runs = settings.data_dir / "runs"
-    telemetry = await asyncio.to_thread(start_telemetry, settings.data_dir)
-    store = await asyncio.to_thread(start_read_model, settings.data_dir, runs,
-                                    settings.read_model_url)
+    runs = data_dir / "runs"
+    telemetry = await asyncio.to_thread(start_telemetry, data_dir)
+    store = await asyncio.to_thread(start_read_model, data_dir, runs, read_model_url)
 
     def observers(session_id: str) -> LogObserver | None:
         found = [telemetry.observer(session_id),
@@ -140,9 +256,12 @@ async def run_exporter(settings: HitlflowSettings, stop: asyncio.Event,
         return Tee(found) if any(found) else None
 
     try:
-        await Exporter(client, runs, observers=observers).run(stop)
+        exporter = Exporter(client, runs, observers=observers, **options)  # type: ignore[arg-type]
+        await exporter.run(stop, wakeups)
     finally:
         await asyncio.to_thread(telemetry.close)
+        if store is not None:
+            await asyncio.to_thread(store.close)
         if store is not None:
             await asyncio.to_thread(store.close)
 

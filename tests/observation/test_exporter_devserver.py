@@ -143,21 +143,20 @@ async def test_export_of_an_open_session_then_resume(live, tmp_path):
 
 
 async def test_run_exporter_is_the_service_for_hitlflow_up(dev_env, tmp_path):
-    """``run_exporter(settings, stop)``: what ``hitlflow up`` starts next to the worker."""
-    from api.settings import HitlflowSettings
+    """``run_exporter(client, data_dir, stop)``: what ``hitlflow up`` starts next to
+    the worker (the entry point builds the client and passes it in)."""
     from observation.exporter import run_exporter
 
-    settings = HitlflowSettings(data_dir=tmp_path / "data",
-                                temporal_address=dev_env.client.service_client.config.target_host)
+    data_dir = tmp_path / "data"
     tq = f"tq-{uuid.uuid4().hex[:8]}"
     cfg = SessionConfig.model_validate({"initial_message": "hi", "mode": "auto", "agent": {
         "llm": {"provider": "scripted", "responses": [{"text": "hello", "end": True}]}}})
     stop = asyncio.Event()
-    task = asyncio.create_task(run_exporter(settings, stop))
+    task = asyncio.create_task(run_exporter(dev_env.client, data_dir, stop))
     async with running_worker(dev_env.client, tq):
         h = await start_session(dev_env.client, cfg, tq)
         await h.result()
-    d = settings.data_dir / "runs" / h.id
+    d = data_dir / "runs" / h.id
     deadline = asyncio.get_running_loop().time() + 30
     while not (d / "snapshot.json").is_file() or b'"finished_at": null' in (
             d / "snapshot.json").read_bytes():

@@ -105,11 +105,14 @@ async def test_worker_killed_mid_session_loses_nothing(dev_env, notes, notes_dir
         snap = await until_status(h, W)
         assert snap.pending.kind == "approval"
     stop = asyncio.Event()
-    settings = HitlflowSettings(temporal_address=target, task_queue=task_queue)
+    # The killed worker's poller stays in the server's memory for a while; a window of
+    # 0 s treats it as gone (as the default 90 s would a moment later): a cold start.
+    settings = HitlflowSettings(temporal_address=target, task_queue=task_queue,
+                                live_poller_window_s=0)
     second = asyncio.create_task(run_worker(settings, stop, client=client))
     try:
-        # The new worker asks every waiting session to check itself (seed 004); wait
-        # until that is in history (not just in the worker's memory) before replying.
+        # The new worker asks every waiting session to check itself (seed 004, one
+        # batch operation); wait until that is in history before replying.
         await recorded(h, "restart.preserve_waiting")
         snap = await until_status(h, W)
         await h.execute_update("reply", ReplyInput(request_id=snap.pending.request_id,

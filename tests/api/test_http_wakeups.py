@@ -1,0 +1,39 @@
+"""The API tells ``on_change`` of every write it accepted (``hitlflow up`` wakes the
+exporter's parked follower with it), and of nothing it refused."""
+
+from __future__ import annotations
+
+import uuid
+
+import httpx
+
+from api.app import create_app
+from api.settings import HitlflowSettings
+from tests.api.http_support import chat_body, confirm_body, serve, session_until, waiting
+from tests.support.sessions import running_worker
+
+
+async def test_accepted_writes_are_told_refused_ones_are_not(dev_env, free_port):
+    settings = HitlflowSettings(
+        temporal_address=dev_env.client.service_client.config.target_host,
+        task_queue=f"tq-wake-{uuid.uuid4().hex[:8]}", api_token=None)
+    told: list[str] = []
+    async with running_worker(dev_env.client, settings.task_queue), \
+            serve(create_app(settings, on_change=told.append), free_port()) as server, \
+            httpx.AsyncClient(base_url=server.url, timeout=30) as http:
+        chat = (await http.post("/api/sessions", json=chat_body())).json()["session_id"]
+        await session_until(http, chat, waiting("message"))
+        assert (await http.post(f"/api/sessions/{chat}/messages",
+                                json={"text": "more"})).status_code == 202
+        assert told == [chat]
+        await session_until(http, chat, lambda s: s["status"] == "succeeded")
+        assert (await http.post(f"/api/sessions/{chat}/end")).status_code == 409
+        assert told == [chat]
+
+        other = (await http.post("/api/sessions", json=confirm_body())).json()["session_id"]
+        await session_until(http, other, waiting("confirm"))
+        assert (await http.post(f"/api/sessions/{other}/reply", json={
+            "request_id": "nope", "approve": True})).status_code == 409
+        assert told == [chat]
+        assert (await http.post(f"/api/sessions/{other}/cancel")).status_code == 202
+        assert told == [chat, other]

@@ -1,0 +1,167 @@
+"""A session that waits for a person is parked by the exporter (no follower task,
+no history long-poll) and woken by what changes it: visibility, an in-process
+wake from the API, or the sweep of parked sessions. A parked-and-woken log is
+byte-identical to a one-shot export from history."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+
+import pytest
+from temporalio.client import Client, WorkflowHandle
+
+from observation.exporter import Exporter, Wakeups, export_session, verify_dir
+from tests.support.sessions import running_worker, start_session, until
+from workflows.config import SessionConfig
+from workflows.messages import RecoverInput, ReplyInput
+from workflows.statechart import SessionStatus
+
+W = SessionStatus.WAITING_USER
+
+
+def two_questions() -> SessionConfig:
+    return SessionConfig.model_validate({"initial_message": "go", "agent": {"llm": {
+        "provider": "scripted", "responses": [
+            {"ecs_request": {"kind": "confirm", "prompt": "first?"}},
+            {"ecs_request": {"kind": "confirm", "prompt": "second?"}},
+            {"text": "done", "end": True}]}}})
+
+
+async def eventually(check: Callable[[], bool | Awaitable[bool]], what: str,
+                     limit_s: float = 30) -> None:
+    deadline = asyncio.get_running_loop().time() + limit_s
+    while True:
+        ok = check()
+        if not isinstance(ok, bool):
+            ok = await ok
+        if ok:
+            return
+        assert asyncio.get_running_loop().time() < deadline, what
+        await asyncio.sleep(0.02)
+
+
+def types(run_dir: Path) -> list[str]:
+    log = run_dir / "events.ndjson"
+    return [json.loads(x)["type"] for x in log.read_text().splitlines()] if log.exists() else []
+
+
+def tree(d: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(d)): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file()}
+
+
+def parked(exporter: Exporter, session_id: str, resolved: int) -> Callable[[], bool]:
+    """Parked with ``resolved`` questions answered in its log, and no task left."""
+    def check() -> bool:
+        return (session_id in exporter.parked and session_id not in exporter.tasks
+                and types(exporter.runs_dir / session_id).count("ISSUE_RESOLVED") == resolved)
+    return check
+
+
+async def reply(h: WorkflowHandle, replies: int) -> None:
+    snap = await until(h, lambda s: s.status == W and s.replies == replies)
+    await h.execute_update("reply", ReplyInput(request_id=snap.pending.request_id,
+                                               approve=True))
+
+
+@pytest.fixture
+async def worker(dev_env) -> AsyncIterator[tuple[Client, str]]:
+    tq = f"tq-{uuid.uuid4().hex[:8]}"
+    async with running_worker(dev_env.client, tq):
+        yield dev_env.client, tq
+
+
+async def running(exporter: Exporter, **kw) -> tuple[asyncio.Task[None], asyncio.Event]:
+    stop = asyncio.Event()
+    return asyncio.create_task(exporter.run(stop, **kw)), stop
+
+
+async def same_as_one_shot(client: Client, exporter: Exporter, session_id: str,
+                           tmp_path: Path) -> None:
+    d = exporter.runs_dir / session_id
+    await eventually(lambda: session_id in exporter.done, "never finished")
+    again = await export_session(client, session_id, tmp_path / "again")
+    assert again.finished and tree(tmp_path / "again" / session_id) == tree(d)
+    verify_dir(d)
+
+
+async def test_parked_while_waiting_and_woken_by_visibility(worker, tmp_path):
+    client, tq = worker
+    h = await start_session(client, two_questions(), tq)
+    exporter = Exporter(client, tmp_path / "runs", discover_every_s=0.05,
+                        query=f'WorkflowType="SessionWorkflow" AND WorkflowId="{h.id}"')
+    task, stop = await running(exporter)
+    try:
+        await eventually(parked(exporter, h.id, 0), "not parked at the first question")
+        await reply(h, 0)  # straight to Temporal: only visibility can tell the exporter
+        await eventually(parked(exporter, h.id, 1), "not parked at the second question")
+        await reply(h, 1)
+        await h.result()
+        await same_as_one_shot(client, exporter, h.id, tmp_path)
+        assert h.id not in exporter.parked and exporter.fatal is None
+    finally:
+        stop.set()
+        await task
+
+
+async def test_the_api_wakes_a_parked_session_at_once(worker, tmp_path):
+    """Discovery polls once (at start) and never again: only the wake can tell it."""
+    client, tq = worker
+    h = await start_session(client, two_questions(), tq)
+    await until(h, lambda s: s.status == W)
+    exporter = Exporter(client, tmp_path / "runs", discover_every_s=3600,
+                        query=f'WorkflowType="SessionWorkflow" AND WorkflowId="{h.id}"')
+    wakeups = Wakeups()
+    task, stop = await running(exporter, wakeups=wakeups)
+    try:
+        await eventually(parked(exporter, h.id, 0), "not parked at the first question")
+        await reply(h, 0)
+        wakeups(h.id)
+        await eventually(parked(exporter, h.id, 1), "not woken by the API")
+        await reply(h, 1)
+        wakeups(h.id)
+        await same_as_one_shot(client, exporter, h.id, tmp_path)
+    finally:
+        stop.set()
+        await task
+
+
+async def test_the_sweep_catches_what_leaves_the_status_alone(worker, tmp_path):
+    """A recover signal (restart.preserve_waiting) keeps the session waiting: no
+    visibility change; the sweep of parked sessions finds its history grew."""
+    client, tq = worker
+    h = await start_session(client, two_questions(), tq)
+    exporter = Exporter(client, tmp_path / "runs", discover_every_s=0.05,
+                        query=f'WorkflowType="SessionWorkflow" AND WorkflowId="{h.id}"')
+    task, stop = await running(exporter)
+    try:
+        await eventually(parked(exporter, h.id, 0), "not parked")
+        before = exporter.parked[h.id].history_length
+        await h.signal("recover", RecoverInput(worker_identity="test"))
+        await eventually(lambda: _grew(h, before), "the recover signal was not handled")
+        await exporter.discover()  # visibility shows nothing new: it stays parked
+        assert parked(exporter, h.id, 0)()
+        assert "restart.preserve_waiting" not in (exporter.runs_dir / h.id /
+                                                   "events.ndjson").read_text()
+        await exporter.sweep()
+
+        def preserved() -> bool:
+            log = (exporter.runs_dir / h.id / "events.ndjson").read_text()
+            return "restart.preserve_waiting" in log and parked(exporter, h.id, 0)()
+
+        await eventually(preserved, "the sweep did not wake it")
+        await reply(h, 0)
+        await reply(h, 1)
+        await same_as_one_shot(client, exporter, h.id, tmp_path)
+    finally:
+        stop.set()
+        await task
+
+
+async def _grew(h: WorkflowHandle, before: int) -> bool:
+    desc = await h.describe()
+    return desc.history_length > before and not desc.raw_description.HasField(
+        "pending_workflow_task")
