@@ -23,7 +23,10 @@ async def test_demo_runs_end_to_end_against_up(tmp_path: Path, free_port: Callab
         await up.wait_for_line(READY_LINE)
         await wait_for_pollers(await Client.connect(f"127.0.0.1:{temporal}"),
                                "hitlflow-sessions")
-        async with cli(tmp_path, "demo", "--auto-approve", *stack,
+        # Its own folder: a cli() cleanup kills the dev servers whose pid files are
+        # below its folder, and up's must outlive the demo.
+        (tmp_path / "demo-cli").mkdir()
+        async with cli(tmp_path / "demo-cli", "demo", "--auto-approve", *stack,
                        "--api-port", str(api)) as demo:
             code = await asyncio.wait_for(demo.proc.wait(), DEMO_TIMEOUT_S)
             assert demo.proc.stdout is not None
