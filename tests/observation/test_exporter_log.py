@@ -211,7 +211,7 @@ async def test_an_fsync_error_stops_the_whole_exporter(tmp_path, monkeypatch):
         async def list_workflows(self, query):
             yield Listing()
 
-    async def failing_export(client, session_id, runs_dir, *, follow):
+    async def failing_export(client, session_id, runs_dir, **options):
         raise LogWriteError("fsync failed: I/O error")
 
     monkeypatch.setattr(follower, "export_session", failing_export)
@@ -237,7 +237,10 @@ async def test_discovery_lists_new_sessions_and_rescans_running_ones_now_and_the
     await exporter.run()
     first, *later = queries
     assert "StartTime" not in first and "Running" not in first  # everything, once
-    assert ["Running" in q for q in later] == [False, False, True, False]
+    # Every poll lists running sessions that are not parked waiting; every third one
+    # lists every running session (the full rescan: no StartTime window).
+    assert all("Running" in q for q in later)
+    assert ["StartTime" not in q for q in later] == [False, False, True, False]
     assert all("CloseTime >" in q for q in later)
     assert all("StartTime >" in q for q in later if "Running" not in q)
 
