@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import random
 import signal
 import sys
@@ -74,6 +75,7 @@ class Figures:
     rss: dict[str, float] = field(default_factory=dict)
     cpu: dict[str, float] = field(default_factory=dict)
     get: list[float] = field(default_factory=list)
+    get_errors: int = 0
     reply: list[float] = field(default_factory=list)
 
 
@@ -104,32 +106,35 @@ async def until_waiting(client: Client, count: int, timeout_s: float = 3600) -> 
 # Measures
 
 
-async def get_latencies(http: httpx.AsyncClient, sids: list[str], count: int) -> list[float]:
-    gate, out = asyncio.Semaphore(8), []
+async def get_latencies(http: httpx.AsyncClient, sids: list[str], count: int, f: Figures
+                        ) -> None:
+    gate = asyncio.Semaphore(8)
 
     async def one(sid: str) -> None:
         async with gate:
             t0 = time.perf_counter()
-            (await http.get(f"/api/sessions/{sid}")).raise_for_status()
-            out.append((time.perf_counter() - t0) * 1000)
+            try:
+                (await http.get(f"/api/sessions/{sid}")).raise_for_status()
+            except httpx.HTTPError:
+                f.get_errors += 1
+                return
+            f.get.append((time.perf_counter() - t0) * 1000)
 
     await asyncio.gather(*(one(random.choice(sids)) for _ in range(count)))
-    return out
 
 
 async def reply_to_next_step(http: httpx.AsyncClient, client: Client, sid: str) -> float:
     """Answer the session's first request; ms until its next LLM call started."""
-    follower = StepFollower(client.get_workflow_handle(sid))
-    following = asyncio.create_task(follower.follow())
+    follower = StepFollower(client.get_workflow_handle(sid), long_poll=False)
     try:
-        await follower.waits.get()
+        await asyncio.wait_for(follower.next_wait(), 120)
         pending = (await http.get(f"/api/sessions/{sid}")).raise_for_status().json()["pending"]
         sent = time.time()
         (await http.post(f"/api/sessions/{sid}/reply", json={
             "request_id": pending["request_id"], "approve": True})).raise_for_status()
         return (await asyncio.wait_for(follower.started(1), 120) - sent) * 1000
     finally:
-        following.cancel()
+        follower.stop()
 
 
 async def measure(up: Up, http: httpx.AsyncClient, client: Client, unreplied: list[str],
@@ -141,7 +146,7 @@ async def measure(up: Up, http: httpx.AsyncClient, client: Client, unreplied: li
     pids = {"up": up.pid, "server": up.server_pid}
     f.cpu = await cpu_share(pids, args.idle_s)
     f.rss = {k: rss_mib(p) for k, p in pids.items()}
-    f.get = await get_latencies(http, unreplied, args.gets)
+    await get_latencies(http, unreplied, args.gets, f)
     for _ in range(args.probes):
         f.reply.append(await reply_to_next_step(http, client, unreplied.pop()))
     return f
@@ -149,9 +154,12 @@ async def measure(up: Up, http: httpx.AsyncClient, client: Client, unreplied: li
 
 @dataclass
 class Restart:
-    polls_s: float
-    first_step_s: float
+    polls_s: float | None  # None: not within RESTART_TIMEOUT_S
+    first_step_s: float | None
     worker_rss: float
+
+
+RESTART_TIMEOUT_S = 180.0
 
 
 async def worker_restart(up: Up, client: Client) -> Restart:
@@ -165,14 +173,14 @@ async def worker_restart(up: Up, client: Client) -> Restart:
                 {"session_id": sid, "config": session_body(1)}), id=sid, task_queue=tq,
             search_attributes=TypedSearchAttributes([SearchAttributePair(SESSION_STATUS,
                                                                          "queued")]))
-        follower = StepFollower(handle)
-        following = asyncio.create_task(follower.follow())
-        polls = await until_polled(client, tq)
-        polls_s = polls - t0
-        await asyncio.wait_for(follower.waits.get(), 600)
-        first = time.perf_counter() - t0
-        following.cancel()
-        return Restart(polls_s, first, rss_mib(proc.pid))
+        follower = StepFollower(handle, long_poll=False, poll_s=0.05)
+        polls_s = first_s = None
+        with contextlib.suppress(TimeoutError):
+            polls_s = await asyncio.wait_for(until_polled(client, tq), RESTART_TIMEOUT_S) - t0
+            await asyncio.wait_for(follower.next_wait(), RESTART_TIMEOUT_S)
+            first_s = time.perf_counter() - t0
+        follower.stop()
+        return Restart(polls_s, first_s, rss_mib(proc.pid))
     finally:
         proc.send_signal(signal.SIGINT)
         await proc.wait()
@@ -212,10 +220,14 @@ def report(base: Figures, full: Figures, restart: Restart, start_rate: float,
         for who in ("up", "server"):
             per = (full.cpu[who] - base.cpu[who]) / extra * 1e6
             print(f"idle CPU per waiting session, {who}: {per:.2f} us of CPU per second")
+    print(f"GET errors: {base.get_errors} at base, {full.get_errors} at N")
     print(f"GET at N: {p50_p99(full.get)}; reply -> next step at N: {p50_p99(full.reply)}")
-    print(f"worker restart (`hitlflow worker`, own process): polls after {restart.polls_s:.2f} s,"
-          f" a new session's first step done after {restart.first_step_s:.2f} s, "
-          f"its RSS then {restart.worker_rss:.0f} MiB")
+    def secs(x: float | None) -> str:
+        return f"{x:.2f} s" if x is not None else f"not within {RESTART_TIMEOUT_S:.0f} s"
+
+    print(f"worker restart (`hitlflow worker`, own process): polls after "
+          f"{secs(restart.polls_s)}, a new session's first step done after "
+          f"{secs(restart.first_step_s)}, its RSS then {restart.worker_rss:.0f} MiB")
     print("targets: RSS <= 1024 MiB; GET p99 at N <= 1.2x at base; idle CPU near zero")
 
 

@@ -7,9 +7,10 @@ Run by hand (not a test), from the repository root::
     .venv/bin/python bench/session_bench.py -n 1 --synchronous normal,full   # SQLite durability
 
 What ``hitlflow up`` runs, measured against a baseline in the same run: a tuned dev
-server as ``up`` starts it (``api.devserver``'s flags, SQLite file; with
-``--synchronous`` the pragma varies), and for each variant a worker in a process of
-its own (the benchmark's clients stay out of it), with the default sandboxed runner:
+server as ``up`` starts it (``api.devserver``'s flags, SQLite file; ``--synchronous``
+varies the pragma, by default what ``up`` uses), and for each variant a worker in a
+process of its own (the benchmark's clients stay out of it), with the default
+sandboxed runner:
 
 * ``hitlflow``: the worker exactly as ``api.worker.build_worker`` builds it;
   ``SessionWorkflow`` with the scripted LLM, each answer an ECS confirm request, so a
@@ -38,7 +39,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from stack import StepFollower as Follower
-from stack import WorkerProcess, free_port, pct, ratio, session_body, sqlite_tuning
+from stack import (
+    WorkerProcess,
+    free_port,
+    pct,
+    ratio,
+    session_body,
+    sqlite_tuning,
+    up_synchronous,
+)
 from temporalio.client import Client, WorkflowHandle
 from temporalio.common import SearchAttributePair, TypedSearchAttributes
 
@@ -78,9 +87,8 @@ async def drive(client: Client, kind: str, tq: str, turns: int, out: Result | No
     """One session: start it, answer each request once history shows it waits."""
     h = await start(client, kind, tq, turns)
     follower = Follower(h)
-    following = asyncio.create_task(follower.follow())
     for i in range(turns):
-        await follower.waits.get()
+        await follower.next_wait()
         pending = await h.query("pending_request", result_type=PendingRequest | None)
         assert pending is not None and pending.prompt == f"step {i}?", pending
         sent = time.time()
@@ -89,7 +97,7 @@ async def drive(client: Client, kind: str, tq: str, turns: int, out: Result | No
         if out is not None:
             out.samples.append((started - sent) * 1000)
     await h.result()
-    events = await following
+    events = await follower.done()
     if out is not None:
         out.events += events
         out.turns += turns
@@ -163,9 +171,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
                    help="sessions per variant in all (default: -n, at least 30)")
     p.add_argument("--turns", type=int, default=3, help="replies per session (3)")
     p.add_argument("--rounds", type=int, default=1, help="bare, hitlflow, bare, ... (1)")
-    p.add_argument("--synchronous", default="normal",
+    p.add_argument("--synchronous", default=up_synchronous(),
                    help="SQLite synchronous= values, comma-separated, each on a fresh server "
-                        "(normal: what up uses; normal,full compares)")
+                        f"(default: what up uses, {up_synchronous()}; normal,full compares)")
     args = p.parse_args(argv)
     args.sessions = args.sessions or max(args.n, 30)
     args.syncs = [s.strip() for s in args.synchronous.split(",") if s.strip()]

@@ -12,12 +12,14 @@ from __future__ import annotations
 import asyncio
 import multiprocessing
 import os
+import re
 import signal
 import socket
 import statistics
 import sys
 import time
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -63,6 +65,11 @@ def p50_p99(values: Sequence[float]) -> str:
 
 def ratio(a: float, b: float) -> str:
     return f"{a / b:.2f}x" if b else "n/a"
+
+
+def up_synchronous() -> str:
+    """The SQLite ``synchronous=`` value ``up`` runs the dev server with."""
+    return next(a.split("=", 1)[1] for a in tuning_args() if a.startswith("synchronous="))
 
 
 def sqlite_tuning(synchronous: str) -> list[str]:
@@ -129,19 +136,38 @@ class Up:
         """The Temporal dev server's pid (``up`` writes it into the data dir)."""
         return int((self.data / PID_FILENAME).read_text().strip())
 
+    @property
+    def stderr_path(self) -> Path:
+        return self.data / "up.stderr.log"
+
     async def stop(self) -> int:
+        """Ctrl-C; its exit code. Says how much ``up`` wrote on stderr (kept in a file:
+        a loaded stack can log a line per session)."""
         if self.proc.returncode is None:
             self.proc.send_signal(signal.SIGINT)
-        return await self.proc.wait()
+        code = await self.proc.wait()
+        lines = self.stderr_path.read_text(errors="replace").splitlines()
+        if lines:
+            print(f"`hitlflow up` wrote {len(lines)} line(s) on stderr "
+                  f"({self.stderr_path.name}); the most frequent kinds:", file=sys.stderr)
+            for kind, n in line_kinds(lines).most_common(5):
+                print(f"  {n:6} x {kind[:160]}", file=sys.stderr)
+        return code
+
+
+def line_kinds(lines: list[str]) -> Counter[str]:
+    """Lines counted by kind: ids and numbers replaced by ``#``."""
+    return Counter(re.sub(r"[\w.-]*\d[\w.-]*", "#", line) for line in lines)
 
 
 async def start_up(data: Path, *args: str) -> Up:
     """``hitlflow up`` on free ports in ``data``; return once it says it is up."""
     temporal, ui, api = free_port(), free_port(), free_port()
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "api.cli", "up", "--data-dir", str(data),
-        "--temporal-port", str(temporal), "--ui-port", str(ui), "--api-port", str(api), *args,
-        stdout=asyncio.subprocess.PIPE, env=up_env())
+    with open(data / "up.stderr.log", "wb") as stderr:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "api.cli", "up", "--data-dir", str(data),
+            "--temporal-port", str(temporal), "--ui-port", str(ui), "--api-port", str(api),
+            *args, stdout=asyncio.subprocess.PIPE, stderr=stderr, env=up_env())
     assert proc.stdout is not None
     while READY_LINE not in (line := await asyncio.wait_for(proc.stdout.readline(), 120)):
         if not line:
@@ -237,40 +263,89 @@ class WorkerProcess:
 # Following a workflow's history (a long-poll, no queries)
 
 
+_CLOSED = {EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED,
+           EventType.EVENT_TYPE_WORKFLOW_EXECUTION_FAILED,
+           EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCELED,
+           EventType.EVENT_TYPE_WORKFLOW_EXECUTION_TERMINATED,
+           EventType.EVENT_TYPE_WORKFLOW_EXECUTION_TIMED_OUT,
+           EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW}
+
+
 def _ts(ev: HistoryEvent) -> float:
     return ev.event_time.seconds + ev.event_time.nanos / 1e9
 
 
 class StepFollower:
-    """Follows one workflow's history with a long-poll (``wait_new_event``) and sees,
-    for any workflow that runs ``llm_call`` and then waits for the person:
+    """Follows one workflow's history and sees, for any workflow that runs ``llm_call``
+    and then waits for the person:
 
     * ``started(i)``: when the i-th ``llm_call`` started (the server's event time of
       its ActivityTaskStarted, wall clock of this machine);
-    * ``waits``: one entry each time a workflow task completes after an ``llm_call``
-      completed, i.e. the workflow processed the answer and now waits (the server's
-      event time).
+    * ``next_wait()``: the next time a workflow task completed after an ``llm_call``
+      completed, i.e. the workflow processed the answer and now waits.
+
+    ``follow()`` long-polls the history (``wait_new_event``: no query, no polling).
+    A long-poll counts against the namespace's concurrent poller limit, which a stack
+    holding a long-poll per session can exhaust: ``catch_up()`` reads the history
+    without waiting instead (``poll_s`` apart). Either way a failure of the reading
+    is raised by ``started``/``next_wait`` rather than waited on for ever.
     """
 
-    def __init__(self, handle: WorkflowHandle) -> None:
+    def __init__(self, handle: WorkflowHandle, *, long_poll: bool = True,
+                 poll_s: float = 0.02) -> None:
         self.handle = handle
         self.events = 0
-        self.waits: asyncio.Queue[float] = asyncio.Queue()
+        self._waits: asyncio.Queue[float] = asyncio.Queue()
         self._llm: set[int] = set()
         self._starts: dict[int, asyncio.Future[float]] = {}
         self._after_llm = False
+        self._task = asyncio.create_task(self.follow() if long_poll else self._poll(poll_s))
 
     def _slot(self, i: int) -> asyncio.Future[float]:
         return self._starts.setdefault(i, asyncio.get_running_loop().create_future())
 
     async def started(self, i: int) -> float:
-        return await self._slot(i)
+        return await self._unless_failed(self._slot(i))
+
+    async def next_wait(self) -> float:
+        return await self._unless_failed(self._waits.get())
+
+    async def done(self) -> int:
+        """Until the workflow closes; its history length."""
+        return await self._task
+
+    def stop(self) -> None:
+        self._task.cancel()
+
+    async def _unless_failed(self, aw: Awaitable[float]) -> float:
+        waiter = asyncio.ensure_future(aw)
+        await asyncio.wait({waiter, self._task}, return_when=asyncio.FIRST_COMPLETED)
+        if waiter.done():
+            return waiter.result()
+        waiter.cancel()
+        self._task.result()  # raises what stopped the reading
+        raise RuntimeError(f"{self.handle.id} closed before the awaited step")
 
     async def follow(self) -> int:
-        """Until the workflow closes; return its history length."""
         async for ev in self.handle.fetch_history_events(wait_new_event=True):
             self.events += 1
             self._see(ev)
+        return self.events
+
+    async def catch_up(self) -> bool:
+        """Read the history without waiting; whether the workflow has closed."""
+        seen, closed = 0, False
+        async for ev in self.handle.fetch_history_events():
+            seen += 1
+            if seen > self.events:
+                self.events = seen
+                self._see(ev)
+            closed = ev.event_type in _CLOSED
+        return closed
+
+    async def _poll(self, poll_s: float) -> int:
+        while not await self.catch_up():
+            await asyncio.sleep(poll_s)
         return self.events
 
     def _see(self, ev: HistoryEvent) -> None:
@@ -289,4 +364,4 @@ class StepFollower:
                 self._after_llm = True
         elif t == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED and self._after_llm:
             self._after_llm = False
-            self.waits.put_nowait(_ts(ev))
+            self._waits.put_nowait(_ts(ev))

@@ -24,6 +24,7 @@ from workflows.config import SessionConfig
 def test_session_bench_arguments() -> None:
     args = session_bench.parse(["-n", "1", "--synchronous", "normal,full"])
     assert (args.n, args.sessions, args.syncs) == (1, 30, ["normal", "full"])
+    assert session_bench.parse([]).syncs == [stack.up_synchronous()] == ["full"]
     with pytest.raises(SystemExit):
         session_bench.parse(["--synchronous", "sometimes"])
 
@@ -47,3 +48,9 @@ def test_shared_helpers() -> None:
         {"lat": {"get": [2.0]}, "requests": 2, "errors": 1, "results": [], "t0": 1, "t1": 4}])
     assert merged["lat"]["get"] == [1.0, 2.0] and (merged["t0"], merged["t1"]) == (1, 4)
     assert merged["requests"] == 3 and merged["errors"] == 1
+
+
+def test_up_stderr_is_summarised_by_kind() -> None:
+    kinds = stack.line_kinds(["exporter: session s-653fa9e4a0e6: limit exceeded",
+                              "exporter: session s-0b81769fc18c: limit exceeded", "stopped"])
+    assert kinds.most_common(1) == [("exporter: session #: limit exceeded", 2)]
