@@ -38,7 +38,6 @@ import contextlib
 import hashlib
 import json
 import shutil
-import socket
 import statistics
 import sys
 import tempfile
@@ -48,6 +47,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from stack import free_port
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
@@ -74,12 +74,6 @@ def q(samples: list[float], p: int) -> float:
     if len(samples) < 2:
         return samples[0] if samples else float("nan")
     return statistics.quantiles(samples, n=100, method="inclusive")[p - 1]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # -- 1. lag while sessions run -------------------------------------------------------

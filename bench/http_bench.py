@@ -1,69 +1,84 @@
-"""Benchmark: N concurrent HTTP clients, each driving a session through R replies.
+"""Benchmark: N HTTP clients driving sessions through `hitlflow up`, with the bare
+Temporal update as the baseline, and the read endpoints against /healthz.
 
 Run by hand (not a test), from the repository root::
 
-    .venv/bin/python bench/http_bench.py               # 200 clients x 3 replies
-    .venv/bin/python bench/http_bench.py -n 50
+    .venv/bin/python bench/http_bench.py                     # 200 clients x 3 replies, then reads
     .venv/bin/python bench/http_bench.py -n 1 --replies 10   # the unloaded latencies
+    .venv/bin/python bench/http_bench.py --mode read --read-s 5
 
-It starts ``hitlflow up`` (the tuned dev server, a worker, the exporter and the
-API: one process, as a user runs it) on free ports in a temporary data dir; the
-clients run in this process. Each client POSTs a session (scripted: R confirm
-requests), follows its SSE stream and, R times, on the stream's
-``conversation.state.changed`` to ``waiting_user`` does ``GET /api/sessions/{id}``
-(the pending request) and ``POST .../reply`` -- what an application would do.
+It starts ``hitlflow up`` (the tuned dev server, a worker, the exporter and the API:
+one process, as a user runs it) on free ports in a temporary data dir. The load
+generator is kept apart from what it measures: the clients run in ``--procs`` client
+processes (asyncio, each client its own connections), started by this one, which
+only orchestrates and probes ``/healthz``. Phases, in one run against one ``up``:
 
-Reported: requests per second, p50/p99 of GET session and POST reply, reply ->
-SSE (from the reply being accepted to its ``conversation.state.changed``
-reaching the SSE client), and nothing lost: every accepted reply appears exactly
-once in the session's state and in its audit log. The baseline measured in the
-same run is ``GET /healthz`` (the HTTP stack alone, same server, same load). A
-client that fails, or is still going after ``STUCK_AFTER_S``, is reported on stderr
-and counted as not exact.
+``drive``: each client POSTs a session (scripted: R confirm requests), follows its SSE
+stream and, R times, on ``conversation.state.changed`` to ``waiting_user`` does
+``GET /api/sessions/{id}`` (the pending request) and ``POST .../reply``. Reported:
+requests/s and GET requests/s, GET/POST p50/p99, reply -> SSE, and nothing lost
+(every accepted reply exactly once in the session's state and in its audit log).
+Then the baseline: a bare workflow (``bare_workflow.UpdateLoop``, its worker in a
+process of its own, default sandboxed runner) on the same Temporal server, the same
+number of clients each sending R updates through the Temporal client: the bare
+update round trip, against which the reply's p50 is a ratio.
+
+``read``: one waiting session; ``--read-clients`` (32) clients hammer, ``--read-s``
+(10) seconds each, ``/healthz`` (the framework's floor), ``GET /api/sessions/{id}``,
+``GET /api/execution/{id}/timeline`` and ``GET /api/sessions?status=waiting_user``.
+Reported: each rate as a ratio of /healthz's, and p50/p99.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import os
-import signal
-import socket
-import statistics
 import sys
 import tempfile
 import time
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import get_context
 from pathlib import Path
+from typing import Any
 
 import httpx
+from stack import Up, WorkerProcess, p50_p99, pct, ratio, session_body, start_up
 
 from api.sse import aparse_lines
 
-LAT: dict[str, list[float]] = {k: [] for k in ("start", "get", "reply", "reply_to_sse", "healthz")}
-REQUESTS = 0
-READY_LINE = b"hitlflow is up"
+STUCK_AFTER_S = 300  # a client still going after this many seconds failed
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+# ---------------------------------------------------------------------------
+# In the client processes: each phase returns a tally (plain data, pickled back)
 
 
-def body(replies: int) -> dict:
-    asks = [{"ecs_request": {"kind": "confirm", "prompt": f"step {i}?"}} for i in range(replies)]
-    return {"initial_message": "go", "agent": {"llm": {"provider": "scripted", "responses": [
-        *asks, {"text": "done", "end": True}]}}}
+def new_tally() -> dict[str, Any]:
+    return {"lat": {}, "requests": 0, "errors": 0, "results": [], "t0": 0.0, "t1": 0.0}
 
 
-async def timed(kind: str, coro) -> httpx.Response:
-    global REQUESTS
+async def timed(tally: dict, kind: str, coro: Any) -> Any:
     t0 = time.perf_counter()
     r = await coro
-    LAT[kind].append((time.perf_counter() - t0) * 1000)
-    REQUESTS += 1
-    r.raise_for_status()
+    tally["lat"].setdefault(kind, []).append((time.perf_counter() - t0) * 1000)
+    tally["requests"] += 1
+    if isinstance(r, httpx.Response):
+        r.raise_for_status()
     return r
+
+
+async def at(start_at: float) -> None:
+    """All client processes start together."""
+    await asyncio.sleep(max(0.0, start_at - time.time()))
+
+
+def run_phase(fn: Callable[..., Any], *args: Any) -> dict:
+    """The entry point of a client process: one phase with its share of clients."""
+    tally = new_tally()
+    asyncio.run(fn(tally, *args))
+    return tally
 
 
 class Stream:
@@ -80,133 +95,241 @@ class Stream:
 
     async def until(self, to: str) -> tuple[dict, float]:
         while True:
-            change, at = await self.changes.get()
+            change, at_ = await self.changes.get()
             if change.get("to") == to:
-                return change, at
+                return change, at_
 
 
-STUCK_AFTER_S = 300  # a client still going after this many seconds failed
+async def drive_phase(tally: dict, count: int, url: str, replies: int, data_dir: str,
+                      start_at: float) -> None:
+    await at(start_at)
+    tally["t0"] = time.time()
+    tally["results"] = await asyncio.gather(*(drive_client(tally, url, replies, Path(data_dir))
+                                              for _ in range(count)))
+    tally["t1"] = time.time()
 
 
-async def client(url: str, replies: int, data_dir: Path) -> tuple[int, int]:
-    # Each client its own connections (one pool for all 200 would serialise them).
+async def drive_client(tally: dict, url: str, replies: int, data_dir: Path) -> tuple[int, int]:
     where = {"stage": "start"}
     async with httpx.AsyncClient(base_url=url, timeout=120) as http:
         try:
-            return await asyncio.wait_for(drive(http, replies, data_dir, where), STUCK_AFTER_S)
+            return await asyncio.wait_for(drive(tally, http, replies, data_dir, where),
+                                          STUCK_AFTER_S)
         except Exception as err:
             print(f"client failed: {where}: {type(err).__name__}: {err}", file=sys.stderr)
+            tally["errors"] += 1
             return -1, -1
 
 
-async def drive(http: httpx.AsyncClient, replies: int, data_dir: Path,
+async def drive(tally: dict, http: httpx.AsyncClient, replies: int, data_dir: Path,
                 where: dict) -> tuple[int, int]:
-    r = await timed("start", http.post("/api/sessions", json=body(replies)))
+    r = await timed(tally, "start", http.post("/api/sessions", json=session_body(replies)))
     sid = where["sid"] = r.json()["session_id"]
     stream = Stream()
     sse = asyncio.create_task(stream.follow(http, sid))
     for i in range(replies):
         where["stage"] = f"waiting_user {i}"
         await stream.until("waiting_user")
-        s = (await timed("get", http.get(f"/api/sessions/{sid}"))).json()
+        s = (await timed(tally, "get", http.get(f"/api/sessions/{sid}"))).json()
         assert s["status"] == "waiting_user" and s["pending"]["prompt"] == f"step {i}?", s
-        await timed("reply", http.post(f"/api/sessions/{sid}/reply", json={
+        await timed(tally, "reply", http.post(f"/api/sessions/{sid}/reply", json={
             "request_id": s["pending"]["request_id"], "approve": True}))
         accepted = time.perf_counter()
         where["stage"] = f"replied {i}"
-        change, at = await stream.until("queued")
+        change, arrived = await stream.until("queued")
         assert change.get("trigger") == "interaction.reply.accepted", change
-        LAT["reply_to_sse"].append((at - accepted) * 1000)
+        tally["lat"].setdefault("reply_to_sse", []).append((arrived - accepted) * 1000)
     where["stage"] = "succeeded"
     await stream.until("succeeded")
     await asyncio.wait_for(sse, 120)
-    where["stage"] = "live state"
-    while not (state := (await http.get(f"/api/sessions/{sid}")).json())["live"]:
-        await asyncio.sleep(0.5)  # the query timed out under load: ask again
+    where["stage"] = "state"
+    while not (state := (await http.get(f"/api/sessions/{sid}")).json())["live"] and \
+            state.get("status") != "succeeded":
+        await asyncio.sleep(0.5)
     where["stage"] = "log"
-    log = data_dir / "runs" / sid / "events.ndjson"
+    return state["replies"], await accepted_in_log(data_dir / "runs" / sid / "events.ndjson")
+
+
+async def accepted_in_log(log: Path) -> int:
+    """How many replies the exported log holds, once it shows the run completed."""
     for _ in range(600):  # the exporter catches up (bounded)
         lines = log.read_text().splitlines() if log.exists() else []
         if any('"RUN_COMPLETED"' in x for x in lines):
             break
         await asyncio.sleep(0.1)
-    return state["replies"], sum('"ISSUE_RESOLVED"' in x for x in lines)
+    return sum('"ISSUE_RESOLVED"' in x for x in lines)
 
 
-async def healthz(http: httpx.AsyncClient, done: asyncio.Event) -> None:
-    while not done.is_set():
-        await timed("healthz", http.get("/healthz"))
-        await asyncio.sleep(0.05)
+async def update_phase(tally: dict, count: int, temporal: str, task_queue: str, updates: int,
+                       start_at: float) -> None:
+    from temporalio.client import Client
+
+    client = await Client.connect(temporal)
+    handles = [await client.start_workflow("UpdateLoop", updates + 1,
+                                           id=f"upd-{uuid.uuid4().hex[:10]}",
+                                           task_queue=task_queue) for _ in range(count)]
+
+    async def one(h: Any) -> None:
+        await h.execute_update("reply", 0, result_type=int)  # untimed: the first task
+        for _ in range(updates):
+            await timed(tally, "update", h.execute_update("reply", 0, result_type=int))
+        await h.result()
+
+    await at(start_at)
+    tally["t0"] = time.time()
+    await asyncio.gather(*(one(h) for h in handles))
+    tally["t1"] = time.time()
 
 
-def q(values: list[float]) -> str:
-    if len(values) < 2:
-        return "n/a"
-    p99 = statistics.quantiles(values, n=100)[98]
-    return f"p50 {statistics.median(values):7.1f} ms  p99 {p99:7.1f} ms"
+async def read_phase(tally: dict, count: int, url: str, path: str, seconds: float,
+                     start_at: float) -> None:
+    async def one() -> None:
+        async with httpx.AsyncClient(base_url=url, timeout=60) as http:
+            await http.get(path)  # connect before the clock starts
+            await at(start_at)
+            while time.time() < start_at + seconds:
+                try:
+                    await timed(tally, "read", http.get(path))
+                except httpx.HTTPError:
+                    tally["errors"] += 1
+
+    tally["t0"] = start_at
+    await asyncio.gather(*(one() for _ in range(count)))
+    tally["t1"] = time.time()
 
 
-def up_env() -> dict[str, str]:
-    """As a user runs it: bytecode is cached. (Some CI images set PYTHONDONTWRITEBYTECODE;
-    the workflow sandbox re-imports the workflow module per session, so without the
-    cache every new session compiles it from source.)"""
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    return {**env, "PYTHONUNBUFFERED": "1"}
+# ---------------------------------------------------------------------------
+# In this process: orchestration
 
 
-async def start_up(data: Path) -> tuple[asyncio.subprocess.Process, str, str]:
-    """``hitlflow up`` on free ports: the process, the API's URL, Temporal's address."""
-    temporal, ui, api = free_port(), free_port(), free_port()
-    up = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "api.cli", "up", "--data-dir", str(data),
-        "--temporal-port", str(temporal), "--ui-port", str(ui), "--api-port", str(api),
-        stdout=asyncio.subprocess.PIPE, env=up_env())
-    assert up.stdout is not None
-    while READY_LINE not in (line := await asyncio.wait_for(up.stdout.readline(), 120)):
-        if not line:
-            raise SystemExit(f"hitlflow up exited with {await up.wait()}")
-    return up, f"http://127.0.0.1:{api}", f"127.0.0.1:{temporal}"
+class Clients:
+    """``procs`` client processes; a phase's clients are split among them."""
+
+    def __init__(self, procs: int) -> None:
+        self.procs = procs
+        self.pool = ProcessPoolExecutor(procs, mp_context=get_context("spawn"))
+
+    async def run(self, fn: Callable[..., Any], total: int, *args: Any) -> dict:
+        """Run ``fn(tally, count, *args, start_at)`` with ``total`` clients split across the
+        processes; merge the tallies."""
+        loop = asyncio.get_running_loop()
+        start_at = time.time() + 3  # processes spawn and import meanwhile
+        shares = [total // self.procs + (i < total % self.procs) for i in range(self.procs)]
+        tallies = await asyncio.gather(*(
+            loop.run_in_executor(self.pool, run_phase, fn, n, *args, start_at)
+            for n in shares if n))
+        return merge(tallies)
+
+    def close(self) -> None:
+        self.pool.shutdown()
+
+
+def merge(tallies: list[dict]) -> dict:
+    out = new_tally()
+    for t in tallies:
+        for k, v in t["lat"].items():
+            out["lat"].setdefault(k, []).extend(v)
+        out["requests"] += t["requests"]
+        out["errors"] += t["errors"]
+        out["results"] += t["results"]
+    out["t0"] = min(t["t0"] for t in tallies)
+    out["t1"] = max(t["t1"] for t in tallies)
+    return out
+
+
+async def healthz_probe(url: str, done: asyncio.Event) -> list[float]:
+    lat: list[float] = []
+    async with httpx.AsyncClient(base_url=url, timeout=60) as http:
+        while not done.is_set():
+            t0 = time.perf_counter()
+            (await http.get("/healthz")).raise_for_status()
+            lat.append((time.perf_counter() - t0) * 1000)
+            await asyncio.sleep(0.05)
+    return lat
+
+
+async def drive_mode(up: Up, clients: Clients, args: argparse.Namespace) -> None:
+    done = asyncio.Event()
+    probe = asyncio.create_task(healthz_probe(up.url, done))
+    t = await clients.run(drive_phase, args.n, up.url, args.replies, str(up.data))
+    done.set()
+    health = await probe
+    tq = f"bench-update-{uuid.uuid4().hex[:6]}"
+    with WorkerProcess("bare", up.temporal, tq):
+        u = await clients.run(update_phase, args.n, up.temporal, tq, args.replies)
+    wall = t["t1"] - t["t0"]
+    lat = t["lat"]
+    exact = sum(1 for state, log in t["results"] if state == log == args.replies)
+    print(f"\n== drive: {args.n} clients x {args.replies} replies against `hitlflow up`, "
+          f"clients in {clients.procs} process(es) ==")
+    print(f"requests/s: {t['requests'] / wall:.1f} ({t['requests']} in {wall:.1f} s, SSE not "
+          f"counted); GET session requests/s: {len(lat.get('get', [])) / wall:.1f}")
+    for name, key in (("GET session", "get"), ("POST session", "start"),
+                      ("POST reply", "reply"), ("reply -> SSE", "reply_to_sse")):
+        print(f"{name:16} {p50_p99(lat.get(key, []))}")
+    print(f"{'GET /healthz':16} {p50_p99(health)}  (probe from the orchestrator, same time)")
+    print(f"{'bare update':16} {p50_p99(u['lat'].get('update', []))}  (baseline: {args.n} "
+          f"Temporal clients x {args.replies} updates, same server, after the drive phase)")
+    reply50, update50 = pct(lat["reply"], 50), pct(u["lat"]["update"], 50)
+    print(f"reply p50 / bare update p50: {ratio(reply50, update50)} (target <= 1.5x)")
+    print(f"sessions whose every accepted reply is in state and log exactly once: "
+          f"{exact}/{args.n} (client errors: {t['errors']})")
+
+
+async def read_mode(up: Up, clients: Clients, args: argparse.Namespace) -> None:
+    async with httpx.AsyncClient(base_url=up.url, timeout=60) as http:
+        sid = (await http.post("/api/sessions", json=session_body(1))).json()["session_id"]
+        for _ in range(600):
+            if (await http.get(f"/api/sessions/{sid}")).json().get("status") == "waiting_user":
+                break
+            await asyncio.sleep(0.1)
+    paths = {"/healthz": "/healthz", "GET session": f"/api/sessions/{sid}",
+             "timeline": f"/api/execution/{sid}/timeline",
+             "list waiting": "/api/sessions?status=waiting_user"}
+    rows = {}
+    for name, path in paths.items():
+        print(f"read: {name}", file=sys.stderr, flush=True)
+        rows[name] = await clients.run(read_phase, args.read_clients, up.url, path,
+                                       args.read_s)
+    base = rows["/healthz"]["requests"] / args.read_s
+    print(f"\n== read: {args.read_clients} clients, {args.read_s:.0f} s each, one waiting "
+          f"session, clients in {clients.procs} process(es) ==")
+    print(f"{'endpoint':14} {'req/s':>8} {'x healthz':>10} {'errors':>7}  latency")
+    for name, t in rows.items():
+        rate = t["requests"] / args.read_s
+        print(f"{name:14} {rate:8.1f} {ratio(rate, base):>10} {t['errors']:7}  "
+              f"{p50_p99(t['lat'].get('read', []))}")
+    print("target: each >= 0.5x /healthz")
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("-n", type=int, default=200, help="clients driving sessions (200)")
+    p.add_argument("--replies", type=int, default=3, help="replies per session (3)")
+    p.add_argument("--procs", type=int, default=2, help="client processes (2)")
+    p.add_argument("--mode", default="drive,read", help="drive, read or both (drive,read)")
+    p.add_argument("--read-clients", type=int, default=32, help="read mode clients (32)")
+    p.add_argument("--read-s", type=float, default=10.0, help="seconds per endpoint (10)")
+    args = p.parse_args(argv)
+    args.modes = [m.strip() for m in args.mode.split(",") if m.strip()]
+    if not args.modes or set(args.modes) - {"drive", "read"}:
+        p.error("--mode takes drive, read or drive,read")
+    return args
 
 
 async def main(argv: list[str]) -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("-n", type=int, default=200)
-    p.add_argument("--replies", type=int, default=3)
-    args = p.parse_args(argv)
+    args = parse(argv)
+    clients = Clients(args.procs)
     with tempfile.TemporaryDirectory() as tmp:
-        data = Path(tmp)
-        up, url, _ = await start_up(data)
+        up = await start_up(Path(tmp))
         try:
-            async with httpx.AsyncClient(base_url=url, timeout=120) as http:
-                await timed("healthz", http.get("/healthz"))
-                done = asyncio.Event()
-                probe = asyncio.create_task(healthz(http, done))
-                t0 = time.perf_counter()
-                results = await asyncio.gather(*(client(url, args.replies, data)
-                                                 for _ in range(args.n)))
-                wall = time.perf_counter() - t0
-                done.set()
-                await probe
+            if "drive" in args.modes:
+                await drive_mode(up, clients, args)
+            if "read" in args.modes:
+                await read_mode(up, clients, args)
         finally:
-            up.send_signal(signal.SIGINT)
-            code = await up.wait()
-    exact = sum(1 for state, log in results if state == log == args.replies)
-    for i, (state, log) in enumerate(results):
-        if not state == log == args.replies:
-            print(f"client {i}: {state} replies in state, {log} in the log", file=sys.stderr)
-    print(f"{args.n} clients x {args.replies} replies against `hitlflow up` "
-          f"(exit {code} on Ctrl-C)")
-    print(f"requests/s: {REQUESTS / wall:.1f} ({REQUESTS} requests in {wall:.1f} s; "
-          f"SSE streams not counted)")
-    print(f"GET session      {q(LAT['get'])}")
-    print(f"POST session     {q(LAT['start'])}")
-    print(f"POST reply       {q(LAT['reply'])}")
-    print(f"reply -> SSE     {q(LAT['reply_to_sse'])}")
-    print(f"GET /healthz     {q(LAT['healthz'])}  (baseline: the HTTP stack alone)")
-    print(f"GET session / healthz p50 ratio: "
-          f"{statistics.median(LAT['get']) / statistics.median(LAT['healthz']):.1f}")
-    print(f"sessions whose every accepted reply is in state and log exactly once: "
-          f"{exact}/{args.n}")
+            clients.close()
+            print(f"`hitlflow up` exit code on Ctrl-C: {await up.stop()}")
 
 
 if __name__ == "__main__":

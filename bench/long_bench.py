@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import signal
 import statistics
 import sys
 import tempfile
@@ -29,7 +28,8 @@ import time
 from pathlib import Path
 
 import httpx
-from http_bench import Stream, start_up
+from http_bench import Stream
+from stack import session_body, start_up
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
@@ -37,12 +37,6 @@ from observation.exporter import verify_dir
 from workflows.messages import SessionInput
 
 WINDOW = 100
-
-
-def body(turns: int) -> dict:
-    asks = [{"ecs_request": {"kind": "confirm", "prompt": f"step {i}?"}} for i in range(turns)]
-    return {"initial_message": "go", "agent": {"llm": {"provider": "scripted", "responses": [
-        *asks, {"text": "done", "end": True}]}}}
 
 
 async def carried(client: Client, sid: str) -> list[tuple[int, int]]:
@@ -66,7 +60,7 @@ async def carried(client: Client, sid: str) -> list[tuple[int, int]]:
 
 
 async def drive(http: httpx.AsyncClient, turns: int) -> tuple[str, list[dict]]:
-    sid = (await http.post("/api/sessions", json=body(turns))).raise_for_status().json()[
+    sid = (await http.post("/api/sessions", json=session_body(turns))).raise_for_status().json()[
         "session_id"]
     stream = Stream()
     sse = asyncio.create_task(stream.follow(http, sid))
@@ -107,13 +101,13 @@ async def main(argv: list[str]) -> None:
     args = p.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         data = Path(tmp)
-        up, url, temporal = await start_up(data)
+        up = await start_up(data)
         try:
-            async with httpx.AsyncClient(base_url=url, timeout=120) as http:
+            async with httpx.AsyncClient(base_url=up.url, timeout=120) as http:
                 t0 = time.perf_counter()
                 sid, per_turn = await drive(http, args.turns)
                 wall = time.perf_counter() - t0
-            client = await Client.connect(temporal)
+            client = await Client.connect(up.temporal)
             runs = await carried(client, sid)
             log = data / "runs" / sid
             for _ in range(600):  # the exporter catches up (bounded)
@@ -123,8 +117,7 @@ async def main(argv: list[str]) -> None:
                 await asyncio.sleep(0.5)
             verified = verify_dir(log)
         finally:
-            up.send_signal(signal.SIGINT)
-            await up.wait()
+            await up.stop()
     print(f"one session, {args.turns} turns over HTTP against `hitlflow up` "
           f"({wall:.0f} s, {args.turns / wall:.1f} turns/s)")
     base = statistics.median(t["healthz"] for t in per_turn[:WINDOW])

@@ -2,162 +2,191 @@
 
 Run by hand (not a test), from the repository root::
 
-    .venv/bin/python bench/session_bench.py                 # 200 sessions x 3 replies
-    .venv/bin/python bench/session_bench.py -n 50 --turns 2  # quicker
+    .venv/bin/python bench/session_bench.py -n 1              # one at a time (latency)
+    .venv/bin/python bench/session_bench.py -n 200            # 200 concurrent (throughput)
+    .venv/bin/python bench/session_bench.py -n 1 --synchronous normal,full   # SQLite durability
 
-One tuned dev server (as ``hitlflow up`` starts it, SQLite file) serves both
-variants, one after the other, in this one process:
+What ``hitlflow up`` runs, measured against a baseline in the same run: a tuned dev
+server as ``up`` starts it (``api.devserver``'s flags, SQLite file; ``--synchronous``
+varies the pragma, by default what ``up`` uses), and for each variant a worker in a
+process of its own (the benchmark's clients stay out of it), with the default
+sandboxed runner:
 
-* ``hitlflow``: SessionWorkflow with the scripted LLM; each LLM answer is an
-  ECS confirm request, so each turn is: LLM activity -> waiting_user -> reply.
-* ``bare``: a workflow that runs the same ``llm_call`` activity, then waits for a
-  ``reply`` update, with no hitlflow logic (no statechart, journal, search
-  attributes, contracts).
+* ``hitlflow``: the worker exactly as ``api.worker.build_worker`` builds it;
+  ``SessionWorkflow`` with the scripted LLM, each answer an ECS confirm request, so a
+  turn is: LLM activity -> waiting_user -> reply;
+* ``bare``: ``bare_workflow.BareSession`` with the same activities: the same
+  ``llm_call``, then wait for a ``reply`` update; no hitlflow logic.
 
-For each it reports reply -> next step (from the accepted reply update to the
-next ``llm_call`` activity starting; p50/p99), turns per second over the whole
-run with N concurrent sessions, and history events per turn; then the ratio
-hitlflow/bare.
+Each session's history is followed with a long-poll (no query polling): once it shows
+the session waits, the client asks the ``pending_request`` query once (both variants
+answer it), sends the ``reply`` update and reads from history when the next
+``llm_call`` started. Reported per variant: reply -> next step p50/p99 (from just
+before the update is sent to the next ``llm_call``'s start, server event time, same
+clock), turns/s over the run with ``-n`` sessions at a time, history events per turn;
+and the ratios hitlflow/bare (and full/normal with two ``--synchronous`` values).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import statistics
 import sys
 import tempfile
 import time
 import uuid
-from datetime import timedelta
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from temporalio import activity, workflow
+from stack import StepFollower as Follower
+from stack import (
+    WorkerProcess,
+    free_port,
+    pct,
+    ratio,
+    session_body,
+    sqlite_tuning,
+    up_synchronous,
+)
 from temporalio.client import Client, WorkflowHandle
-from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.worker import UnsandboxedWorkflowRunner, Worker
+from temporalio.common import SearchAttributePair, TypedSearchAttributes
 
-from activities.llm import LlmActivities
 from api.devserver import DevServer
-from workflows.io import LLMCallInput, LLMCallResult
+from api.settings import HitlflowSettings
+from api.worker import connect
 from workflows.messages import ReplyInput, SessionInput
-from workflows.session import SessionWorkflow
+from workflows.search_attributes import SESSION_STATUS
 from workflows.session_state import PendingRequest
 
-STARTED: dict[tuple[str, int], float] = {}  # (session, call_index) -> activity start
+WORKFLOW = {"hitlflow": "SessionWorkflow", "bare": "BareSession"}
 
 
-class TimedLlm(LlmActivities):
-    @activity.defn(name="llm_call")
-    async def llm_call(self, input: LLMCallInput) -> LLMCallResult:
-        STARTED[(input.session_id, input.call_index)] = time.perf_counter()
-        return await super().llm_call(input)
+@dataclass
+class Result:
+    samples: list[float] = field(default_factory=list)  # reply -> next step, ms
+    events: int = 0
+    turns: int = 0
+    wall_s: float = 0.0
+
+    def row(self) -> dict[str, float]:
+        return {"p50": pct(self.samples, 50), "p99": pct(self.samples, 99),
+                "turns_per_s": self.turns / self.wall_s,
+                "events_per_turn": self.events / self.turns}
 
 
-@workflow.defn(name="BareSession")
-class BareSession:
-    """The same activities, no hitlflow logic."""
-
-    def __init__(self) -> None:
-        self.replies = 0
-        self.waiting: int | None = None
-
-    @workflow.run
-    async def run(self, input: SessionInput) -> int:
-        llm = input.config.agent.llm  # type: ignore[union-attr]
-        for i in range(len(llm.responses)):
-            await workflow.execute_activity(
-                "llm_call", LLMCallInput(session_id=input.session_id, call_id=str(i),
-                                         call_index=i, llm=llm, messages=[]),
-                result_type=LLMCallResult, start_to_close_timeout=timedelta(seconds=60))
-            if i < len(llm.responses) - 1:
-                self.waiting = i
-                await workflow.wait_condition(lambda i=i: self.replies > i)
-                self.waiting = None
-        return self.replies
-
-    @workflow.update(name="reply")
-    def reply(self, reply: ReplyInput) -> int:
-        self.replies += 1
-        return self.replies
-
-    @workflow.query(name="pending_request")
-    def pending_request(self) -> PendingRequest | None:
-        """The same query as a session's, so both variants carry the same query load."""
-        if self.waiting is None:
-            return None
-        return PendingRequest(request_id="bare", kind="confirm", prompt=f"step {self.waiting}?",
-                              created_at=workflow.now())
-
-
-def config(turns: int) -> dict:
-    responses = [{"ecs_request": {"kind": "confirm", "prompt": f"step {i}?"}}
-                 for i in range(turns)] + [{"text": "done", "end": True}]
-    return {"initial_message": "go", "agent": {"llm": {"provider": "scripted",
-                                                        "responses": responses}}}
-
-
-async def drive(client: Client, kind: str, tq: str, turns: int, samples: list[float]) -> int:
-    """One session: start it, answer each request; return its history length."""
+async def start(client: Client, kind: str, tq: str, turns: int) -> WorkflowHandle:
     sid = f"{kind}-{uuid.uuid4().hex[:10]}"
-    inp = SessionInput.model_validate({"session_id": sid, "config": config(turns)})
-    h: WorkflowHandle = await client.start_workflow(
-        "SessionWorkflow" if kind == "hitlflow" else "BareSession", inp, id=sid, task_queue=tq)
+    inp = SessionInput.model_validate({"session_id": sid, "config": session_body(turns)})
+    extra = ({"search_attributes": TypedSearchAttributes(
+        [SearchAttributePair(SESSION_STATUS, "queued")])}
+        if kind == "hitlflow" else {})  # as POST /api/sessions starts it
+    return await client.start_workflow(WORKFLOW[kind], inp, id=sid, task_queue=tq, **extra)
+
+
+async def drive(client: Client, kind: str, tq: str, turns: int, out: Result | None) -> None:
+    """One session: start it, answer each request once history shows it waits."""
+    h = await start(client, kind, tq, turns)
+    follower = Follower(h)
     for i in range(turns):
-        while (sid, i + 1) in STARTED or (sid, i) not in STARTED:
-            await asyncio.sleep(0.005)  # wait for this turn's LLM call
-        while True:  # the session waits once the LLM answer is processed
-            pending = await h.query("pending_request", result_type=PendingRequest | None)
-            if pending is not None and pending.prompt == f"step {i}?":
-                request_id = pending.request_id
-                break
-            await asyncio.sleep(0.005)
-        sent = time.perf_counter()
-        await h.execute_update("reply", ReplyInput(request_id=request_id, approve=True))
-        while (sid, i + 1) not in STARTED:
-            await asyncio.sleep(0.001)
-        samples.append((STARTED[(sid, i + 1)] - sent) * 1000)
+        await follower.next_wait()
+        pending = await h.query("pending_request", result_type=PendingRequest | None)
+        assert pending is not None and pending.prompt == f"step {i}?", pending
+        sent = time.time()
+        await h.execute_update("reply", ReplyInput(request_id=pending.request_id, approve=True))
+        started = await follower.started(i + 1)
+        if out is not None:
+            out.samples.append((started - sent) * 1000)
     await h.result()
-    return len((await h.fetch_history()).events)
+    events = await follower.done()
+    if out is not None:
+        out.events += events
+        out.turns += turns
 
 
-async def run_variant(client: Client, kind: str, n: int, turns: int) -> dict:
-    tq = f"bench-{kind}"
-    samples: list[float] = []
-    async with Worker(client, task_queue=tq, workflows=[SessionWorkflow, BareSession],
-                      activities=[TimedLlm().llm_call], max_concurrent_activities=200,
-                      workflow_runner=UnsandboxedWorkflowRunner()):
+async def run_variant(client: Client, address: str, kind: str, args: argparse.Namespace
+                      ) -> tuple[Result, int]:
+    tq = f"bench-{kind}-{uuid.uuid4().hex[:6]}"
+    with WorkerProcess(kind, address, tq) as worker:
+        await drive(client, kind, tq, args.turns, None)  # warm-up: first sandbox load
+        out, gate = Result(), asyncio.Semaphore(args.n)
+
+        async def one() -> None:
+            async with gate:
+                await drive(client, kind, tq, args.turns, out)
+
         t0 = time.perf_counter()
-        lengths = await asyncio.gather(*(drive(client, kind, tq, turns, samples)
-                                         for _ in range(n)))
-        wall = time.perf_counter() - t0
-    q = statistics.quantiles(samples, n=100)
-    return {"p50": statistics.median(samples), "p99": q[98], "turns_per_s": n * turns / wall,
-            "events_per_turn": sum(lengths) / (n * turns), "wall_s": wall}
+        await asyncio.gather(*(one() for _ in range(args.sessions)))
+        out.wall_s = time.perf_counter() - t0
+        return out, worker.pid
+
+
+async def run_server(sync: str, args: argparse.Namespace) -> dict[str, Result]:
+    with tempfile.TemporaryDirectory() as tmp:
+        server = DevServer(Path(tmp), port=free_port(), ui_port=None,
+                           tuning=sqlite_tuning(sync))
+        async with server:
+            client = await connect(HitlflowSettings(temporal_address=server.address))
+            results: dict[str, Result] = {}
+            for rnd in range(args.rounds):
+                for kind in ("bare", "hitlflow"):
+                    print(f"synchronous={sync} round {rnd + 1}: {kind}", file=sys.stderr,
+                          flush=True)
+                    r, _ = await run_variant(client, server.address, kind, args)
+                    acc = results.setdefault(kind, Result())
+                    acc.samples += r.samples
+                    acc.events += r.events
+                    acc.turns += r.turns
+                    acc.wall_s += r.wall_s
+            return results
+
+
+def report(all_results: dict[str, dict[str, Result]], args: argparse.Namespace) -> None:
+    print(f"\n{args.sessions} sessions x {args.turns} replies, {args.n} at a time, "
+          f"{args.rounds} round(s); one tuned dev server per synchronous= value; "
+          f"workers in their own process, default sandboxed runner")
+    print(f"{'sync':7} {'variant':9} {'reply p50':>10} {'reply p99':>10} {'turns/s':>8} "
+          f"{'events/turn':>12}")
+    rows = {s: {k: r.row() for k, r in res.items()} for s, res in all_results.items()}
+    for sync, res in rows.items():
+        for kind, r in res.items():
+            print(f"{sync:7} {kind:9} {r['p50']:8.1f}ms {r['p99']:8.1f}ms "
+                  f"{r['turns_per_s']:8.1f} {r['events_per_turn']:12.1f}")
+        b, h = res["bare"], res["hitlflow"]
+        print(f"{sync:7} hitlflow/bare: p50 {ratio(h['p50'], b['p50'])} (target <= 1.15x "
+              f"one at a time), p99 {ratio(h['p99'], b['p99'])}, turns/s "
+              f"{ratio(h['turns_per_s'], b['turns_per_s'])} (target >= 0.85x at 200), "
+              f"events/turn +{h['events_per_turn'] - b['events_per_turn']:.1f} (target <= +4)")
+    if "normal" in rows and "full" in rows:
+        for kind in ("bare", "hitlflow"):
+            f, n = rows["full"][kind], rows["normal"][kind]
+            print(f"full/normal {kind:9}: p50 {ratio(f['p50'], n['p50'])}, p99 "
+                  f"{ratio(f['p99'], n['p99'])}, "
+                  f"turns/s {ratio(f['turns_per_s'], n['turns_per_s'])}")
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("-n", type=int, default=200, help="sessions at a time (200)")
+    p.add_argument("--sessions", type=int, default=None,
+                   help="sessions per variant in all (default: -n, at least 30)")
+    p.add_argument("--turns", type=int, default=3, help="replies per session (3)")
+    p.add_argument("--rounds", type=int, default=1, help="bare, hitlflow, bare, ... (1)")
+    p.add_argument("--synchronous", default=up_synchronous(),
+                   help="SQLite synchronous= values, comma-separated, each on a fresh server "
+                        f"(default: what up uses, {up_synchronous()}; normal,full compares)")
+    args = p.parse_args(argv)
+    args.sessions = args.sessions or max(args.n, 30)
+    args.syncs = [s.strip() for s in args.synchronous.split(",") if s.strip()]
+    bad = [s for s in args.syncs if s not in ("off", "normal", "full", "extra")]
+    if bad:
+        p.error(f"unknown synchronous values {bad}")
+    return args
 
 
 async def main(argv: list[str]) -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("-n", type=int, default=200, help="concurrent sessions")
-    p.add_argument("--turns", type=int, default=3, help="replies per session")
-    args = p.parse_args(argv)
-    with tempfile.TemporaryDirectory() as tmp:
-        async with DevServer(Path(tmp), port=17233, ui_port=None) as server:
-            client = await Client.connect(server.address,
-                                          data_converter=pydantic_data_converter)
-            results = {}
-            for kind in ("bare", "hitlflow"):
-                results[kind] = await run_variant(client, kind, args.n, args.turns)
-    print(f"{args.n} concurrent sessions x {args.turns} replies, one tuned dev server")
-    print(f"{'variant':10} {'reply p50':>10} {'reply p99':>10} {'turns/s':>9} "
-          f"{'events/turn':>12}")
-    for kind, r in results.items():
-        print(f"{kind:10} {r['p50']:9.1f}ms {r['p99']:9.1f}ms {r['turns_per_s']:9.1f} "
-              f"{r['events_per_turn']:12.1f}")
-    b, h = results["bare"], results["hitlflow"]
-    print(f"ratio hitlflow/bare: p50 {h['p50'] / b['p50']:.2f}, p99 {h['p99'] / b['p99']:.2f}, "
-          f"turns/s {h['turns_per_s'] / b['turns_per_s']:.2f}, "
-          f"events/turn {h['events_per_turn'] / b['events_per_turn']:.2f}")
+    args = parse(argv)
+    results = {sync: await run_server(sync, args) for sync in args.syncs}
+    report(results, args)
 
 
 if __name__ == "__main__":

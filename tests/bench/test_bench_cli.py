@@ -1,0 +1,56 @@
+"""The benchmarks (run by hand) still parse their arguments and share their helpers.
+
+Quick: nothing is started; the benchmarks themselves are not tests.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+
+import http_bench
+import idle_bench
+import session_bench
+import stack
+
+from api.devserver import tuning_args
+from workflows.config import SessionConfig
+
+
+def test_session_bench_arguments() -> None:
+    args = session_bench.parse(["-n", "1", "--synchronous", "normal,full"])
+    assert (args.n, args.sessions, args.syncs) == (1, 30, ["normal", "full"])
+    assert session_bench.parse([]).syncs == [stack.up_synchronous()] == ["full"]
+    with pytest.raises(SystemExit):
+        session_bench.parse(["--synchronous", "sometimes"])
+
+
+def test_http_and_idle_bench_arguments() -> None:
+    assert http_bench.parse(["--mode", "read"]).modes == ["read"]
+    with pytest.raises(SystemExit):
+        http_bench.parse(["--mode", "write"])
+    assert idle_bench.parse(["-n", "500"]).n == 500
+    with pytest.raises(SystemExit):
+        idle_bench.parse(["-n", "50"])  # fewer than --base
+
+
+def test_shared_helpers() -> None:
+    SessionConfig.model_validate(stack.session_body(2))  # a valid session config
+    assert stack.pct([3.0], 99) == 3.0 and stack.pct([1.0, 2.0, 3.0], 50) == 2.0
+    tuned = stack.sqlite_tuning("full")
+    assert "synchronous=full" in tuned and len(tuned) == len(tuning_args())
+    merged = http_bench.merge([
+        {"lat": {"get": [1.0]}, "requests": 1, "errors": 0, "results": [(1, 1)], "t0": 2, "t1": 3},
+        {"lat": {"get": [2.0]}, "requests": 2, "errors": 1, "results": [], "t0": 1, "t1": 4}])
+    assert merged["lat"]["get"] == [1.0, 2.0] and (merged["t0"], merged["t1"]) == (1, 4)
+    assert merged["requests"] == 3 and merged["errors"] == 1
+
+
+def test_up_stderr_is_summarised_by_kind() -> None:
+    kinds = stack.line_kinds(["exporter: session s-653fa9e4a0e6: limit exceeded",
+                              "exporter: session s-0b81769fc18c: limit exceeded", "stopped"])
+    assert kinds.most_common(1) == [("exporter: session #: limit exceeded", 2)]
