@@ -8,7 +8,14 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+    model_validator,
+)
 
 from workflows.plan import PlanStep
 from workflows.statechart import SessionPolicy
@@ -56,6 +63,12 @@ class EcsRequest(_Strict):
 
 class ScriptedResponse(_Strict):
     """One canned LLM answer for the ``scripted`` provider."""
+
+    @model_serializer(mode="wrap")
+    def _compact(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # A script of thousands of answers travels in a run's input: only what is set.
+        return {k: v for k, v in handler(self).items()
+                if not (v is None or v is False or v == [])}
 
     text: str | None = None
     tool_calls: list[ToolCallRequest] = Field(default_factory=list)

@@ -53,9 +53,9 @@ async def eventually(probe: Callable[[], Awaitable[Any]], check: Callable[[Any],
 
 
 async def session_until(http: httpx.AsyncClient, sid: str, check: Callable[[dict], bool],
-                        what: str = "session state") -> dict:
+                        what: str = "session state", **params: str) -> dict:
     async def get() -> dict:
-        r = await http.get(f"/api/sessions/{sid}")
+        r = await http.get(f"/api/sessions/{sid}", params=params)
         assert r.status_code == 200, r.text
         return r.json()
     return await eventually(get, check, what=what)

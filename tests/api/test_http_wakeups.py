@@ -18,20 +18,21 @@ async def test_accepted_writes_are_told_refused_ones_are_not(dev_env, free_port)
         temporal_address=dev_env.client.service_client.config.target_host,
         task_queue=f"tq-wake-{uuid.uuid4().hex[:8]}", api_token=None)
     told: list[str] = []
+    live = {"consistency": "live"}  # no exporter here: read the workflow itself
     async with running_worker(dev_env.client, settings.task_queue), \
             serve(create_app(settings, on_change=told.append), free_port()) as server, \
             httpx.AsyncClient(base_url=server.url, timeout=30) as http:
         chat = (await http.post("/api/sessions", json=chat_body())).json()["session_id"]
-        await session_until(http, chat, waiting("message"))
+        await session_until(http, chat, waiting("message"), **live)
         assert (await http.post(f"/api/sessions/{chat}/messages",
                                 json={"text": "more"})).status_code == 202
         assert told == [chat]
-        await session_until(http, chat, lambda s: s["status"] == "succeeded")
+        await session_until(http, chat, lambda s: s["status"] == "succeeded", **live)
         assert (await http.post(f"/api/sessions/{chat}/end")).status_code == 409
         assert told == [chat]
 
         other = (await http.post("/api/sessions", json=confirm_body())).json()["session_id"]
-        await session_until(http, other, waiting("confirm"))
+        await session_until(http, other, waiting("confirm"), **live)
         assert (await http.post(f"/api/sessions/{other}/reply", json={
             "request_id": "nope", "approve": True})).status_code == 409
         assert told == [chat]

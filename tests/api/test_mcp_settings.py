@@ -52,15 +52,15 @@ async def test_run_worker_builds_the_pool_from_the_settings(monkeypatch):
     pools: list[McpClientPool] = []
 
     @contextlib.asynccontextmanager
-    async def no_worker(client, task_queue, pool):
+    async def no_worker(client, task_queue, pool, **options):
         pools.append(pool)
         yield
 
-    async def none_waiting(client) -> int:
-        return 0
+    async def another_worker_is_alive(client, task_queue, window) -> list[str]:
+        return ["another"]  # a warm start: nothing to recover
 
     monkeypatch.setattr(worker, "build_worker", no_worker)
-    monkeypatch.setattr(worker, "recover_waiting_sessions", none_waiting)
+    monkeypatch.setattr(worker, "other_workers", another_worker_is_alive)
     stop = asyncio.Event()
     stop.set()
     settings = HitlflowSettings(mcp_idle_s=12, mcp_max_servers=3)

@@ -179,3 +179,13 @@ def test_each_llm_call_carries_one_scripted_response():
     assert done.responses == [] and done.responses_offset == 5  # "the script has 5"
     openai = LLMConfig(provider="openai", base_url="http://127.0.0.1:1/v1")
     assert openai.script_from(9, 1) is openai
+
+
+def test_a_scripted_response_serialises_only_what_is_set():
+    """A long script travels in the first runs' inputs: each answer costs its content."""
+    confirm = {"ecs_request": {"kind": "confirm", "prompt": "step 1?"}}
+    llm = LLMConfig.model_validate({"provider": "scripted", "responses": [
+        confirm, {"text": "", "end": True}, {"error": "boom", "http_status": 0}]})
+    again = LLMConfig.model_validate_json(llm.model_dump_json())
+    assert again == llm and again.responses[2].http_status == 0
+    assert len(llm.responses[0].model_dump_json()) < 80
