@@ -32,6 +32,7 @@ from api.deps import ApiTuning, OnChange
 from api.routers import audit, events, execution, health, past, sessions
 from api.settings import HitlflowSettings
 from api.sse import EventProvider
+from api.stuck import StuckWatch
 from observation.log_reader import LogViews
 from observation.read_model import ReadModelError, ReadStore, open_store
 
@@ -164,6 +165,7 @@ def create_app(
     app.state.on_change = on_change or _nobody
     app.state.log_views = LogViews(settings.data_dir / "runs")
     app.state.read_model = read_model
+    app.state.stuck_watch = StuckWatch()
     app.state.stopping = asyncio.Event()  # set first on shutdown: SSE streams end
     errors.install(app)
     app.include_router(health.router)

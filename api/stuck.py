@@ -21,6 +21,8 @@ succeeds again.
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from datetime import UTC, datetime
 
 from temporalio.api.common.v1 import WorkflowExecution
@@ -29,9 +31,12 @@ from temporalio.api.history.v1 import HistoryEvent
 from temporalio.api.workflowservice.v1 import GetWorkflowExecutionHistoryReverseRequest
 from temporalio.client import Client, WorkflowExecutionDescription
 from temporalio.common import SearchAttributeKey
+from temporalio.service import RPCError, RPCStatusCode
 
 from api.errors import SESSION_STUCK, ApiError, temporal_errors
 from api.models import StuckView
+
+log = logging.getLogger("hitlflow.api")
 
 #: Set by the Temporal server (1.28+) on a workflow whose task keeps failing.
 REPORTED_PROBLEMS = SearchAttributeKey.for_keyword_list("TemporalReportedProblems")
@@ -129,3 +134,48 @@ def refusal(session_id: str, stuck: StuckView | None) -> ApiError:
         f"session {session_id} is stuck: its workflow task has failed {stuck.failed_attempts} "
         f"time(s) in a row{since} ({stuck.reason}); it takes no requests until the cause is "
         "fixed (an operator fixes the worker, or resets or terminates the session)"))
+
+
+class StuckWatch:
+    """Which sessions Temporal reports as stuck, asked at most once per ``ttl_s`` for
+    every reader (one visibility query, whatever the read load), so that the read
+    model's answers can say `stuck` too: the read model cannot know it, history has
+    no event for a task that keeps failing."""
+
+    def __init__(self, ttl_s: float = 5.0) -> None:
+        self.ttl_s = ttl_s
+        self._ids: frozenset[str] = frozenset()
+        self._at: float | None = None
+        self._lock = asyncio.Lock()
+        self.supported = True
+
+    async def ids(self, client: Client) -> frozenset[str]:
+        loop = asyncio.get_running_loop()
+        if not self.supported or (self._at is not None and loop.time() - self._at < self.ttl_s):
+            return self._ids
+        async with self._lock:
+            if self._at is not None and loop.time() - self._at < self.ttl_s:
+                return self._ids
+            query = f'WorkflowType = "SessionWorkflow" AND ExecutionStatus = "Running" ' \
+                    f"AND {STUCK_QUERY}"
+            try:
+                self._ids = frozenset([wf.id async for wf in client.list_workflows(query)])
+            except RPCError as err:
+                if err.status == RPCStatusCode.INVALID_ARGUMENT:  # no such attribute here
+                    self.supported = False
+                    log.warning("stuck sessions cannot be listed on this server: %s", err)
+                else:  # keep the last answer; ask again next time
+                    log.warning("listing stuck sessions failed: %s", err)
+                    return self._ids
+            self._at = loop.time()
+            return self._ids
+
+    async def view(self, client: Client, session_id: str) -> StuckView | None:
+        """The session's stuck view when Temporal reports it stuck, else None."""
+        if session_id not in await self.ids(client):
+            return None
+        try:
+            desc = await client.get_workflow_handle(session_id).describe()
+            return await diagnose(client, desc)
+        except (ApiError, RPCError):
+            return None

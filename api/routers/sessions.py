@@ -273,7 +273,9 @@ async def get_session(session_id: SessionIdDep, client: ClientDep, tuning: Tunin
         "contracts_total": row["contracts_total"],
         "next_cursor": encode_cursor("contracts", session_id, following
                                      if following < row["contracts_total"] else None),
-        "seq": row["last_seq"], "journal_seq": row["journal_seq"], "stale": stale})
+        "seq": row["last_seq"], "journal_seq": row["journal_seq"], "stale": stale,
+        "stuck": await request.app.state.stuck_watch.view(client, session_id)
+        if row["execution_status"] == "running" else None})
 
 
 async def _live_session(session_id: str, client: Client, tuning: ApiTuning, logs: LogViews,

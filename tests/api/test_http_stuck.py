@@ -41,6 +41,7 @@ from tests.api.http_support import (
     session_until,
     waiting,
 )
+from tests.support.sessions import running_exporter
 from workflows.messages import RecoverInput
 
 BUG = "injected bug"
@@ -68,18 +69,20 @@ class _Poison(Interceptor):
 
 
 @pytest.fixture(scope="module")
-async def stuck_stack(dev_env: WorkflowEnvironment, free_port: Callable[[], int]
-                      ) -> AsyncIterator[HttpStack]:
+async def stuck_stack(dev_env: WorkflowEnvironment, free_port: Callable[[], int],
+                      tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[HttpStack]:
     """The API and a worker as in production (a workflow task that raises is retried,
     not turned into a failed session), with the poisoning interceptor."""
     settings = HitlflowSettings(
         temporal_address=dev_env.client.service_client.config.target_host,
-        task_queue=f"tq-stuck-{uuid.uuid4().hex[:8]}", api_token=None)
+        task_queue=f"tq-stuck-{uuid.uuid4().hex[:8]}", api_token=None,
+        data_dir=tmp_path_factory.mktemp("stuck-data"))
     pool = McpClientPool()
     poisoned: list[str] = []
     try:
         async with build_worker(dev_env.client, settings.task_queue, pool,
                                 interceptors=[_Poison()]), \
+                running_exporter(dev_env.client, settings.data_dir, settings.task_queue), \
                 serve(create_app(settings, tuning=ApiTuning(query_timeout_s=2.0,
                                                             update_timeout_s=3.0)),
                       free_port()) as server, \
@@ -171,6 +174,12 @@ async def test_stuck_session_is_shown_and_refuses_writes(stuck_stack: HttpStack)
     summary = await _listed_stuck(http, sid)
     assert summary["stuck"] is True and summary["status"] == "waiting_user"
     assert "category=WorkflowTaskFailed" in summary["problems"]
+    # The default read (the read model) says so too, with the same reason.
+    view = await session_until(http, sid, _stuck, what="stuck in the read model's view",
+                               consistency="read_model")
+    assert view["status"] == "waiting_user" and BUG in view["stuck"]["reason"]
+    assert (await http.get(f"/api/sessions/{healthy}", params={
+        "consistency": "read_model"})).json()["stuck"] is None
 
     # The healthy session next to it is unaffected: live, never listed as stuck.
     h = (await http.get(f"/api/sessions/{healthy}")).json()
