@@ -70,7 +70,8 @@ def verify_command(
         v = verify_dir(d)
     except ChainBrokenError as err:
         _fail(f"{err} ({d})")
-    typer.echo(f"OK: {v.events} events, chain head {v.last_hash} ({d})")
+    version = f"log format v{v.log_version}, " if v.log_version else ""
+    typer.echo(f"OK: {v.events} events, {version}chain head {v.last_hash} ({d})")
 
 
 @log_app.command("replay")

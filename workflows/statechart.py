@@ -147,3 +147,43 @@ __all__ = [
     "fire",
     "is_terminal",
 ]
+
+
+# -- seed 003's names ------------------------------------------------------------------
+
+#: Seed 003's run states -> the session status hitlflow writes for them; ``None``: not
+#: applicable (the seed's document pipeline: a session has no such state, so no session
+#: is ever in it). Sessions follow seed 004's statechart (``SessionStatus``). The README
+#: ("Seed 003's names") gives the reasons; clients may pass either spelling in.
+SEED003_RUN_STATES: dict[str, SessionStatus | None] = {
+    "CREATED": SessionStatus.QUEUED,
+    "CLONED_INPUTS": None,
+    "INGESTED": None,
+    "FACTS_READY": None,
+    "PLAN_READY": None,
+    "DRAFTING": None,
+    "DRAFT_READY": None,
+    "LINKING": None,
+    "VALIDATING": None,
+    "FIXING": None,
+    "READY_FOR_PR": None,
+    "PR_OPENED": None,
+    "DONE": SessionStatus.SUCCEEDED,
+    "FAILED": SessionStatus.FAILED,
+    "CANCELLED": SessionStatus.CANCELED,
+}
+
+
+def status_from_client(value: str) -> tuple[SessionStatus | None, bool]:
+    """A status a client passed in: hitlflow's spelling (any case, ``waiting_user``) or
+    seed 003's (``DONE``, ``CANCELLED``, ...). ``(status, True)``; ``(None, True)`` for a
+    seed state with no counterpart (nothing is ever in it); ``ValueError`` if neither."""
+    try:
+        return SessionStatus(value.lower()), True
+    except ValueError:
+        pass
+    key = value.upper()
+    if key in SEED003_RUN_STATES:
+        return SEED003_RUN_STATES[key], True
+    accepted = [s.value for s in SessionStatus] + list(SEED003_RUN_STATES)
+    raise ValueError(f"unknown status {value!r}; one of {', '.join(accepted)}")

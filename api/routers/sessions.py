@@ -72,7 +72,7 @@ from workflows.messages import SessionSnapshot as WorkflowSnapshot
 from workflows.plan import replay
 from workflows.search_attributes import SESSION_STATUS, WAITING_SINCE
 from workflows.session_state import SessionState
-from workflows.statechart import SessionStatus, is_terminal
+from workflows.statechart import SessionStatus, is_terminal, status_from_client
 
 router = APIRouter(prefix="/api/sessions", tags=["sessions"])
 
@@ -82,6 +82,16 @@ def _status(value: object) -> SessionStatus | None:
         return SessionStatus(str(value)) if value is not None else None
     except ValueError:
         return None
+
+
+def _status_filter(value: str | None) -> SessionStatus | None:
+    """A ``status`` filter in hitlflow's or seed 003's spelling (workflows.statechart)."""
+    if value is None:
+        return None
+    try:
+        return status_from_client(value)[0]
+    except ValueError as err:
+        raise ApiError(422, "validation_error", f"status: {err}") from None
 
 
 def _execution_status(status: WorkflowExecutionStatus | None) -> str | None:
@@ -127,8 +137,11 @@ def _decode_token(token: str | None) -> bytes | None:
 @router.get("", response_model=SessionList)
 async def list_sessions(
     client: ClientDep, request: Request,
-    status: Annotated[SessionStatus | None, Query(description="Only sessions in this status")
-                      ] = None,
+    status: Annotated[str | None, Query(
+        max_length=64, description="Only sessions in this status: hitlflow's (`queued`, "
+        "`running`, `waiting_user`, `succeeded`, `failed`, `canceled`) or seed 003's "
+        "spelling (`CREATED`, `DONE`, `FAILED`, `CANCELLED`; its document-pipeline states "
+        "such as `DRAFTING` are accepted and match no session)")] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     page_token: Annotated[str | None, Query(max_length=4096)] = None,
     stuck: Annotated[bool | None, Query(
@@ -140,13 +153,16 @@ async def list_sessions(
     exporter has written its first lines, a moment after it started). With
     `stuck`, through Temporal visibility instead (the read model does not know
     whether a workflow task keeps failing)."""
+    wanted = _status_filter(status)
+    if wanted is None and status is not None:  # a seed 003 state no session is ever in
+        return SessionList(sessions=[], next_page_token=None)
     if stuck is None:
-        return await _listed_from_read_model(store_of(request.app.state), status, limit,
+        return await _listed_from_read_model(store_of(request.app.state), wanted, limit,
                                              page_token)
     query = 'WorkflowType = "SessionWorkflow" AND ExecutionStatus != "ContinuedAsNew"'
-    if status is not None:
-        query += f' AND SessionStatus = "{status.value}"'
-        if not is_terminal(status):  # a terminated session keeps its last status
+    if wanted is not None:
+        query += f' AND SessionStatus = "{wanted.value}"'
+        if not is_terminal(wanted):  # a terminated session keeps its last status
             query += ' AND ExecutionStatus = "Running"'
     if stuck is not None:
         query += f" AND {stuck_sessions.STUCK_QUERY if stuck else stuck_sessions.HEALTHY_QUERY}"

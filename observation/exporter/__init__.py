@@ -10,7 +10,16 @@ See README.md in this folder for the exact bytes. Public API:
   :class:`Exporter`, :class:`Wakeups`, :func:`run_exporter`
 """
 
-from observation.exporter.chain import GENESIS, HASH_PREFIX, Chain, hash_body, line_bytes
+from observation.exporter.chain import (
+    GENESIS,
+    HASH_PREFIX,
+    LOG_VERSION,
+    Chain,
+    hash_body,
+    line_bytes,
+    line_hash,
+    seed_hash,
+)
 from observation.exporter.decode import MappingError
 from observation.exporter.follower import (
     ExportResult,
@@ -42,12 +51,13 @@ from observation.exporter.snapshot import ReplayError, Snapshot, snapshot_bytes
 from observation.exporter.verify import ChainBrokenError, Verified, verify_dir, verify_lines
 
 __all__ = [
-    "GENESIS", "HASH_PREFIX", "SEED_TYPES", "SSE_TYPES", "Artifact", "Chain",
+    "GENESIS", "HASH_PREFIX", "LOG_VERSION", "SEED_TYPES", "SSE_TYPES", "Artifact", "Chain",
     "ChainBrokenError", "ExportResult", "Exporter", "LogCorruptError", "LogDivergedError",
     "LogError", "LogEvent", "LogLockedError", "LogWriteError", "LogWriter", "MappedEvent",
     "MappingError", "ReplayError", "SessionExport", "SessionMapper", "Snapshot", "Verified",
     "Wakeups",
     "export_history", "export_session", "hash_body", "history_events", "is_sse",
-    "line_bytes", "map_history", "run_exporter", "session_events", "snapshot_bytes",
+    "line_bytes", "line_hash", "map_history", "run_exporter", "seed_hash", "session_events",
+    "snapshot_bytes",
     "verify_dir", "verify_lines",
 ]

@@ -1,14 +1,25 @@
-"""The hash chain: canonical bytes (RFC 8785, JCS), a version prefix, sha256.
+"""The hash chain: canonical bytes (RFC 8785, JCS), sha256.
 
-A line of ``events.ndjson`` is ``JCS(event) + "\\n"``, where ``event`` is the whole
-envelope including ``event_hash``, and
+A line of ``events.ndjson`` is ``JCS(event) + "\\n"``. Two format versions:
+
+* v2 (what is written now; every line has ``"log_version": 2``)::
+
+    event_hash = sha256(UTF-8(event_id + ts + type + JCS(payload) + prev_hash)).hex()
+    line_hash  = sha256(b"hitlflow-log-v2\\n" + UTF-8(prev_line_hash) + b"\\n"
+                        + JCS(event without "line_hash")).hex()
+
+  ``event_hash`` is seed 003's binding formula, exactly; ``line_hash`` covers every
+  other field of the line (``seq``, ``run_id``, the span ids, ``event_hash``,
+  ``log_version``) and chains on the line before (``prev_line_hash``: its
+  ``line_hash``; ``GENESIS`` for line 1), so no envelope field changes unnoticed.
+
+* v1 (logs written before; no ``log_version``, no ``line_hash``)::
 
     event_hash = sha256(b"hitlflow-log-v1\\n" + JCS(event without "event_hash")).hex()
 
-so the hash covers every other field of the line (``seq``, ``run_id``, the span ids
-too, not only the seed's five). The first event's ``prev_hash`` is ``GENESIS``; each
-later one's is the previous line's ``event_hash``; ``seq`` is the 1-based line number.
-Pure: no I/O.
+In both, the first event's ``prev_hash`` is ``GENESIS``; each later one's is the
+previous line's ``event_hash``; ``seq`` is the 1-based line number. A log is one
+version from its first line to its last. Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -23,8 +34,12 @@ import rfc8785
 
 from observation.exporter.model import LogEvent, MappedEvent
 
-HASH_PREFIX = b"hitlflow-log-v1\n"
+HASH_PREFIX = b"hitlflow-log-v1\n"  # v1's event_hash
+LINE_PREFIX = b"hitlflow-log-v2\n"  # v2's line_hash
 GENESIS = "0" * 64
+#: The format new logs are written in; a log already on disk is continued in its own.
+LOG_VERSION = 2
+LOG_VERSIONS = (1, 2)
 #: JCS (I-JSON) numbers: integers beyond this lose precision, so they become strings.
 MAX_SAFE_INT = 2**53 - 1
 
@@ -76,27 +91,52 @@ def jcs(value: Any) -> bytes:
 
 
 def hash_body(body: dict[str, Any]) -> str:
-    """``event_hash`` of an envelope given without its ``event_hash``."""
+    """v1's ``event_hash`` of an envelope given without its ``event_hash``."""
     return hashlib.sha256(HASH_PREFIX + jcs(body)).hexdigest()
 
 
+def seed_hash(event: dict[str, Any]) -> str:
+    """v2's ``event_hash``, seed 003's rule:
+    ``sha256(event_id + ts + type + payload + prev_hash)``, the fields concatenated as
+    UTF-8 strings in that order, ``payload`` as its RFC 8785 (JCS) text, hex digest."""
+    text = (event["event_id"] + event["ts"] + event["type"] + jcs(event["payload"]).decode()
+            + event["prev_hash"])
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def line_hash(event: dict[str, Any], prev_line_hash: str) -> str:
+    """v2's ``line_hash`` of an event given without its ``line_hash``."""
+    return hashlib.sha256(LINE_PREFIX + prev_line_hash.encode() + b"\n" + jcs(event)
+                          ).hexdigest()
+
+
 def line_bytes(event: LogEvent) -> bytes:
-    return jcs(event.model_dump()) + b"\n"
+    return jcs(event.line()) + b"\n"
 
 
 class Chain:
-    """Links mapped events one after the other: seq, prev_hash, event_hash."""
+    """Links mapped events one after the other: seq, prev_hash, event_hash (and in v2
+    log_version and line_hash), in format ``version``."""
 
-    def __init__(self, seq: int = 0, head: str = GENESIS) -> None:
-        self.seq = seq
-        self.head = head
+    def __init__(self, seq: int = 0, head: str = GENESIS, *, version: int = LOG_VERSION,
+                 line_head: str = GENESIS) -> None:
+        if version not in LOG_VERSIONS:
+            raise ValueError(f"unknown log format version {version!r}")
+        self.seq, self.head, self.version, self.line_head = seq, head, version, line_head
 
     def link(self, event: MappedEvent) -> LogEvent:
         body = {**event.envelope(), "seq": self.seq + 1, "prev_hash": self.head}
-        digest = hash_body(body)
+        if self.version == 1:
+            digest = hash_body(body)
+            linked = LogEvent(**body, event_hash=digest, log_version=1)
+        else:
+            digest = seed_hash(body)
+            full = {**body, "event_hash": digest, "log_version": self.version}
+            self.line_head = line_hash(full, self.line_head)
+            linked = LogEvent(**full, line_hash=self.line_head)
         self.seq += 1
         self.head = digest
-        return LogEvent(**body, event_hash=digest)
+        return linked
 
     def link_all(self, events: Iterable[MappedEvent]) -> Iterator[LogEvent]:
         for e in events:

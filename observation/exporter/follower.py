@@ -102,7 +102,8 @@ class SessionExport:
 
     def __init__(self, writer: LogWriter, session_id: str) -> None:
         self.w, self.start = writer, writer.last_seq
-        self.mapper, self.chain, self.dirty = SessionMapper(session_id), Chain(), False
+        self.mapper, self.dirty = SessionMapper(session_id), False
+        self.chain = writer.chain()  # the log's own format version (v1 stays v1)
 
     def feed(self, event: HistoryEvent, page_end: bool = False) -> None:
         w = self.w
@@ -112,7 +113,8 @@ class SessionExport:
                 w.append(e, m.artifact)
                 self.dirty = True
                 continue
-            if e.seq == w.last_seq and e.event_hash != w.last_hash:
+            if e.seq == w.last_seq and (e.event_hash, e.line_hash) != (
+                    w.last_hash, w.last_line_hash):
                 raise LogDivergedError(
                     f"{w.run_dir}: line {e.seq} is not what the history maps to; the "
                     "log was written from another history or mapping version")

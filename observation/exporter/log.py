@@ -11,6 +11,10 @@ directory, enforced by ``flock`` on ``.lock``.
 
 On open a torn last line (no newline, or not JSON) is cut off, the rest of the
 log is verified and folded into the snapshot, and a lagging head is rewritten.
+A log keeps the format version of its first line (``log_version``): a log begun in
+v1 is continued in v1, a new one is written in ``LOG_VERSION`` (or the version of
+its first line, given by the caller's :class:`Chain`); a line of another
+version is refused (:class:`LogError`), so a file is never mixed.
 Any write or fsync error stops the writer for good (:class:`LogWriteError`).
 An optional :class:`LogObserver` (telemetry) is told every line and every commit.
 """
@@ -27,7 +31,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from observation.exporter import files
-from observation.exporter.chain import GENESIS, line_bytes
+from observation.exporter.chain import GENESIS, LOG_VERSION, Chain, line_bytes
 from observation.exporter.files import atomic_write, cut_torn_tail, fsync_dir
 from observation.exporter.model import Artifact, LogEvent
 from observation.exporter.snapshot import ReplayError, Snapshot
@@ -36,6 +40,7 @@ from observation.exporter.verify import (
     LOG_NAME,
     SNAPSHOT_NAME,
     ChainBrokenError,
+    line_version,
     read_lines,
     verify_lines,
 )
@@ -78,6 +83,8 @@ class LogWriter:
         self.observer = observer
         self.snapshot = Snapshot(run_dir.name)
         self.last_seq, self.last_hash, self.last_type = 0, GENESIS, ""
+        self.last_line_hash: str | None = None  # v2 lines only
+        self.log_version = LOG_VERSION  # of the log on disk once open (new: LOG_VERSION)
         self._lock_fd: int | None = None
         self._log_fd: int | None = None
         self._failed: BaseException | None = None
@@ -123,7 +130,8 @@ class LogWriter:
                     if self.observer is not None:
                         self.observer.event(event, True)
                     self.last_seq, self.last_hash = event["seq"], event["event_hash"]
-                    self.last_type = event["type"]
+                    self.last_type, self.last_line_hash = event["type"], event.get("line_hash")
+                    self.log_version = line_version(event)
             except (ChainBrokenError, ReplayError) as err:
                 raise LogCorruptError(f"{path}: {err}; nothing was written (check it with "
                                       "`hitlflow log verify`, move it aside to re-export)"
@@ -172,6 +180,10 @@ class LogWriter:
 
     # -- writing ----------------------------------------------------------------------
 
+    def chain(self) -> Chain:
+        """A chain from line 1 in this log's format version (re-mapping starts there)."""
+        return Chain(version=self.log_version)
+
     def _guard(self) -> None:
         if self._failed is not None:
             raise LogWriteError(f"{self.run_dir}: the writer stopped after a write error: "
@@ -181,6 +193,11 @@ class LogWriter:
 
     def append(self, event: LogEvent, artifact: Artifact | None = None) -> None:
         self._guard()
+        if self.last_seq == 0:  # an empty log takes the version of its first line
+            self.log_version = event.log_version
+        if event.log_version != self.log_version:
+            raise LogError(f"{self.run_dir}: the log is in format v{self.log_version}; a "
+                           f"v{event.log_version} line would make a mixed file (refused)")
         if event.seq != self.last_seq + 1 or event.prev_hash != self.last_hash:
             raise LogError(f"{self.run_dir}: event seq {event.seq} does not follow "
                            f"seq {self.last_seq}")
@@ -205,6 +222,7 @@ class LogWriter:
         if self.observer is not None:
             self.observer.event(parsed, False)
         self.last_seq, self.last_hash, self.last_type = event.seq, event.event_hash, event.type
+        self.last_line_hash = event.line_hash
 
     def write_artifact(self, artifact: Artifact) -> None:
         """Write an artifact file unless it is there with these bytes already."""

@@ -55,12 +55,23 @@ class MappedEvent(Envelope):
 
 
 class LogEvent(Envelope):
-    """One line of ``events.ndjson`` (the envelope plus ``seq`` and the chain)."""
+    """One line of ``events.ndjson`` (the envelope plus ``seq`` and the chain).
+
+    ``log_version`` 2 lines carry it and ``line_hash``; version 1 lines have neither
+    (:meth:`line` leaves them out)."""
 
     parent_span_id: str | None  # on every line, null or not
     seq: int
     prev_hash: str
     event_hash: str
+    log_version: int = 2
+    line_hash: str | None = None
+
+    def line(self) -> dict[str, Any]:
+        """The line's fields, exactly (what ``events.ndjson`` holds)."""
+        if self.log_version == 1:
+            return self.model_dump(exclude={"log_version", "line_hash"})
+        return self.model_dump()
 
     @property
     def is_sse(self) -> bool:

@@ -1,5 +1,9 @@
-"""Verify a log: every line's canonical form and hash, every ``prev_hash``, the
+"""Verify a log: every line's canonical form and hashes, every ``prev_hash``, the
 sequence, the head (``head`` file and ``snapshot.json``), and the artifacts.
+
+The format version is read from line 1 (``log_version`` 2: seed 003's ``event_hash``
+and the chained ``line_hash``, both checked; no ``log_version``: v1, its one
+``event_hash``), and every later line must be of the same version.
 
 Any failure raises :class:`ChainBrokenError`, whose text starts with
 ``EVENT_CHAIN_BROKEN`` (or ``ARTIFACT_MISMATCH``) and names the 1-based line.
@@ -15,11 +19,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from observation.exporter.chain import GENESIS, hash_body, jcs
+from observation.exporter.chain import GENESIS, hash_body, jcs, line_hash, seed_hash
 
 LOG_NAME, HEAD_NAME, SNAPSHOT_NAME = "events.ndjson", "head", "snapshot.json"
+#: The fields of a v1 line; a v2 line has these and ``log_version``, ``line_hash``.
 ENVELOPE = frozenset({"seq", "event_id", "run_id", "ts", "type", "payload", "trace_id",
                       "span_id", "parent_span_id", "prev_hash", "event_hash"})
+ENVELOPE_V2 = ENVELOPE | {"log_version", "line_hash"}
 
 
 class ChainBrokenError(ValueError):
@@ -33,6 +39,7 @@ class ChainBrokenError(ValueError):
 class Verified:
     events: int
     last_hash: str
+    log_version: int | None = None  # None: an empty log
 
 
 def parse_line(line: bytes, number: int) -> dict[str, Any]:
@@ -42,22 +49,45 @@ def parse_line(line: bytes, number: int) -> dict[str, Any]:
         obj = json.loads(line)
     except ValueError as err:
         raise ChainBrokenError(number, f"not JSON ({err})") from None
-    if not isinstance(obj, dict) or set(obj) != ENVELOPE:
+    if not isinstance(obj, dict) or set(obj) not in (ENVELOPE, ENVELOPE_V2) or (
+            "log_version" in obj and obj["log_version"] != 2):
         found = sorted(obj) if isinstance(obj, dict) else type(obj).__name__
-        raise ChainBrokenError(number, f"not a log event: fields {found}")
+        version = obj.get("log_version") if isinstance(obj, dict) else None
+        raise ChainBrokenError(number, f"not a log event: fields {found}"
+                               + (f", log_version {version!r}" if version is not None else ""))
     return obj
+
+
+def line_version(obj: dict[str, Any]) -> int:
+    """A parsed line's format version (a v1 line has no marker)."""
+    return int(obj.get("log_version", 1))
 
 
 def verify_lines(lines: Iterable[bytes]) -> Iterator[dict[str, Any]]:
     """Yield each verified event; raise on the first line that breaks the chain."""
-    prev = GENESIS
+    prev, prev_line, version = GENESIS, GENESIS, None
     for n, line in enumerate(lines, 1):
         obj = parse_line(line, n)
+        if version is None:
+            version = line_version(obj)
+        elif line_version(obj) != version:
+            raise ChainBrokenError(n, f"a log format v{line_version(obj)} line in a v{version} "
+                                   "log: a log is one version from its first line to its last")
         if jcs(obj) + b"\n" != line:
             raise ChainBrokenError(n, "not in canonical form (RFC 8785): the bytes were edited")
-        body = {k: v for k, v in obj.items() if k != "event_hash"}
-        if hash_body(body) != obj["event_hash"]:
-            raise ChainBrokenError(n, "event_hash does not match the event's content")
+        if version == 1:
+            if hash_body({k: v for k, v in obj.items() if k != "event_hash"}) \
+                    != obj["event_hash"]:
+                raise ChainBrokenError(n, "event_hash does not match the event's content")
+        else:
+            if seed_hash(obj) != obj["event_hash"]:
+                raise ChainBrokenError(n, "event_hash does not match sha256(event_id + ts + "
+                                       "type + payload + prev_hash) (seed 003)")
+            if line_hash({k: v for k, v in obj.items() if k != "line_hash"}, prev_line) \
+                    != obj["line_hash"]:
+                raise ChainBrokenError(n, "line_hash does not match the line's content and "
+                                       "the line_hash before it (an envelope field changed)")
+            prev_line = obj["line_hash"]
         if obj["seq"] != n:
             raise ChainBrokenError(n, f"seq {obj['seq']} on line {n}: a line was deleted, "
                                    "inserted or moved")
@@ -120,12 +150,12 @@ def verify_dir(run_dir: Path, *, artifacts: bool = True) -> Verified:
         if not p.is_file():
             raise ChainBrokenError(None, f"{p} is missing" + (
                 ": a truncated tail cannot be ruled out" if p != log else ""))
-    count, last = 0, GENESIS
+    count, last, version = 0, GENESIS, None
     for event in verify_lines(read_lines(log)):
-        count, last = event["seq"], event["event_hash"]
+        count, last, version = event["seq"], event["event_hash"], line_version(event)
         if artifacts and event["type"] == "ARTIFACT_WRITTEN":
             check_artifact(run_dir, event)
-    verified = Verified(count, last)
+    verified = Verified(count, last, version)
     check_head(verified, parse_head(head_path.read_bytes(), "head"), "head")
     check_head(verified, parse_head(snap_path.read_bytes(), "snapshot.json"), "snapshot.json")
     return verified

@@ -12,7 +12,13 @@ from pathlib import Path
 import pytest
 import rfc8785
 
-from observation.exporter import ChainBrokenError, export_history, verify_dir
+from observation.exporter import (
+    ChainBrokenError,
+    export_history,
+    line_hash,
+    seed_hash,
+    verify_dir,
+)
 from observation.exporter.decode import load_history
 
 HISTORIES = Path(__file__).parents[1] / "workflows" / "histories"
@@ -60,19 +66,25 @@ def test_an_intact_log_verifies(log_dir):
 
 
 def test_the_readme_recipe_verifies_the_log_independently(log_dir):
-    """The few lines in observation/exporter/README.md, run as written."""
+    """The few lines in observation/exporter/README.md, run as written (and mirrored
+    here, so a change to the recipe must be a change to this test)."""
     readme = (Path(__file__).parents[2] / "observation/exporter/README.md").read_text()
     recipe = readme.split("```python\n", 1)[1].split("```", 1)[0]
-    assert "hitlflow-log-v1" in recipe
-    prev, n = "0" * 64, 0
+    assert "hitlflow-log-v2" in recipe and "event_id\"] + event[\"ts\"]" in recipe
+    prev = prev_line = "0" * 64
+    n = 0
     for n, line in enumerate(lines_of(log_dir), 1):
         event = json.loads(line)
-        assert rfc8785.dumps(event) + b"\n" == line
-        body = {k: v for k, v in event.items() if k != "event_hash"}
-        digest = hashlib.sha256(b"hitlflow-log-v1\n" + rfc8785.dumps(body)).hexdigest()
-        assert digest == event["event_hash"] and event["prev_hash"] == prev
+        assert rfc8785.dumps(event) + b"\n" == line and event["log_version"] == 2
+        seed = (event["event_id"] + event["ts"] + event["type"]
+                + rfc8785.dumps(event["payload"]).decode() + event["prev_hash"])
+        assert hashlib.sha256(seed.encode()).hexdigest() == event["event_hash"]
+        body = {k: v for k, v in event.items() if k != "line_hash"}
+        digest = hashlib.sha256(b"hitlflow-log-v2\n" + prev_line.encode() + b"\n"
+                                + rfc8785.dumps(body)).hexdigest()
+        assert digest == event["line_hash"] and event["prev_hash"] == prev
         assert event["seq"] == n
-        prev = digest
+        prev, prev_line = event["event_hash"], digest
     head = json.loads((log_dir / "head").read_text())
     assert (head["last_seq"], head["last_hash"]) == (n, prev)
     cwd = os.getcwd()
@@ -137,8 +149,9 @@ def test_a_line_appended_after_the_head_is_reported(log_dir):
     last = json.loads(lines[-1])
     extra = {**last, "seq": last["seq"] + 1, "prev_hash": last["event_hash"],
              "event_id": last["event_id"] + "-x"}
-    extra.pop("event_hash")
-    extra["event_hash"] = hashlib.sha256(b"hitlflow-log-v1\n" + rfc8785.dumps(extra)).hexdigest()
+    extra.pop("line_hash")
+    extra["event_hash"] = seed_hash(extra)
+    extra["line_hash"] = line_hash(extra, last["line_hash"])
     write_lines(log_dir, [*lines, rfc8785.dumps(extra) + b"\n"])
     err = broken(log_dir)
     assert err.line == len(lines) + 1 and "goes on to line" in err.reason
