@@ -22,6 +22,13 @@ from temporalio.client import Client
 
 PING = b": keep-alive\n\n"
 
+#: Seed 000's names that SHALL keep working, sent alongside the new ones (the log
+#: keeps one event; the stream adds the old name): ``ecs`` repeats each
+#: ``interaction.requested`` (same payload, same ``id``, right after it, in the same
+#: write), so resuming after that id continues after both. ``emotion`` is reserved
+#: and not produced; ``text`` and ``tool_result`` go out under their own names.
+ALIASES: dict[str, tuple[str, ...]] = {"interaction.requested": ("ecs",)}
+
 
 @dataclass(frozen=True)
 class StreamEvent:
@@ -107,7 +114,9 @@ async def sse_stream(
                     "error": {"code": "stream_failed", "message": f"{type(err).__name__}: {err}"}
                 }), with_id=False)
                 return
-            yield frame(item)
+            yield b"".join([frame(item), *(
+                frame(StreamEvent(seq=item.seq, event=alias, data=item.data))
+                for alias in ALIASES.get(item.event, ()))])
     finally:
         for task in (pending, stop_task):
             if task is not None and not task.done():

@@ -16,7 +16,14 @@ from datetime import datetime
 from typing import Generic, TypeVar
 
 from observation.log_view import SessionLogView
-from observation.projections import ExecutionFact, ExecutionSnapshot, snapshot
+from observation.projections import (
+    ExecutionFact,
+    ExecutionSnapshot,
+    at_reader_clock,
+    has_suspended,
+    merge_transitions,
+    snapshot,
+)
 from workflows.contract import CONTRACT_TABLE, ExecutionContract, ExecutionStatus, TransitionRecord
 from workflows.session_state import StatusChange
 
@@ -61,8 +68,11 @@ def contract_page(
     fresh = {s.execution_id: s for s in live}
     extra = [s for s in live if s.execution_id not in index]
     window: list[ExecutionContract | ExecutionSnapshot] = _window(logged, extra, offset, limit)
-    items = [fresh.get(c.execution_id) or snapshot(c, now) if isinstance(c, ExecutionContract)
-             else c for c in window]
+    # Live snapshots carry workflow.now()'s duration (it stands still while the
+    # workflow waits): every one is served at the reader's clock.
+    items = [at_reader_clock(fresh[c.execution_id], now) if c.execution_id in fresh
+             else snapshot(c, now) if isinstance(c, ExecutionContract)
+             else at_reader_clock(c, now) for c in window]
     counts: Counter[ExecutionStatus] = Counter(view.statuses) if view is not None else Counter()
     for s in live:
         i = index.get(s.execution_id)
@@ -74,14 +84,17 @@ def contract_page(
     by_id: dict[str, list[TransitionRecord]] = {}
     for t in live_transitions or ():
         by_id.setdefault(t.execution_id, []).append(t)
-    transitions = [t for c in window for t in (
+    transitions = merge_transitions(
         by_id.get(c.execution_id, []) if c.execution_id in fresh
-        else c.transitions if isinstance(c, ExecutionContract) else [])]
-    transitions.sort(key=lambda t: (t.timestamp, t.execution_id))
+        else c.transitions if isinstance(c, ExecutionContract) else [] for c in window)
+    # Seed 000's has_suspended: some contract went through WAITING (logged or live).
+    suspended = (has_suspended(logged)
+                 or any(s.current_status == ExecutionStatus.WAITING for s in live)
+                 or any(t.to_status == ExecutionStatus.WAITING for t in live_transitions or ()))
     return ContractPage(
         items=items, total=total, next_offset=_next(offset, len(items), total),
         terminal=terminal, active=total - terminal,
-        has_suspended=counts[ExecutionStatus.WAITING] > 0, transitions=tuple(transitions))
+        has_suspended=suspended, transitions=tuple(transitions))
 
 
 def fact_page(view: SessionLogView | None, live: Sequence[ExecutionFact], offset: int,

@@ -6,6 +6,7 @@ model. Nothing reads a clock, and nothing writes to a contract.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Any, Literal
 
@@ -50,7 +51,8 @@ class ExecutionSnapshot(BaseModel):
     is_stable: bool
     is_resumable: bool
     irreversible: bool
-    # Whether the action is one that changes the world (a property of the action).
+    # Seed 000's snapshot meaning (``has_side_effects(contract)``): the action is one
+    # that changes the world, whatever its status (a WAITING irreversible call: true).
     has_side_effects: bool
     idempotency_key: str | None
     transition_count: int
@@ -87,7 +89,8 @@ class ExecutionTimeline(BaseModel):
     total_contracts: int
     terminal_contracts: int
     active_contracts: int
-    # True while any contract is suspended (WAITING for the person).
+    # Seed 000's meaning (``has_suspended(contracts)``): some contract was suspended
+    # (went through WAITING), whether or not it still waits.
     has_suspended: bool
     contracts: list[ExecutionSnapshot]
     transitions: list[TransitionRecord]
@@ -118,6 +121,42 @@ def truncate(text: Any, limit: int = SUMMARY_LIMIT) -> str:
     return s if len(s) <= limit else s[: limit - 1] + "…"
 
 
+def has_side_effects(contract: ExecutionContract) -> bool:
+    """THE definition of a snapshot's (and the timeline's) ``has_side_effects``
+    (seed 000, "Snapshot of a WAITING contract": true for a waiting irreversible
+    call): the action changes the world. The consequence view's field of the same
+    name says whether they *happened* (seed 000: false while WAITING); the
+    ``execution_state`` SSE event still carries that one, because it is a line of
+    the exported log, whose format must not change (see README)."""
+    return contract.irreversible
+
+
+def has_suspended(contracts: Iterable[ExecutionContract]) -> bool:
+    """THE definition of ``has_suspended`` (timelines, sessions, the read model):
+    some contract was suspended at some point (seed 000's ``was_suspended``)."""
+    return any(was_suspended(c) for c in contracts)
+
+
+def at_reader_clock(snap: ExecutionSnapshot, now: datetime) -> ExecutionSnapshot:
+    """``snap`` with ``duration_in_state_ms`` from the reader's clock: a snapshot
+    made inside the workflow (``workflow.now()`` stands still while it waits) or
+    stored in the read model is recomputed where it is served."""
+    duration = _ms(now, snap.entered_state_at)
+    if duration == snap.duration_in_state_ms:
+        return snap
+    return snap.model_copy(update={"duration_in_state_ms": duration})
+
+
+def merge_transitions(
+    per_contract: Iterable[Iterable[TransitionRecord]],
+) -> list[TransitionRecord]:
+    """Transitions of contracts given in creation order, merged by time. Equal times
+    keep the order recorded (creation order, then each contract's own order): a
+    step's ``running -> completed`` comes before the next step's transitions at the
+    same instant (a stable sort; never by execution id)."""
+    return sorted((t for ts in per_contract for t in ts), key=lambda t: t.timestamp)
+
+
 def snapshot(contract: ExecutionContract, now: datetime) -> ExecutionSnapshot:
     last = contract.transitions[-1] if contract.transitions else None
     entered = last.timestamp if last else contract.created_at
@@ -132,7 +171,7 @@ def snapshot(contract: ExecutionContract, now: datetime) -> ExecutionSnapshot:
         is_stable=status in CONTRACT_TABLE.stable,
         is_resumable=status in CONTRACT_TABLE.resumable,
         irreversible=contract.irreversible,
-        has_side_effects=contract.irreversible,
+        has_side_effects=has_side_effects(contract),
         idempotency_key=contract.idempotency_key,
         transition_count=len(contract.transitions),
         last_trigger=last.trigger.value if last else None,
@@ -176,16 +215,13 @@ def timeline(
 ) -> ExecutionTimeline:
     ordered = sorted(contracts, key=lambda c: (c.created_at, c.execution_id))
     terminal = sum(1 for c in ordered if c.is_terminal)
-    merged = sorted(
-        (t for c in ordered for t in c.transitions),
-        key=lambda t: (t.timestamp, t.execution_id),
-    )
+    merged = merge_transitions(c.transitions for c in ordered)
     return ExecutionTimeline(
         session_id=session_id,
         total_contracts=len(ordered),
         terminal_contracts=terminal,
         active_contracts=len(ordered) - terminal,
-        has_suspended=any(c.status == ExecutionStatus.WAITING for c in ordered),
+        has_suspended=has_suspended(ordered),
         contracts=[snapshot(c, now) for c in ordered],
         transitions=merged,
     )

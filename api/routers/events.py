@@ -61,7 +61,9 @@ async def session_events(
 ) -> StreamingResponse:
     """Server-sent events: `execution_state` per contract transition (seed 000),
     `conversation.state.changed` and `interaction.*` per status change (seed 004),
-    `text` and `tool_result` for the conversation. Every event has an `id`; a
+    `text` and `tool_result` for the conversation; seed 000's `ecs` repeats each
+    `interaction.requested` (same payload, same `id`; `emotion` is not produced). Every
+    event has an `id`; a
     reconnect with `Last-Event-ID` continues after it, without gaps or duplicates.
     Comment lines keep the connection alive. The stream ends after the session ends.
     Clients ignore event types they do not know."""

@@ -41,7 +41,13 @@ from api.read_model import (
 )
 from observation.log_pages import contract_page
 from observation.log_view import SessionLogView
-from observation.projections import ExecutionObserver, ExecutionSnapshot, ExecutionTimeline
+from observation.projections import (
+    ExecutionObserver,
+    ExecutionSnapshot,
+    ExecutionTimeline,
+    at_reader_clock,
+    merge_transitions,
+)
 from observation.projections import snapshot as project
 from workflows.config import session_of_execution
 from workflows.contract import TransitionRecord
@@ -53,6 +59,13 @@ router = APIRouter(prefix="/api/execution", tags=["execution"])
 _TOPOLOGY = ExecutionObserver.topology().model_dump_json().encode()
 TOPOLOGY_ETAG = f'"{hashlib.sha256(_TOPOLOGY).hexdigest()[:32]}"'
 TOPOLOGY_CACHE = "public, max-age=86400"
+
+
+def _no_execution_data(session_id: str) -> ApiError:
+    """Seed 000: a session with no execution data (no contracts yet) is a 404 with
+    a message, like an unknown one (whose code stays ``session_not_found``)."""
+    return ApiError(404, "execution_data_not_found",
+                    f"session {session_id!r} has no execution data (no contracts yet)")
 
 
 def _matches(if_none_match: str | None, etag: str) -> bool:
@@ -82,9 +95,11 @@ async def timeline(session_id: SessionIdDep, client: ClientDep, tuning: TuningDe
                    cursor: CursorQuery = None,
                    consistency: ConsistencyQuery = "read_model") -> TimelinePage:
     """Seed 000's timeline, paged by contract (`limit`, `cursor`): the contracts in
-    the order they were created, with their transitions merged by time; the counts
-    are over every contract. From the read model (`consistency=live`: the exported
-    log overlaid by the live query). 404 for an unknown session."""
+    the order they were created, with their transitions merged by time (equal times
+    in the order recorded); the counts are over every contract. From the read model
+    (`consistency=live`: the exported log overlaid by the live query). 404 for an
+    unknown session (`session_not_found`) and for a session with no execution data
+    yet (`execution_data_not_found`, seed 000)."""
     offset = decode_cursor(cursor, "timeline", session_id)
     if consistency == "read_model":
         return await _stored_timeline(request, response, client, tuning, session_id,
@@ -98,6 +113,8 @@ async def timeline(session_id: SessionIdDep, client: ClientDep, tuning: TuningDe
     def build(log: SessionLogView | None, now: ExecutionTimeline | None) -> TimelinePage:
         page = contract_page(log, now.contracts if now else [], offset, limit,
                              datetime.now(UTC), now.transitions if now else [])
+        if page.total == 0:
+            raise _no_execution_data(session_id)
         check_offset(offset, page.total)
         return TimelinePage(
             session_id=session_id, total_contracts=page.total,
@@ -115,20 +132,18 @@ async def _stored_timeline(request: Request, response: Response, client: Client,
     store = store_of(request.app.state)
     row, stale = await fresh_row(store, session_id, fresh, tuning.freshness_wait_s)
     freshness_headers(response, row, stale)
-    if row is None:  # not exported yet: known to Temporal (empty), else 404
+    if row is None:  # not exported yet: known to Temporal (no data yet), else 404
         with temporal_errors(session_id):
             await client.get_workflow_handle(session_id).describe()
-        check_offset(offset, 0)
-        return TimelinePage(session_id=session_id, total_contracts=0, terminal_contracts=0,
-                            active_contracts=0, has_suspended=False, contracts=[],
-                            transitions=[])
+        raise _no_execution_data(session_id)
     total = row["contracts_total"]
+    if total == 0:
+        raise _no_execution_data(session_id)
     check_offset(offset, total)
     rows = await store_call(store, store.contracts, session_id, offset, limit)
     now = datetime.now(UTC)
-    transitions = sorted((TransitionRecord.model_validate(t) for r in rows
-                          for t in r["transitions"]),
-                         key=lambda t: (t.timestamp, t.execution_id))
+    transitions = merge_transitions(   # rows come in creation order
+        [TransitionRecord.model_validate(t) for t in r["transitions"]] for r in rows)
     following = offset + len(rows)
     return TimelinePage.model_validate({
         "session_id": session_id, "total_contracts": total,
@@ -168,9 +183,12 @@ async def snapshot(
                                                               datetime.now(UTC)))
     try:
         with temporal_errors(session_id):
-            return await client.get_workflow_handle(session_id).query(
+            live = await client.get_workflow_handle(session_id).query(
                 "contract_snapshot", ContractQuery(execution_id=execution_id),
                 result_type=ExecutionSnapshot, rpc_timeout=tuning.query_timeout)
+        # The query's duration is workflow.now()'s, which stands still while the
+        # workflow waits: the elapsed time is the reader's clock's.
+        return at_reader_clock(live, datetime.now(UTC))
     except ApiError as err:
         # Not in the current run (409), no such session (404) or no worker: the log.
         if err.status not in (404, 409) and err.code != "worker_unavailable":

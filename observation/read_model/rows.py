@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from observation.log_view import SessionLogView
-from observation.projections import snapshot
-from workflows.contract import CONTRACT_TABLE, ExecutionStatus
+from observation.projections import has_suspended, snapshot
+from workflows.contract import CONTRACT_TABLE
 
 
 def dumps(value: Any) -> str:
@@ -108,7 +108,7 @@ def session_row(view: SessionLogView) -> SessionRow:
         closed_at=view.closed_at, turns=view.turns, replies=view.replies,
         llm_calls=view.llm_calls, contracts_total=len(view.contracts),
         terminal_contracts=terminal,
-        has_suspended=view.statuses[ExecutionStatus.WAITING] > 0,
+        has_suspended=has_suspended(view.contracts),
         status_counts=dumps(counts), facts_total=len(view.facts),
         history_total=len(view.history), failure_reason=view.failure_reason,
         last_text=view.last_text, closed=view.closed, journal_seq=view.journal_seq,

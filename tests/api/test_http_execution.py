@@ -2,13 +2,25 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime
 
 import httpx
 
 from api.app import create_app
 from api.settings import HitlflowSettings
-from tests.api.http_support import HttpStack, confirm_body, error_of, serve, session_until, waiting
+from tests.api.http_support import (
+    HttpStack,
+    chat_body,
+    confirm_body,
+    error_of,
+    eventually,
+    serve,
+    session_until,
+    waiting,
+)
 from workflows.tables import topology
 
 
@@ -105,3 +117,82 @@ async def test_healthz_says_whether_temporal_is_reachable(http_stack: HttpStack,
         assert r.status_code == 503 and error_of(r)["code"] == "temporal_unavailable"
         # Topology needs no Temporal.
         assert (await http.get("/api/execution/topology")).status_code == 200
+
+
+def _ms_since(entered: str, now: datetime) -> int:
+    return int((now - datetime.fromisoformat(entered)).total_seconds() * 1000)
+
+
+async def test_duration_of_a_waiting_contract_is_the_elapsed_time(http_stack: HttpStack):
+    """Seed 000, snapshot of a WAITING contract: `duration_in_state_ms` is the time since
+    it entered WAITING, by the reader's clock, wherever it is served (the read model and
+    the live query, whose workflow.now() stands still while the workflow waits)."""
+    http = http_stack.http
+    sid = (await http.post("/api/sessions", json=confirm_body())).json()["session_id"]
+    s = await session_until(http, sid, waiting("confirm"))
+    eid = s["pending"]["execution_id"]
+    entered = (await http.get(f"/api/execution/{eid}/snapshot",
+                              params={"consistency": "live"})).json()["entered_state_at"]
+    # A bounded wait for the clock to move well past the instant it entered WAITING.
+    while _ms_since(entered, datetime.now(UTC)) < 300:
+        await asyncio.sleep(0.05)
+
+    def served(path: str, params: dict) -> Callable[[dict], list[dict]]:
+        if path.endswith("/snapshot"):
+            return lambda body: [body]
+        return lambda body: [c for c in body["contracts"] if c["execution_id"] == eid]
+
+    for consistency in ("read_model", "live"):
+        for path in (f"/api/execution/{eid}/snapshot", f"/api/sessions/{sid}",
+                     f"/api/execution/{sid}/timeline"):
+            params = {"consistency": consistency}
+            before = datetime.now(UTC)
+            r = await http.get(path, params=params)
+            after = datetime.now(UTC)
+            assert r.status_code == 200, (path, r.text)
+            [snap] = served(path, params)(r.json())
+            assert snap["current_status"] == "waiting" and snap["entered_state_at"] == entered
+            low, high = _ms_since(entered, before), _ms_since(entered, after)
+            assert low - 1 <= snap["duration_in_state_ms"] <= high + 1, (path, consistency,
+                                                                          low, snap, high)
+    await http.post(f"/api/sessions/{sid}/cancel")
+
+
+async def test_timeline_of_a_session_without_execution_data_is_404(http_stack: HttpStack):
+    """Seed 000, query for non-existent session: a session with no execution data is a
+    404 with an error message (an unknown session stays `session_not_found`)."""
+    http = http_stack.http
+    sid = (await http.post("/api/sessions", json=chat_body())).json()["session_id"]
+    s = await session_until(http, sid, lambda s: s["status"] == "waiting_user")
+    assert s["contracts_total"] == 0
+    for consistency in ("read_model", "live"):
+        r = await http.get(f"/api/execution/{sid}/timeline", params={"consistency": consistency})
+        assert r.status_code == 404, (consistency, r.text)
+        err = error_of(r)
+        assert err["code"] == "execution_data_not_found" and sid in err["message"]
+    await http.post(f"/api/sessions/{sid}/cancel")
+
+
+async def test_has_suspended_stays_true_after_the_suspended_contract_ended(
+        http_stack: HttpStack):
+    """Seed 000's has_suspended (some contract was suspended), not "still waiting":
+    true for a finished session whose contract waited for the person."""
+    http = http_stack.http
+    sid = (await http.post("/api/sessions", json=confirm_body())).json()["session_id"]
+    s = await session_until(http, sid, waiting("confirm"))
+    r = await http.post(f"/api/sessions/{sid}/reply",
+                        json={"request_id": s["pending"]["request_id"], "approve": True})
+    assert r.status_code == 202, r.text
+    await session_until(http, sid, lambda s: s["status"] == "succeeded")
+
+    async def timeline() -> dict:
+        return (await http.get(f"/api/execution/{sid}/timeline")).json()
+    t = await eventually(timeline, lambda t: t.get("active_contracts") == 0)
+    assert t["terminal_contracts"] == t["total_contracts"] >= 1
+    assert t["has_suspended"] is True
+    live = (await http.get(f"/api/execution/{sid}/timeline",
+                           params={"consistency": "live"})).json()
+    assert (live["active_contracts"], live["has_suspended"]) == (0, True)
+    eid = t["contracts"][0]["execution_id"]
+    snap = (await http.get(f"/api/execution/{eid}/snapshot")).json()
+    assert snap["current_status"] == "completed"

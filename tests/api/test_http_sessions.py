@@ -95,7 +95,7 @@ async def test_demo_session_driven_through_http(http_stack: HttpStack, http_note
     # The observation endpoints agree with the session.
     t = (await http.get(f"/api/execution/{sid}/timeline")).json()
     assert (t["total_contracts"], t["terminal_contracts"], t["active_contracts"]) == (5, 5, 0)
-    assert t["has_suspended"] is False
+    assert t["has_suspended"] is True  # seed 000: a contract was suspended (it ended since)
     assert [c["execution_id"] for c in t["contracts"]] == \
         [c["execution_id"] for c in s["contracts"]]
     stamps = [tr["timestamp"] for tr in t["transitions"]]

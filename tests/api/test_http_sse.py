@@ -195,6 +195,31 @@ async def test_open_streams_end_when_the_server_stops(http_stack, free_port):
         assert await reader.rest() == []
 
 
+async def test_seed000_events_keep_working_alongside_the_new_names(http_stack, sse):
+    """Seed 000: existing SSE events (`text`, `ecs`, `tool_result`) SHALL continue to work:
+    `ecs` goes out with each `interaction.requested` (same payload and id, right after it);
+    `text` and `tool_result` under their own names; `emotion` is reserved, never sent."""
+    http, buses = sse
+    sid, bus = await new_session(http_stack, buses)
+    request = {"request_id": "r1", "kind": "confirm", "prompt": "go on?"}
+    await bus.publish("text", {"text": "hello"})
+    await bus.publish("interaction.requested", request)
+    await bus.publish("tool_result", {"execution_id": "x", "result": "ok"})
+    await bus.close()
+    url = f"/api/sessions/{sid}/events"
+    async with http.stream("GET", url) as r:
+        got = await Reader(r).rest()
+    assert [(m.id, m.event) for m in got] == [
+        ("1", "text"), ("2", "interaction.requested"), ("2", "ecs"), ("3", "tool_result")]
+    assert got[1].json() == got[2].json() == request
+    # Resuming after the request's id continues after both of its frames.
+    async with http.stream("GET", url, headers={"Last-Event-ID": "2"}) as r:
+        assert [(m.id, m.event) for m in await Reader(r).rest()] == [("3", "tool_result")]
+    async with http.stream("GET", url, headers={"Last-Event-ID": "1"}) as r:
+        assert [m.event for m in await Reader(r).rest()] == [
+            "interaction.requested", "ecs", "tool_result"]
+
+
 async def test_a_real_session_streams_its_transitions(http_stack: HttpStack):
     """The default provider (the exporter's mapped history once it exists)."""
     http = http_stack.http
@@ -211,8 +236,13 @@ async def test_a_real_session_streams_its_transitions(http_stack: HttpStack):
                 reply = await http.post(f"/api/sessions/{sid}/reply",
                                         json={"request_id": rid, "approve": True})
                 assert reply.status_code == 202, reply.text
-    ids = [int(m.id) for m in seen]
+    ids = [int(m.id) for m in seen if m.event != "ecs"]
     assert ids == sorted(set(ids))  # strictly increasing (the log's line numbers)
+    # Seed 000's `ecs` repeats each `interaction.requested`, right after it, same id.
+    for i, m in enumerate(seen):
+        if m.event == "interaction.requested":
+            assert (seen[i + 1].event, seen[i + 1].id, seen[i + 1].data) == ("ecs", m.id, m.data)
+    assert "ecs" in {m.event for m in seen} and "emotion" not in {m.event for m in seen}
     changes = [m.json() for m in seen if m.event == "conversation.state.changed"]
     assert (changes[0]["from"], changes[0]["to"]) == ("queued", "running")
     assert ("running", "waiting_user") in [(c["from"], c["to"]) for c in changes]
@@ -229,4 +259,4 @@ async def test_a_real_session_streams_its_transitions(http_stack: HttpStack):
     async with http.stream("GET", url, headers={"Last-Event-ID": middle.id}) as r:
         rest = await Reader(r).rest()
     assert [(m.id, m.event, m.data) for m in rest] == \
-        [(m.id, m.event, m.data) for m in seen[len(seen) // 2 + 1:]]
+        [(m.id, m.event, m.data) for m in seen if int(m.id) > int(middle.id)]

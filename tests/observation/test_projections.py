@@ -10,15 +10,19 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from observation.log_pages import contract_page
 from observation.projections import (
     SUMMARY_LIMIT,
     ExecutionConsequenceView,
     ExecutionFact,
     ExecutionObserver,
     ExecutionStateEvent,
+    at_reader_clock,
     consequence_view,
     execution_fact,
     execution_state_event,
+    has_side_effects,
+    merge_transitions,
     render_facts_for_prompt,
     render_for_prompt,
     snapshot,
@@ -488,3 +492,53 @@ def test_seed000_sse_event_for_suspension() -> None:
         False, True, False,
     )
     assert waiting.actor_category == "interaction"
+
+
+# -- One definition each: has_side_effects, has_suspended; order; the reader's clock ---
+
+
+def test_seed000_has_suspended_means_some_contract_was_suspended() -> None:
+    """Scenario: Full session timeline -> has_suspended: a contract was suspended, even
+    when it has finished since (not "something waits now")."""
+    tl = timeline("sess-1", [suspended_then_completed()], now=at(40))
+    assert (tl.terminal_contracts, tl.active_contracts, tl.has_suspended) == (1, 0, True)
+    page = contract_page(None, [], 0, 10, at(40))
+    assert page.has_suspended is False
+
+
+def test_seed000_snapshot_and_timeline_agree_on_side_effects_of_a_waiting_call() -> None:
+    c = tool_contract(irreversible=True)
+    fire(c, [(Trigger.START, Actor.TOOL_NODE, 1), (Trigger.SUSPEND, Actor.ECS_NODE, 2)])
+    assert has_side_effects(c) is snapshot(c, at(3)).has_side_effects is True
+    assert timeline("sess-1", [c], now=at(3)).contracts[0].has_side_effects is True
+
+
+def test_seed000_equal_timestamps_keep_the_causal_order() -> None:
+    """A step's running -> completed and the next step's pending -> running -> waiting at
+    the same instant: the order recorded, not the execution ids' order."""
+    first = tool_contract("z-step-1", created=0)
+    second = ecs_contract("a-step-2", created=0)
+    fire(first, [(Trigger.START, Actor.TOOL_NODE, 1), (Trigger.SUCCEED, Actor.TOOL_NODE, 5)])
+    fire(second, [(Trigger.START, Actor.ECS_NODE, 5), (Trigger.SUSPEND, Actor.ECS_NODE, 5)])
+    want = [("z-step-1", S.RUNNING), ("z-step-1", S.COMPLETED), ("a-step-2", S.RUNNING),
+            ("a-step-2", S.WAITING)]
+    merged = merge_transitions([first.transitions, second.transitions])
+    assert [(t.execution_id, t.to_status) for t in merged] == want
+    # The live overlay (a log-less page) orders the same way.
+    snaps = [snapshot(first, at(6)), snapshot(second, at(6))]
+    page = contract_page(None, snaps, 0, 10, at(6),
+                         [*second.transitions, *first.transitions])
+    assert [(t.execution_id, t.to_status) for t in page.transitions] == want
+
+
+def test_seed000_live_snapshots_are_served_at_the_readers_clock() -> None:
+    """Scenario: Snapshot of a WAITING contract -> duration since entering WAITING. A
+    snapshot made in the workflow (workflow.now() stands still while it waits) says 0."""
+    c = ecs_contract()
+    fire(c, [(Trigger.START, Actor.ECS_NODE, 1), (Trigger.SUSPEND, Actor.ECS_NODE, 2)])
+    frozen = snapshot(c, at(2))
+    assert frozen.duration_in_state_ms == 0
+    assert at_reader_clock(frozen, at(27)).duration_in_state_ms == 25_000
+    page = contract_page(None, [frozen], 0, 10, at(22), list(c.transitions))
+    assert page.items[0].duration_in_state_ms == 20_000
+    assert page.has_suspended is True
