@@ -125,9 +125,8 @@ def has_side_effects(contract: ExecutionContract) -> bool:
     """THE definition of a snapshot's (and the timeline's) ``has_side_effects``
     (seed 000, "Snapshot of a WAITING contract": true for a waiting irreversible
     call): the action changes the world. The consequence view's field of the same
-    name says whether they *happened* (seed 000: false while WAITING); the
-    ``execution_state`` SSE event still carries that one, because it is a line of
-    the exported log, whose format must not change (see README)."""
+    name says whether they *happened* (seed 000: false while WAITING). The SSE
+    ``execution_state`` event uses this one too (log format v2)."""
     return contract.irreversible
 
 
@@ -341,6 +340,6 @@ def execution_state_event(
         actor_category=record.actor_category,
         is_terminal=record.to_status in CONTRACT_TABLE.terminal,
         is_resumable=record.to_status in CONTRACT_TABLE.resumable,
-        has_side_effects=contract.irreversible and record.to_status == ExecutionStatus.COMPLETED,
+        has_side_effects=has_side_effects(contract),
         timestamp=record.timestamp,
     )

@@ -174,6 +174,11 @@ SEED003_RUN_STATES: dict[str, SessionStatus | None] = {
 }
 
 
+# Every status name a client may pass in (filters): hitlflow's, then seed 003's.
+CLIENT_STATUS_NAMES: tuple[str, ...] = (
+    *(s.value for s in SessionStatus), *(n for n in SEED003_RUN_STATES))
+
+
 def status_from_client(value: str) -> tuple[SessionStatus | None, bool]:
     """A status a client passed in: hitlflow's spelling (any case, ``waiting_user``) or
     seed 003's (``DONE``, ``CANCELLED``, ...). ``(status, True)``; ``(None, True)`` for a

@@ -10,6 +10,7 @@ import base64
 import binascii
 import uuid
 from datetime import UTC, datetime
+from enum import StrEnum
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Body, Path, Query, Request, Response
@@ -72,7 +73,12 @@ from workflows.messages import SessionSnapshot as WorkflowSnapshot
 from workflows.plan import replay
 from workflows.search_attributes import SESSION_STATUS, WAITING_SINCE
 from workflows.session_state import SessionState
-from workflows.statechart import SessionStatus, is_terminal, status_from_client
+from workflows.statechart import (
+    CLIENT_STATUS_NAMES,
+    SessionStatus,
+    is_terminal,
+    status_from_client,
+)
 
 router = APIRouter(prefix="/api/sessions", tags=["sessions"])
 
@@ -84,12 +90,16 @@ def _status(value: object) -> SessionStatus | None:
         return None
 
 
-def _status_filter(value: str | None) -> SessionStatus | None:
+# The status names a filter takes, declared as an enum so the OpenAPI schema lists them.
+StatusName = StrEnum("StatusName", {name: name for name in CLIENT_STATUS_NAMES})
+
+
+def _status_filter(value: StatusName | None) -> SessionStatus | None:
     """A ``status`` filter in hitlflow's or seed 003's spelling (workflows.statechart)."""
     if value is None:
         return None
     try:
-        return status_from_client(value)[0]
+        return status_from_client(value.value)[0]
     except ValueError as err:
         raise ApiError(422, "validation_error", f"status: {err}") from None
 
@@ -137,8 +147,8 @@ def _decode_token(token: str | None) -> bytes | None:
 @router.get("", response_model=SessionList)
 async def list_sessions(
     client: ClientDep, request: Request,
-    status: Annotated[str | None, Query(
-        max_length=64, description="Only sessions in this status: hitlflow's (`queued`, "
+    status: Annotated[StatusName | None, Query(
+        description="Only sessions in this status: hitlflow's (`queued`, "
         "`running`, `waiting_user`, `succeeded`, `failed`, `canceled`) or seed 003's "
         "spelling (`CREATED`, `DONE`, `FAILED`, `CANCELLED`; its document-pipeline states "
         "such as `DRAFTING` are accepted and match no session)")] = None,

@@ -43,7 +43,7 @@ def test_the_table_covers_every_seed_run_state():
 @pytest.mark.parametrize("given,stored", [
     ("DONE", "succeeded"), ("CANCELLED", "canceled"), ("FAILED", "failed"),
     ("CREATED", "queued"), ("succeeded", "succeeded"), ("canceled", "canceled"),
-    ("WAITING_USER", "waiting_user"), (None, None),
+    ("waiting_user", "waiting_user"), (None, None),
 ])
 async def test_list_accepts_the_seeds_spelling(given, stored):
     app, store = FastAPI(), FakeStore()

@@ -331,4 +331,4 @@ def test_the_demo_log_has_a_known_head(reference):
     v1 head of this history was 702ecb05...4292d)."""
     head = json.loads(reference["head"])
     assert head == {"last_seq": 89, "last_hash":
-                    "940672b0b6ce5465aa3ec904cc87e98e773551dc60ef630ed377d323413c531e"}
+                    "ba9b3c97d4c2f98585cfb03d0b72eed433d18a024e4f97a1fc5dcbf5e1fbb62b"}

@@ -488,8 +488,9 @@ def test_seed000_sse_event_for_suspension() -> None:
         (S.PENDING, S.RUNNING), (S.RUNNING, S.WAITING),
     ]
     waiting = events[-1]
+    # has_side_effects: the snapshot's definition (an irreversible action), everywhere.
     assert (waiting.is_terminal, waiting.is_resumable, waiting.has_side_effects) == (
-        False, True, False,
+        False, True, True,
     )
     assert waiting.actor_category == "interaction"
 
