@@ -39,22 +39,28 @@ class Dispatch(BaseModel):
     feedback: str = ""
 
 
-def completed(step: int, exit_code: int, out: CommandResult | None, feedback: str = ""
-              ) -> StepCompleted:
-    """StepCompleted with the run output; a failed verify reports exit 1 and its
-    output as stderr (seed 002 section 4: the run's own output is dropped)."""
-    if out is None:
-        return StepCompleted(step=step, exit_code=exit_code, stderr=feedback or None)
+def completed(step: int, exit_code: int, out: CommandResult | None, feedback: str = "",
+              verify_failed: bool = False) -> StepCompleted:
+    """StepCompleted with the run output; a failed verify reports exit 1 and only
+    the verify command's output, as stderr: seed 002 section 4, "the run's
+    stdout/stderr are intentionally discarded, the diagnosis comes from verify"
+    (the run's duration is kept: it is not output)."""
+    if out is None or verify_failed:
+        return StepCompleted(step=step, exit_code=exit_code,
+                             duration_s=out.duration_s if out is not None else None,
+                             stderr=feedback or None)
     return StepCompleted(step=step, exit_code=exit_code, duration_s=out.duration_s,
                          stdout=out.stdout, stderr=feedback or out.stderr)
 
 
 def dispatch(step: int, action: Action, out: CommandResult | None, exit_code: int,
-             window_lost: str | None = None) -> Dispatch:
-    """The events for ``action`` at ``step`` and what the session does next."""
+             window_lost: str | None = None, *, verify_failed: bool = False) -> Dispatch:
+    """The events for ``action`` at ``step`` and what the session does next.
+    ``verify_failed``: the run succeeded and its verify command failed, so the
+    failure records the verify's output only (seed 002 section 4)."""
     failed: list[PlanEvent] = (
         [WindowLost(step=step, reason=window_lost)] if window_lost is not None else
-        [completed(step, exit_code, out, getattr(action, "feedback", ""))]
+        [completed(step, exit_code, out, getattr(action, "feedback", ""), verify_failed)]
     )
     match action:
         case Advance():

@@ -115,7 +115,8 @@ class PlanTurn:
                 code = 1  # seed 002 §4: the verify's exit code, not the run's
         action = resolve(code, verify, step.on_fail, at.retry_count, step.max_retries,
                          feedback=feedback)
-        self._settle(at, c, dispatch(i, action, out, code, lost))
+        self._settle(at, c, dispatch(i, action, out, code, lost,
+                                     verify_failed=verify is VerifyOutcome.FAILED))
 
     def _settle(self, at: PlanState, c: ExecutionContract, d: Dispatch) -> None:
         """Carry out a dispatch: record its events, settle the contract, go on."""
