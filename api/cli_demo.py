@@ -57,8 +57,10 @@ def follow(api: ApiClient, session_id: str, auto_approve: bool) -> str:
         # Read at least as fresh as the session (and the same seq for all three).
         seen = {"min_seq": s.get("seq", 0)}
         # A demo session is short: one page of each holds all of it.
+        # (No contracts yet: the timeline is a 404 by seed 000, so do not ask.)
         timeline = api.get(f"/api/execution/{session_id}/timeline",
-                           params={"limit": 500, **seen})
+                           params={"limit": 500, **seen}) if s.get("contracts_total") \
+            else {"contracts": [], "transitions": []}
         history = api.get(f"/api/sessions/{session_id}/history",
                           params={"limit": 500, **seen})["status_history"]
         for change in history[shown_changes:]:
