@@ -91,7 +91,10 @@ class Stream:
         async with http.stream("GET", f"/api/sessions/{sid}/events", timeout=None) as r:
             async for msg in aparse_lines(r.aiter_lines()):
                 if msg.event == "conversation.state.changed":
-                    self.changes.put_nowait((msg.json(), time.perf_counter()))
+                    # The event's id is its log seq: a read of the read model passes it as
+                    # `min_seq` to see at least this change (read-your-writes).
+                    change = {**msg.json(), "seq": int(msg.id) if msg.id else 0}
+                    self.changes.put_nowait((change, time.perf_counter()))
 
     async def until(self, to: str) -> tuple[dict, float]:
         while True:
@@ -129,8 +132,9 @@ async def drive(tally: dict, http: httpx.AsyncClient, replies: int, data_dir: Pa
     sse = asyncio.create_task(stream.follow(http, sid))
     for i in range(replies):
         where["stage"] = f"waiting_user {i}"
-        await stream.until("waiting_user")
-        s = (await timed(tally, "get", http.get(f"/api/sessions/{sid}"))).json()
+        waiting, _ = await stream.until("waiting_user")
+        s = (await timed(tally, "get", http.get(f"/api/sessions/{sid}", params={
+            "min_seq": waiting["seq"]}))).json()
         assert s["status"] == "waiting_user" and s["pending"]["prompt"] == f"step {i}?", s
         await timed(tally, "reply", http.post(f"/api/sessions/{sid}/reply", json={
             "request_id": s["pending"]["request_id"], "approve": True}))

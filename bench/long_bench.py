@@ -65,10 +65,11 @@ async def drive(http: httpx.AsyncClient, turns: int) -> tuple[str, list[dict]]:
     stream = Stream()
     sse = asyncio.create_task(stream.follow(http, sid))
     per_turn: list[dict] = []
-    await stream.until("waiting_user")
+    waiting, _ = await stream.until("waiting_user")
     for i in range(turns):
         t0 = time.perf_counter()
-        r = (await http.get(f"/api/sessions/{sid}")).raise_for_status()
+        r = (await http.get(f"/api/sessions/{sid}", params={"min_seq": waiting["seq"]})
+             ).raise_for_status()
         get_ms = (time.perf_counter() - t0) * 1000
         s = r.json()
         assert s["status"] == "waiting_user" and s["pending"]["prompt"] == f"step {i}?", s
@@ -76,7 +77,7 @@ async def drive(http: httpx.AsyncClient, turns: int) -> tuple[str, list[dict]]:
         (await http.post(f"/api/sessions/{sid}/reply", json={
             "request_id": s["pending"]["request_id"], "approve": True})).raise_for_status()
         t2 = time.perf_counter()
-        await stream.until("waiting_user" if i + 1 < turns else "succeeded")
+        waiting, _ = await stream.until("waiting_user" if i + 1 < turns else "succeeded")
         t3 = time.perf_counter()
         h0 = time.perf_counter()
         (await http.get("/healthz")).raise_for_status()
