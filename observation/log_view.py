@@ -44,7 +44,7 @@ GENESIS = "0" * 64
 # The first log event each workflow journal entry makes (``journal.py``): counting
 # them gives the journal position the log has reached (read-your-writes, below).
 JOURNAL_LEADS = frozenset({"RUN_STATE_CHANGED", "execution_state", "WORK_ITEM_QUEUED",
-                           "message", "text", *PLAN_EVENT_TYPES})
+                           "message", "text", "provider.waiting", *PLAN_EVENT_TYPES})
 # How Temporal names a closed run, by the closing log event's ``outcome``.
 EXECUTION_STATUS_OF = {"completed": "completed", "workflow_failed": "failed",
                        "canceled": "canceled", "terminated": "terminated",

@@ -145,6 +145,11 @@ class SessionWorkflow(AgentTurn, PlanTurn):
         self._flush()
         await workflow.wait_condition(condition, timeout=timeout)
 
+    async def _sleep(self, delay: timedelta) -> None:
+        """A durable timer (a cancel of the session ends it at once)."""
+        self._flush()
+        await workflow.sleep(delay)
+
     def _new_execution_id(self) -> str:
         return execution_id_for(self._s.session_id, workflow.uuid4().hex[:16])
 

@@ -91,7 +91,7 @@ class QueuedAction(BaseModel):
 
 JournalKind = Literal[
     "session.status", "contract.created", "contract.transition", "reply.accepted",
-    "message.accepted", "assistant.text", "plan.event",
+    "message.accepted", "assistant.text", "plan.event", "llm.waiting",
 ]
 
 
@@ -141,6 +141,8 @@ class SessionState(BaseModel):
     llm_calls: int = 0
     turn_llm_calls: int = 0
     turns: int = 0
+    # Model answers in a row with a mistake (AgentDriver.max_consecutive_mistakes).
+    consecutive_mistakes: int = 0
     failure_reason: str | None = None
     continued_runs: int = 0
     # Totals of the whole session (the lists above keep only a recent window).

@@ -2,7 +2,7 @@
 
 The journal says what the workflow decided: status changes with their FCMP events,
 contracts and their transitions, replies, messages, the assistant's text, plan
-events. Part of the pure mapping (see ``mapping.py``).
+events, waits for the model provider. Part of the pure mapping (see ``mapping.py``).
 """
 
 from __future__ import annotations
@@ -98,6 +98,11 @@ class JournalMapper:
 
     def _j_message_accepted(self, d: dict[str, Any], at: str) -> None:
         self.emit("message", {"text": d["text"], "at": at})
+
+    def _j_llm_waiting(self, d: dict[str, Any], at: str) -> None:
+        # The session waits for the model provider (rate limited, or an error that
+        # may pass) until ``retry_at``: workflows/provider_wait.py.
+        self.emit("provider.waiting", {**d, "at": at})
 
     def _j_assistant_text(self, d: dict[str, Any], at: str) -> None:
         self.emit("text", {**d, "at": at}, ids.reasoning_span(self.sid, d["call_id"]),

@@ -14,7 +14,8 @@ SEED_TYPES = (
     "GATE_RUN_FINISHED", "RUN_COMPLETED", "RUN_FAILED",
 )
 #: The types the HTTP API streams over SSE (``interaction.*`` is a prefix).
-SSE_TYPES = ("execution_state", "conversation.state.changed", "text", "tool_result")
+SSE_TYPES = ("execution_state", "conversation.state.changed", "text", "tool_result",
+             "provider.waiting")
 SSE_PREFIXES = ("interaction.",)
 
 
