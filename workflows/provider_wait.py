@@ -113,4 +113,4 @@ def _seconds(s: float) -> str:
 
 
 def _minutes(s: float) -> str:
-    return f"{s / 60:g} min"
+    return f"{round(s / 60, 2):g} min"
