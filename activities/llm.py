@@ -443,14 +443,15 @@ def check_arguments(calls: list[ToolCallRequest], tools: list[ToolSpec],
     not offered, are left as they are: the workflow judges those)."""
     out = []
     for call in calls:
-        fname = names.function_name(call.server, call.tool)
+        specs = [t for t in tools if t.name == call.tool
+                 and (call.server is None or t.server == call.server)]
+        server = specs[0].server if len(specs) == 1 else call.server
+        fname = names.function_name(server, call.tool)  # the name the model knows
         if call.arguments_error is None and call.raw_arguments is not None:
             arguments, problem = _parse_arguments(fname, call.raw_arguments)
             call = call.model_copy(update={"arguments": arguments, "arguments_error": problem,
                                            "raw_arguments": call.raw_arguments if problem
                                            else None})
-        specs = [t for t in tools if t.name == call.tool
-                 and (call.server is None or t.server == call.server)]
         if call.arguments_error is None and len(specs) == 1:
             problem = _schema_problem(fname, specs[0].input_schema, call.arguments)
             if problem is not None:

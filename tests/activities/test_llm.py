@@ -435,6 +435,7 @@ async def test_scripted_arguments_are_checked_like_the_models() -> None:
     result = await run(scripted_input(script, tools=TOOLS))
     bad_json, bad_type, good, unknown = result.tool_calls
     assert bad_json.arguments_error.startswith("the arguments of fs__read_file are not valid")
+    assert bad_type.arguments_error.startswith("the arguments of fs__read_file do not fit")
     assert bad_json.raw_arguments == '{"path": "a"'
     assert "3 is not of type 'string'" in bad_type.arguments_error
     assert (good.arguments, good.arguments_error, good.raw_arguments) == ({"path": "a"}, None,

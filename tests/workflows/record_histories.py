@@ -3,7 +3,9 @@
 Run by hand, and only when a change is *meant* to be incompatible with running
 sessions (then say so in the commit):
 
-    .venv/bin/python -m tests.workflows.record_histories
+    .venv/bin/python -m tests.workflows.record_histories [NAME ...]
+
+(names: only those scenarios; a new scenario is recorded alone, the others kept).
 
 Each scenario runs on the real dev server (search attributes on, as in
 production) with the real activities; its final history is saved as
@@ -87,12 +89,31 @@ async def canceled(client: Client, tq: str, d: Path) -> WorkflowHandle:
     return h
 
 
+async def agent_loop(client: Client, tq: str, d: Path) -> WorkflowHandle:
+    """A model mistake sent back, a corrected call, then a provider error that is
+    waited for once (a durable timer) and fails the session (``agent-loop-v2``)."""
+    cfg = scripted(d, [
+        {"tool_calls": [{"tool": "write_note", "raw_arguments": '{"name": "a", '}]},
+        {"tool_calls": [{"tool": "write_note", "arguments": {"name": "a", "content": "x"}}]},
+        {"error": "overloaded", "http_status": 503, "retry_after_s": 1}], mode="auto")
+    cfg.agent.llm.error_retries = 1  # type: ignore[union-attr]
+    h = await start_session(client, cfg, tq, search_attributes=True)
+    with contextlib.suppress(WorkflowFailureError):
+        await h.result()
+    return h
+
+
 SCENARIOS: dict[str, Callable[[Client, str, Path], Awaitable[WorkflowHandle]]] = {
     "demo": demo, "rejected": rejected, "auto_timeout": auto_timeout, "canceled": canceled,
+    "agent_loop": agent_loop,
 }
 
 
-async def main() -> None:
+async def main(only: list[str]) -> None:
+    """Record every scenario, or only the ones named on the command line."""
+    unknown = set(only) - set(SCENARIOS)
+    if unknown:
+        raise SystemExit(f"no such scenario: {sorted(unknown)}; there are {list(SCENARIOS)}")
     HISTORIES.mkdir(exist_ok=True)
     env = await WorkflowEnvironment.start_local(
         dev_server_existing_path=str(temporal_cli_path()), ip="127.0.0.1",
@@ -101,6 +122,8 @@ async def main() -> None:
     )
     try:
         for name, scenario in SCENARIOS.items():
+            if only and name not in only:
+                continue
             with tempfile.TemporaryDirectory() as tmp:
                 tq = f"record-{name}"
                 async with running_worker(env.client, tq):
@@ -113,4 +136,4 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    asyncio.run(main(sys.argv[1:]))
