@@ -303,6 +303,8 @@ def render_event(session_id: str, msg: SseMessage) -> None:
     elif msg.event == "tool_result":
         what = d.get("error_message") if d.get("is_error") else d.get("text")
         console.print(f"  [magenta]tool {d.get('tool')}[/]: {escape(str(what or ''))[:200]}")
+    elif msg.event == "provider.waiting":
+        console.print(f"  [yellow]{escape(str(d.get('message', 'waiting for the model')))}[/]")
 
 
 def follow_events(api: ApiClient, session_id: str, on_event: Callable[[SseMessage], None],

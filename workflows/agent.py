@@ -6,6 +6,7 @@ No Temporal import: the workflow calls these and acts on their answers.
 
 from __future__ import annotations
 
+import json
 from typing import Any, Literal
 
 from pydantic import BaseModel
@@ -101,10 +102,14 @@ def decide_tool_call(
     key = _key({"session": state.session_id, **detail})
     problem = call_mistake(state.config, call, catalog, unknown_tools=unknown_tools)
     if problem is not None:
+        listed = server is not None and any(
+            t.server == server.name and t.name == call.tool for t in catalog)
+        detail = {**detail, "server": server_name if listed else (call.server or "?"),
+                  "mistake": True}  # ask_user, or a tool no server has: on no server
         if call.raw_arguments is not None:
             detail["raw_arguments"] = call.raw_arguments
-        return ToolDecision(kind="mistake", server=server, tool=call.tool,
-                            idempotency_key=key, detail={**detail, "mistake": True},
+        return ToolDecision(kind="mistake", server=server if listed else None,
+                            tool=call.tool, idempotency_key=key, detail=detail,
                             message=problem)
     if server is None:
         return ToolDecision(
@@ -122,7 +127,7 @@ def decide_tool_call(
             kind="already_done", server=server, tool=call.tool, safety=safety,
             idempotency_key=key, detail=detail,
             message=f"{already_done_reason(done.execution_id)}; its result was: "
-                    f"{done.result!r}",
+                    f"{json.dumps(done.result, ensure_ascii=False, default=str)}",
         )
     kind: ToolDecisionKind = "approve_first" if safety is SafetyClass.IRREVERSIBLE else "run"
     return ToolDecision(

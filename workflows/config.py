@@ -53,6 +53,12 @@ class ToolCallRequest(_Strict):
     arguments_error: str | None = None
     raw_arguments: str | None = None
 
+    @model_validator(mode="after")
+    def _one_way(self) -> ToolCallRequest:
+        if self.raw_arguments is not None and self.arguments:
+            raise ValueError("a tool call has `arguments` or `raw_arguments`, not both")
+        return self
+
 
 class FormField(_Strict):
     name: str = Field(min_length=1)

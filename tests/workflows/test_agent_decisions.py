@@ -69,7 +69,8 @@ def test_seed001_completed_irreversible_is_not_run_twice():
     complete(SessionBook(s), first)
     again = agent.decide_tool_call(s, call, CATALOG)
     assert again.kind == "already_done"
-    assert "already completed" in again.message and "'done'" in again.message
+    assert "already completed" in again.message and again.message.endswith(
+        'its result was: "done"')  # as JSON, not a Python repr
     other = agent.decide_tool_call(s, ToolCallRequest(tool="delete_note",
                                                       arguments={"name": "b"}), CATALOG)
     assert other.kind == "approve_first"
@@ -284,6 +285,17 @@ def test_a_mistake_fails_without_reaching_a_server_and_keeps_what_the_model_sent
     unknown = agent.decide_tool_call(state(), ToolCallRequest(tool="nope"), CATALOG,
                                      unknown_tools=True)
     assert unknown.kind == "mistake" and "there is no tool 'nope'" in unknown.message
+    # A tool no server has is recorded on no server (not on the only one configured).
+    assert unknown.detail["server"] == "?" and unknown.server is None
+    ask = ToolCallRequest(tool="ask_user", arguments={"kind": "choose"},
+                          arguments_error="the ask_user request is invalid (x)")
+    assert agent.decide_tool_call(state(), ask, CATALOG).detail["server"] == "?"
+
+
+def test_a_call_has_arguments_or_raw_arguments_not_both():
+    with pytest.raises(ValueError, match="not both"):
+        ToolCallRequest(tool="t", arguments={"a": 1}, raw_arguments='{"a": 1}')
+    assert ToolCallRequest(tool="t", raw_arguments="{").arguments == {}
 
 
 @pytest.mark.parametrize(("before", "problems", "limit", "after", "fails"), [
