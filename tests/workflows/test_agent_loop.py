@@ -20,7 +20,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.client import WorkflowHandle
 
-from observation.exporter import export_session
+from observation.exporter import export_session, is_sse
 from tests.fakes.openai_server import FakeOpenAIServer, tool_call
 from tests.support.sessions import start_session
 from workflows.config import SessionConfig
@@ -109,6 +109,7 @@ async def test_a_429_waits_the_providers_delay_says_so_then_succeeds(
     (wait,) = [e["payload"] for e in log if e["type"] == "provider.waiting"]
     assert (wait["reason"], wait["http_status"], wait["delay_s"]) == ("rate_limited", 429, 20)
     assert wait["retry_at"].endswith("Z") and wait["message"] == details
+    assert is_sse("provider.waiting")  # the SSE stream sends it as the log has it
     calls = [e["payload"]["call_id"] for e in log if e["type"].startswith("LLM_CALL_")]
     assert calls == [f"{h.id}-llm-0", f"{h.id}-llm-0", f"{h.id}-llm-0-retry1",
                      f"{h.id}-llm-0-retry1"]
