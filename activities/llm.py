@@ -169,28 +169,33 @@ def classify_error(exc: BaseException) -> tuple[int | None, bool]:
     return None, False
 
 
+RETRY_AFTER_MAX_S = 7 * 24 * 3600  # a provider's delay is capped (a week is "give up")
+
+
 def retry_after_s(headers: Any, now: float | None = None) -> float | None:
     """The provider's delay from a response's headers: ``retry-after-ms`` (OpenAI,
-    Azure), else ``Retry-After`` in seconds or as an HTTP date; None without one."""
+    Azure), else ``Retry-After`` in seconds or as an HTTP date; None without one
+    (or with one that is not a delay: negative, not a number)."""
+    seconds: float | None = None
     try:
         ms = headers.get("retry-after-ms")
         if ms is not None and float(ms) >= 0:
-            return float(ms) / 1000
+            seconds = float(ms) / 1000
     except (TypeError, ValueError):
         pass
     value = headers.get("retry-after")
-    if value is None:
-        return None
-    try:
-        seconds = float(value)
-    except (TypeError, ValueError):
+    if seconds is None and value is not None:
         try:
-            at = parsedate_to_datetime(value)
-        except (TypeError, ValueError, IndexError):
-            return None
-        seconds = at.timestamp() - (time.time() if now is None else now)
-        return max(0.0, seconds)
-    return seconds if seconds >= 0 else None
+            seconds = float(value)
+        except (TypeError, ValueError):
+            try:
+                at = parsedate_to_datetime(value)
+                seconds = max(0.0, at.timestamp() - (time.time() if now is None else now))
+            except (TypeError, ValueError, IndexError, OverflowError):
+                return None
+    if seconds is None or not seconds >= 0:  # also NaN
+        return None
+    return min(seconds, RETRY_AFTER_MAX_S)
 
 
 def _retry_after(exc: BaseException) -> float | None:

@@ -531,7 +531,10 @@ def test_retry_after_as_an_http_date() -> None:
     assert retry_after_s({"retry-after": date}, now=now) == pytest.approx(30)
     assert retry_after_s({"retry-after": formatdate(now - 5, usegmt=True)}, now=now) == 0.0
     assert retry_after_s({"retry-after": "-3"}) is None
+    assert retry_after_s({"retry-after": "nan"}) is None
+    assert retry_after_s({"retry-after": "1e40"}) == 7 * 24 * 3600  # capped, never a crash
     assert retry_after_s({"retry-after-ms": "x", "retry-after": "4"}) == 4.0
+    assert retry_after_s({"retry-after-ms": "-1", "retry-after": "4"}) == 4.0
 
 
 async def test_openai_connection_refused_is_retryable(
