@@ -11,6 +11,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
+from typing import Any
 
 from temporalio.client import Client, WorkflowHandle
 
@@ -90,18 +91,22 @@ async def until_file(path: Path, limit_s: float = 60) -> None:
 
 @asynccontextmanager
 async def running_exporter(client: Client, data_dir: Path, task_queue: str | None = None,
-                           ) -> AsyncIterator[object]:
+                           feed: Any = None) -> AsyncIterator[Any]:
     """The exporter with its read model (SQLite in ``data_dir``), following the
-    sessions of ``task_queue`` (default: all), as ``hitlflow up`` runs it."""
+    sessions of ``task_queue`` (default: all), as ``hitlflow up`` runs it (with
+    ``feed``, a ``LogFeed``, told every committed batch after the read model)."""
     from observation.exporter.follower import SESSION_QUERY
     from observation.exporter.service import Exporter, start_read_model
-    from observation.read_model.sync import ReadModelObserver
+    from observation.read_model.sync import ReadModelObserver, Tee
 
     store = await asyncio.to_thread(start_read_model, data_dir, data_dir / "runs")
     assert store is not None
     query = SESSION_QUERY + (f' AND TaskQueue = "{task_queue}"' if task_queue else "")
     exporter = Exporter(client, data_dir / "runs", query=query, discover_every_s=0.2,
-                        observers=lambda sid: ReadModelObserver(sid, store))
+                        observers=lambda sid: Tee([ReadModelObserver(sid, store),
+                                                   feed.observer(sid) if feed else None]))
+    if feed is not None:
+        feed.want = exporter.want
     stop = asyncio.Event()
     task = asyncio.create_task(exporter.run(stop))
     try:
