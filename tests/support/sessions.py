@@ -41,7 +41,8 @@ async def start_session(
     session_id = f"s-{uuid.uuid4().hex[:12]}"
     return await client.start_workflow(
         "SessionWorkflow",
-        SessionInput(session_id=session_id, config=config, **input_kw),
+        SessionInput(session_id=session_id, config=config,
+                     **{"journal_in_header": True, **input_kw}),
         id=session_id,
         task_queue=task_queue,
         result_type=SessionResult,
