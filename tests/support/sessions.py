@@ -16,6 +16,7 @@ from temporalio.client import Client, WorkflowHandle
 
 from activities.mcp_pool import McpClientPool
 from api.worker import build_worker
+from observation.exporter.note import Signer
 from workflows.config import SessionConfig
 from workflows.messages import SessionInput, SessionResult, SessionSnapshot
 from workflows.statechart import SessionStatus
@@ -90,18 +91,22 @@ async def until_file(path: Path, limit_s: float = 60) -> None:
 
 @asynccontextmanager
 async def running_exporter(client: Client, data_dir: Path, task_queue: str | None = None,
-                           ) -> AsyncIterator[object]:
+                           signer: Signer | None = None) -> AsyncIterator[object]:
     """The exporter with its read model (SQLite in ``data_dir``), following the
-    sessions of ``task_queue`` (default: all), as ``hitlflow up`` runs it."""
+    sessions of ``task_queue`` (default: all), as ``hitlflow up`` runs it (with
+    ``signer``: signing each log's checkpoint, its verifier key published)."""
     from observation.exporter.follower import SESSION_QUERY
+    from observation.exporter.keys import publish_verifier
     from observation.exporter.service import Exporter, start_read_model
     from observation.read_model.sync import ReadModelObserver
 
     store = await asyncio.to_thread(start_read_model, data_dir, data_dir / "runs")
     assert store is not None
     query = SESSION_QUERY + (f' AND TaskQueue = "{task_queue}"' if task_queue else "")
+    if signer is not None:
+        publish_verifier(data_dir, signer.verifier())
     exporter = Exporter(client, data_dir / "runs", query=query, discover_every_s=0.2,
-                        observers=lambda sid: ReadModelObserver(sid, store))
+                        observers=lambda sid: ReadModelObserver(sid, store), signer=signer)
     stop = asyncio.Event()
     task = asyncio.create_task(exporter.run(stop))
     try:
