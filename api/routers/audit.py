@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Response
 from fastapi.responses import FileResponse, PlainTextResponse
 
 from api.deps import SessionIdDep, SettingsDep
@@ -49,7 +49,8 @@ def _text_file(path: Path, code: str, message: str) -> PlainTextResponse:
     return PlainTextResponse(data, media_type="text/plain; charset=utf-8")
 
 
-@router.get("/api/sessions/{session_id}/checkpoint", response_class=PlainTextResponse,
+# response_class Response: a PlainTextResponse there would document the errors as text too.
+@router.get("/api/sessions/{session_id}/checkpoint", response_class=Response,
             responses={200: {"content": {"text/plain": {}}}})
 async def session_checkpoint(session_id: SessionIdDep, settings: SettingsDep
                              ) -> PlainTextResponse:
@@ -60,7 +61,7 @@ async def session_checkpoint(session_id: SessionIdDep, settings: SettingsDep
                       f"{session_id} (is the exporter running? `hitlflow log export` signs it)")
 
 
-@router.get("/api/checkpoint-key", response_class=PlainTextResponse,
+@router.get("/api/checkpoint-key", response_class=Response,
             responses={200: {"content": {"text/plain": {}}}})
 async def checkpoint_key(settings: SettingsDep) -> PlainTextResponse:
     """The verifier key of the checkpoints (`NAME+KEYID+BASE64`), as the exporter

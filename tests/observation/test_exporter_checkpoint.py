@@ -11,6 +11,7 @@ import stat
 from pathlib import Path
 
 import pytest
+from cryptography.exceptions import InvalidSignature
 
 from observation.exporter import (
     GENESIS,
@@ -226,3 +227,28 @@ def test_broken_key_files_are_clear_errors(tmp_path):
         read_signer(tmp_path / "missing")
     f.write_text(KEY.text() + "\n")
     assert read_verifier(str(f)) == KEY  # a file holding the key, as `log key > f` writes
+
+
+def test_the_readme_recipe_checks_a_checkpoint_independently(log_dir):
+    """observation/exporter/README.md's checkpoint verifier, run as printed there."""
+    readme = (Path(__file__).parents[2] / "observation/exporter/README.md").read_text()
+    recipe = next(block for block in readme.split("```python\n")[1:]
+                  if "def check_checkpoint" in block).split("```", 1)[0]
+    scope: dict = {}
+    exec(recipe, scope)
+    check = scope["check_checkpoint"]
+    check(str(log_dir), KEY.text())
+    signed = (log_dir / CHECKPOINT_NAME).read_bytes()
+    (log_dir / CHECKPOINT_NAME).write_bytes(signed.replace(b"\n89\n", b"\n90\n"))
+    with pytest.raises(InvalidSignature):
+        check(str(log_dir), KEY.text())
+    (log_dir / CHECKPOINT_NAME).write_bytes(signed)
+    with pytest.raises(AssertionError, match="not signed by this key"):
+        check(str(log_dir), Signer.generate("test.example/hitlflow").verifier().text())
+    events = forged(log_dir)
+    rewrite(log_dir, events)
+    with pytest.raises(AssertionError, match="rewritten"):
+        check(str(log_dir), KEY.text())
+    rewrite(log_dir, events[:-1])
+    with pytest.raises(AssertionError, match="whole log"):
+        check(str(log_dir), KEY.text())
