@@ -115,7 +115,12 @@ def verify_checkpoint(run_dir: Path, verified: Verified, verifier: Verifier,
     if not path.is_file():
         raise ChainBrokenError(None, f"{path} is missing: nothing outside the directory "
                                "vouches for this log", "CHECKPOINT_MISSING")
-    cp = read_checkpoint(path.read_bytes(), verifier, origin, "the checkpoint")
+    try:
+        data = path.read_bytes()
+    except OSError as err:
+        raise ChainBrokenError(None, f"{path} cannot be read: {err.strerror or err}",
+                               "CHECKPOINT_INVALID") from None
+    cp = read_checkpoint(data, verifier, origin, "the checkpoint")
     n = verified.events
     if cp.size != n:
         raise ChainBrokenError(min(cp.size, n) + 1, f"the checkpoint signs {cp.size} lines, "
