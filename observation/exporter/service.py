@@ -24,6 +24,7 @@ from pathlib import Path
 from temporalio.client import Client, WorkflowExecution, WorkflowExecutionStatus
 
 from observation.exporter import follower
+from observation.exporter.feed import LogFeed
 from observation.exporter.follower import SESSION_QUERY, finished_on_disk
 from observation.exporter.keys import publish_verifier
 from observation.exporter.log import LogLockedError, LogObserver, LogWriteError
@@ -175,6 +176,14 @@ class Exporter:
             self.tasks[session_id] = asyncio.create_task(
                 self._follow(session_id), name=f"export {session_id}")
 
+    def want(self, session_id: str) -> None:
+        """Someone streams the session: follow it now (woken if parked, started if
+        discovery has not seen it yet)."""
+        if session_id in self.parked:
+            self.wake(session_id)
+        else:
+            self.follow(session_id)
+
     def wake(self, session_id: str) -> None:
         """Something may have changed the session: follow it again if it was parked."""
         if session_id in self.tasks:
@@ -243,14 +252,15 @@ class Exporter:
 
 async def run_exporter(client: Client, data_dir: Path, stop: asyncio.Event, *,
                        wakeups: Wakeups | None = None, read_model_url: str | None = None,
-                       signer: Signer | None = None, **options: object) -> None:
+                       feed: LogFeed | None = None, signer: Signer | None = None,
+                       **options: object) -> None:
     """The exporter as a service (``hitlflow up``, ``hitlflow exporter``):
     ``<data_dir>/runs/<session_id>/``, telemetry runs in ``<data_dir>/telemetry.sqlite``
     (and OTLP when configured), and the read model (SQLite in ``data_dir``, or
-    PostgreSQL at ``read_model_url``). ``signer`` signs each log's head
-    (``checkpoint``; its verifier key goes to ``<data_dir>/checkpoint.pub``). The
-    entry point builds the client and loads the key; ``options`` go to
-    :class:`Exporter`."""
+    PostgreSQL at ``read_model_url``); ``feed`` hears every committed batch (SSE in
+    ``up``); ``signer`` signs each log's head (``checkpoint``; its verifier key goes
+    to ``<data_dir>/checkpoint.pub``). The entry point builds the client and loads
+    the key; ``options`` go to :class:`Exporter`."""
     from observation.telemetry.hook import start_telemetry
 
     runs = data_dir / "runs"
@@ -261,17 +271,20 @@ async def run_exporter(client: Client, data_dir: Path, stop: asyncio.Event, *,
 
     def observers(session_id: str) -> LogObserver | None:
         found = [telemetry.observer(session_id),
-                 ReadModelObserver(session_id, store) if store is not None else None]
+                 ReadModelObserver(session_id, store) if store is not None else None,
+                 feed.observer(session_id) if feed is not None else None]
         return Tee(found) if any(found) else None
 
+    exporter = Exporter(client, runs, observers=observers, signer=signer,
+                        **options)  # type: ignore[arg-type]
+    if feed is not None:
+        feed.want = exporter.want
     try:
-        exporter = Exporter(client, runs, observers=observers, signer=signer,
-                            **options)  # type: ignore[arg-type]
         await exporter.run(stop, wakeups)
     finally:
+        if feed is not None:
+            feed.want = LogFeed.nobody
         await asyncio.to_thread(telemetry.close)
-        if store is not None:
-            await asyncio.to_thread(store.close)
         if store is not None:
             await asyncio.to_thread(store.close)
 

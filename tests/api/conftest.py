@@ -30,7 +30,7 @@ async def http_stack(dev_env: WorkflowEnvironment, free_port: Callable[[], int],
     signer = load_or_create_signer(settings.data_dir)  # as `up` does at its first start
     async with running_worker(dev_env.client, settings.task_queue), \
             running_exporter(dev_env.client, settings.data_dir, settings.task_queue,
-                             signer), \
+                             signer=signer), \
             serve(create_app(settings), free_port()) as server, \
             httpx.AsyncClient(base_url=server.url, timeout=30) as http:
         yield HttpStack(http=http, url=server.url, client=dev_env.client, settings=settings)
