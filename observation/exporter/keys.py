@@ -85,12 +85,14 @@ def read_verifier(text_or_path: str) -> Verifier:
     path = Path(text_or_path)
     text = text_or_path
     try:
-        if path.is_file():
+        is_file = path.is_file()
+    except (OSError, ValueError):  # cannot name a file (too long, a NUL): the key's text
+        is_file = False
+    if is_file:
+        try:
             text = path.read_bytes().decode("utf-8")
-    except (OSError, UnicodeDecodeError) as err:
-        raise NoteKeyError(f"{path}: not a readable key file ({err})") from None
-    except ValueError:  # a name that cannot be a path (a NUL byte): take it as the text
-        pass
+        except (OSError, UnicodeDecodeError) as err:
+            raise NoteKeyError(f"{path}: not a readable key file ({err})") from None
     try:
         return Verifier.parse(text)
     except NoteKeyError as err:

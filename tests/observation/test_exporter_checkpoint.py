@@ -201,6 +201,8 @@ def test_the_key_file_is_created_once_with_mode_0600(tmp_path):
 @pytest.mark.parametrize("text, why", [
     ("garbage", "not a verifier key"),
     ("", "not a verifier key"),
+    ("x" * 5000, "not a verifier key"),  # cannot name a file: taken as the key's text
+    ("a\x00b", "not a verifier key"),
     (KEY.text().replace("+", " +", 1), "not a key name"),
     (KEY.text().split("+")[0] + "+zzzzzzzz+" + KEY.text().split("+", 2)[2], "not a key id"),
     (KEY.text()[:-1], "not base64"),
