@@ -23,9 +23,11 @@ from typing import Any
 import typer
 from pydantic import ValidationError
 
+from api.checkpoint_key import exporter_signer
 from api.devserver import DevServer, DevServerError
 from api.settings import HitlflowSettings
 from observation.exporter import LogFeed, Wakeups, run_exporter
+from observation.exporter.note import NoteKeyError, Signer
 
 #: How long a worker may take to finish its in-flight tasks after Ctrl-C.
 WORKER_STOP_TIMEOUT_S = 30.0
@@ -176,7 +178,8 @@ async def _stop_task(task: asyncio.Task[None], stop: asyncio.Event, force: async
 # up
 
 
-async def _up(settings: HitlflowSettings, run_worker: RunWorker | None) -> int:
+async def _up(settings: HitlflowSettings, run_worker: RunWorker | None,
+              signer: Signer | None = None) -> int:
     signals = _Signals(asyncio.get_running_loop())
     server = DevServer(
         settings.data_dir,
@@ -215,7 +218,7 @@ async def _up(settings: HitlflowSettings, run_worker: RunWorker | None) -> int:
         exporter = asyncio.create_task(
             run_exporter(await connect(stack), stack.data_dir, exporter_stop, wakeups=wakeups,
                          read_model_url=stack.read_model_url, park=stack.exporter_park,
-                         feed=feed),
+                         feed=feed, signer=signer),
             name="exporter")
         await asyncio.sleep(0)  # let a worker that cannot even start fail before "up"
 
@@ -297,10 +300,11 @@ def up_command(
         _fail_usage(str(e))
     try:
         run_worker = _load_run_worker() if worker else None
-    except DevServerError as e:
+        signer = exporter_signer(settings)  # created at the first start
+    except (DevServerError, NoteKeyError, OSError) as e:
         typer.echo(f"Error: {e}", err=True)
         raise typer.Exit(1) from None
-    _exit(asyncio.run(_up(settings, run_worker)))
+    _exit(asyncio.run(_up(settings, run_worker, signer)))
 
 
 # ---------------------------------------------------------------------------

@@ -26,7 +26,9 @@ from temporalio.client import Client, WorkflowExecution, WorkflowExecutionStatus
 from observation.exporter import follower
 from observation.exporter.feed import LogFeed
 from observation.exporter.follower import SESSION_QUERY, finished_on_disk
+from observation.exporter.keys import publish_verifier
 from observation.exporter.log import LogLockedError, LogObserver, LogWriteError
+from observation.exporter.note import Signer
 from observation.read_model import ReadModelError, ReadStore, open_store
 from observation.read_model.sync import ReadModelObserver, Tee, sync_store
 from workflows.search_attributes import SESSION_STATUS, WAITING_SINCE
@@ -76,8 +78,10 @@ class Exporter:
     def __init__(self, client: Client, runs_dir: Path, *, query: str = SESSION_QUERY,
                  discover_every_s: float = 1.0, retry_after_s: float = 5.0,
                  rescan_every: int = 60, sweep_every_s: float = 300.0, park: bool = True,
-                 observers: Callable[[str], LogObserver | None] | None = None) -> None:
+                 observers: Callable[[str], LogObserver | None] | None = None,
+                 signer: Signer | None = None) -> None:
         self.client, self.runs_dir, self.query = client, runs_dir, query
+        self.signer = signer  # signs each log's head (``checkpoint``)
         self.observers = observers  # session id -> its log's observer (telemetry)
         self.discover_every_s, self.retry_after_s = discover_every_s, retry_after_s
         self.sweep_every_s, self.park = sweep_every_s, park
@@ -219,7 +223,8 @@ class Exporter:
                 try:
                     hook = {"observer": self.observers(session_id)} if self.observers else {}
                     result = await follower.export_session(
-                        self.client, session_id, self.runs_dir, follow=True, park=park, **hook)
+                        self.client, session_id, self.runs_dir, follow=True, park=park,
+                        signer=self.signer, **hook)
                     self.errors.pop(session_id, None)
                     if not result.parked:
                         self.done.add(session_id)
@@ -247,15 +252,20 @@ class Exporter:
 
 async def run_exporter(client: Client, data_dir: Path, stop: asyncio.Event, *,
                        wakeups: Wakeups | None = None, read_model_url: str | None = None,
-                       feed: LogFeed | None = None, **options: object) -> None:
+                       feed: LogFeed | None = None, signer: Signer | None = None,
+                       **options: object) -> None:
     """The exporter as a service (``hitlflow up``, ``hitlflow exporter``):
     ``<data_dir>/runs/<session_id>/``, telemetry runs in ``<data_dir>/telemetry.sqlite``
     (and OTLP when configured), and the read model (SQLite in ``data_dir``, or
     PostgreSQL at ``read_model_url``); ``feed`` hears every committed batch (SSE in
-    ``up``). The entry point builds the client; ``options`` go to :class:`Exporter`."""
+    ``up``); ``signer`` signs each log's head (``checkpoint``; its verifier key goes
+    to ``<data_dir>/checkpoint.pub``). The entry point builds the client and loads
+    the key; ``options`` go to :class:`Exporter`."""
     from observation.telemetry.hook import start_telemetry
 
     runs = data_dir / "runs"
+    if signer is not None:
+        await asyncio.to_thread(publish_verifier, data_dir, signer.verifier())
     telemetry = await asyncio.to_thread(start_telemetry, data_dir)
     store = await asyncio.to_thread(start_read_model, data_dir, runs, read_model_url)
 
@@ -265,7 +275,8 @@ async def run_exporter(client: Client, data_dir: Path, stop: asyncio.Event, *,
                  feed.observer(session_id) if feed is not None else None]
         return Tee(found) if any(found) else None
 
-    exporter = Exporter(client, runs, observers=observers, **options)  # type: ignore[arg-type]
+    exporter = Exporter(client, runs, observers=observers, signer=signer,
+                        **options)  # type: ignore[arg-type]
     if feed is not None:
         feed.want = exporter.want
     try:
