@@ -33,6 +33,7 @@ with workflow.unsafe.imports_passed_through():
         ToolCallResult,
         ToolCatalog,
     )
+    from workflows.messages import Behaviour, SessionInput
     from workflows.provider_wait import (
         ProviderFailure,
         ProviderWaits,
@@ -52,9 +53,6 @@ AT_MOST_ONCE = RetryPolicy(maximum_attempts=1)
 # One attempt per LLM activity: the workflow waits and tries again itself
 # (workflows/provider_wait.py), so the wait is in history and says so.
 ONE_ATTEMPT = RetryPolicy(maximum_attempts=1)
-# Sessions that ran before the agent loop learned provider waits, model mistakes
-# and unknown tools as mistakes keep the behaviour they had (replay).
-AGENT_LOOP_PATCH = "agent-loop-v2"
 TOOL_TIMEOUT = timedelta(minutes=5)
 TOOL_HEARTBEAT = timedelta(seconds=15)
 
@@ -94,6 +92,7 @@ class AgentTurn:
     ``_close``, ``_ask``, ``_activity``, ``_sleep`` and ``_new_execution_id``."""
 
     _s: Any
+    _input: SessionInput
     _book: Any
 
     async def _run_agent(self) -> None:
@@ -121,7 +120,9 @@ class AgentTurn:
             ))
 
     def _loop_v2(self) -> bool:
-        return workflow.patched(AGENT_LOOP_PATCH)
+        """Sessions started before the agent loop learned provider waits, model
+        mistakes and unknown tools as mistakes keep the behaviour they had."""
+        return self._input.does(Behaviour.AGENT_LOOP_V2)
 
     def _judge_mistakes(self, calls: list[ToolCallRequest]) -> bool:
         """Count the answer's mistakes; past the bound, record them and fail (True)."""

@@ -36,6 +36,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.fsm import StateMachineTopology
     from workflows.messages import (
         Ack,
+        Behaviour,
         ContractQuery,
         EndInput,
         MessageInput,
@@ -124,7 +125,7 @@ class SessionWorkflow(AgentTurn, PlanTurn):
         if not entries:
             return
         dumped = [e.model_dump(mode="json") for e in entries]
-        if before_activity and self._input.journal_in_header:
+        if before_activity and self._input.does(Behaviour.JOURNAL_IN_HEADER):
             self._journal_for_activity = dumped
         else:
             workflow.upsert_memo({JOURNAL_MEMO_KEY: dumped})

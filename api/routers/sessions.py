@@ -68,7 +68,14 @@ from observation.projections import ExecutionSnapshot
 from observation.read_model import ReadStore
 from observation.read_model.store import InvalidPageToken
 from workflows.config import SessionConfig
-from workflows.messages import Ack, EndInput, MessageInput, ReplyInput, SessionInput
+from workflows.messages import (
+    CURRENT_BEHAVIOUR,
+    Ack,
+    EndInput,
+    MessageInput,
+    ReplyInput,
+    SessionInput,
+)
 from workflows.messages import SessionSnapshot as WorkflowSnapshot
 from workflows.plan import replay
 from workflows.search_attributes import SESSION_STATUS, WAITING_SINCE
@@ -124,7 +131,8 @@ async def start_session(
     sid = session_id or f"s-{uuid.uuid4().hex[:12]}"
     with temporal_errors(sid):
         await client.start_workflow(
-            "SessionWorkflow", SessionInput(session_id=sid, config=config, journal_in_header=True),
+            "SessionWorkflow", SessionInput(session_id=sid, config=config,
+                                        behaviour=CURRENT_BEHAVIOUR),
             id=sid, task_queue=settings.task_queue,
             id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
             search_attributes=TypedSearchAttributes(

@@ -27,7 +27,7 @@ from api.demo import demo_config, notes_server
 from api.devserver import temporal_cli_path, tuning_args
 from tests.support.sessions import running_worker, start_session, until, until_status
 from workflows.config import SessionConfig
-from workflows.messages import ReplyInput
+from workflows.messages import CURRENT_BEHAVIOUR, Behaviour, ReplyInput
 from workflows.search_attributes import SEARCH_ATTRIBUTES
 from workflows.statechart import SessionStatus
 
@@ -49,10 +49,10 @@ async def answer(h: WorkflowHandle, **kw) -> None:
     await h.execute_update("reply", ReplyInput(request_id=snap.pending.request_id, **kw))
 
 
-async def demo(client: Client, tq: str, d: Path, *, journal_in_header: bool = False
+async def demo(client: Client, tq: str, d: Path, *, behaviour: int = Behaviour.ORIGINAL
                ) -> WorkflowHandle:
     h = await start_session(client, demo_config(d), tq, search_attributes=True,
-                            journal_in_header=journal_in_header)
+                            behaviour=behaviour)
     await answer(h, approve=True)
     await until(h, lambda s: s.pending is not None and s.pending.kind == "confirm")
     await answer(h, approve=True)
@@ -65,7 +65,7 @@ async def rejected(client: Client, tq: str, d: Path) -> WorkflowHandle:
     h = await start_session(client, scripted(d, [
         {"tool_calls": [{"tool": "delete_note", "arguments": {"name": "a"}}]},
         {"text": "kept it", "end": True}]), tq, search_attributes=True,
-        journal_in_header=False)
+        behaviour=Behaviour.ORIGINAL)
     await answer(h, approve=False)
     await h.result()
     return h
@@ -76,7 +76,7 @@ async def auto_timeout(client: Client, tq: str, d: Path) -> WorkflowHandle:
         {"ecs_request": {"kind": "choose", "prompt": "which?", "options": ["a", "b"]}},
         {"text": "took a"}], mode="auto", interactive_require_user_reply=False,
         reply_timeout_s=1, auto_decision="approve"), tq, search_attributes=True,
-        journal_in_header=False)
+        behaviour=Behaviour.ORIGINAL)
     await h.result()
     return h
 
@@ -84,7 +84,7 @@ async def auto_timeout(client: Client, tq: str, d: Path) -> WorkflowHandle:
 async def canceled(client: Client, tq: str, d: Path) -> WorkflowHandle:
     h = await start_session(client, scripted(d, [
         {"ecs_request": {"kind": "confirm", "prompt": "sure?"}}]), tq, search_attributes=True,
-        journal_in_header=False)
+        behaviour=Behaviour.ORIGINAL)
     await until_status(h, W)
     await h.cancel()
     with contextlib.suppress(WorkflowFailureError):  # a cancelled session fails its result
@@ -94,7 +94,7 @@ async def canceled(client: Client, tq: str, d: Path) -> WorkflowHandle:
 
 async def demo_journal_header(client: Client, tq: str, d: Path) -> WorkflowHandle:
     """The demo as sessions started since the journal rides in activity headers."""
-    return await demo(client, tq, d, journal_in_header=True)
+    return await demo(client, tq, d, behaviour=CURRENT_BEHAVIOUR)
 
 
 async def agent_loop(client: Client, tq: str, d: Path) -> WorkflowHandle:
@@ -105,7 +105,7 @@ async def agent_loop(client: Client, tq: str, d: Path) -> WorkflowHandle:
         {"tool_calls": [{"tool": "write_note", "arguments": {"name": "a", "content": "x"}}]},
         {"error": "overloaded", "http_status": 503, "retry_after_s": 1}], mode="auto")
     cfg.agent.llm.error_retries = 1  # type: ignore[union-attr]
-    h = await start_session(client, cfg, tq, search_attributes=True, journal_in_header=True)
+    h = await start_session(client, cfg, tq, search_attributes=True, behaviour=CURRENT_BEHAVIOUR)
     with contextlib.suppress(WorkflowFailureError):
         await h.result()
     return h
