@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import rfc8785
+import typer
 
 from observation.exporter import (
     ChainBrokenError,
@@ -181,3 +182,78 @@ def test_a_changed_artifact_is_reported(log_dir):
     assert err.code == "ARTIFACT_MISMATCH" and art.name in err.reason
     art.unlink()
     assert broken(log_dir).code == "ARTIFACT_MISMATCH"
+
+
+# -- any bytes on disk: an answer, never a crash ----------------------------------------
+
+def rechained(lines: list[bytes], k: int, event: dict) -> list[bytes]:
+    """Line ``k`` (1-based) replaced by ``event`` with its hashes recomputed, and every
+    later line re-linked: a log only the content of line ``k`` can fail."""
+    out = list(lines[: k - 1])
+    prev = json.loads(out[-1]) if out else None
+    for n, e in enumerate([event] + [json.loads(x) for x in lines[k:]], k):
+        e = {**e, "seq": n, "prev_hash": prev["event_hash"] if prev else "0" * 64}
+        e.pop("line_hash")
+        e["event_hash"] = seed_hash(e)
+        e["line_hash"] = line_hash(e, prev["line_hash"] if prev else "0" * 64)
+        out.append(rfc8785.dumps(e) + b"\n")
+        prev = e
+    return out
+
+
+def canonical_with(line: bytes, field: str, value: object) -> bytes:
+    return rfc8785.dumps({**json.loads(line), field: value}) + b"\n"
+
+
+BAD_LINES = {
+    "not JSON": lambda line: b"not json\n",
+    "a line cut short": lambda line: line[:60] + b"\n",
+    "invalid UTF-8": lambda line: line.replace(b'"type":"', b'"type":"\xff\xfe', 1),
+    "an integer beyond 2**53 that is no double's JCS form":
+        lambda line: line.replace(b'"payload":{', b'"payload":{"n":12345678901234567890,', 1),
+    "a number beyond the doubles": lambda line: line.replace(b'"payload":{', b'"payload":{'
+                                                             b'"n":1e400,', 1),
+    "NaN": lambda line: line.replace(b'"payload":{', b'"payload":{"n":NaN,', 1),
+    "deep nesting": lambda line: line.replace(b'"payload":{', b'"payload":{"n":'
+                                              + b"[" * 100_000 + b"]" * 100_000 + b",", 1),
+    "event_id a number": lambda line: canonical_with(line, "event_id", 5),
+    "prev_hash null": lambda line: canonical_with(line, "prev_hash", None),
+    "payload a list": lambda line: canonical_with(line, "payload", []),
+    "seq a string": lambda line: canonical_with(line, "seq", "5"),
+    "seq true": lambda line: canonical_with(line, "seq", True),
+}
+
+
+@pytest.mark.parametrize("why", sorted(BAD_LINES))
+def test_a_bad_line_gets_an_answer_never_a_traceback(log_dir, why):
+    """verify_dir, ``hitlflow log verify`` and an exporter opening the log: each
+    answers EVENT_CHAIN_BROKEN at line 5 (before: IntegerDomainError, RecursionError,
+    TypeError... for some of these)."""
+    from typer.testing import CliRunner
+
+    from api import cli_log
+    from observation.exporter import LogCorruptError, LogWriter
+
+    lines = lines_of(log_dir)
+    write_lines(log_dir, [*lines[:4], BAD_LINES[why](lines[4]), *lines[5:]])
+    assert broken(log_dir).line == 5
+    app = typer.Typer()
+    app.callback()(lambda: None)
+    cli_log.register(app)
+    r = CliRunner().invoke(app, ["log", "verify", str(log_dir)])
+    assert r.exit_code == 1 and "EVENT_CHAIN_BROKEN: line 5: " in r.output, r.exception
+    with pytest.raises(LogCorruptError, match="line 5"):
+        LogWriter(log_dir).open()
+
+
+def test_an_artifact_line_without_a_path_is_an_answer(log_dir):
+    lines = lines_of(log_dir)
+    k = next(n for n, x in enumerate(lines, 1) if b'"ARTIFACT_WRITTEN"' in x)
+    for payload in ({}, {"path": 5, "sha256": "x"}, {"path": "artifacts/\x00", "sha256": "x"}):
+        event = {**json.loads(lines[k - 1]), "payload": payload}
+        new = rechained(lines, k, event)
+        write_lines(log_dir, new)
+        head = {"last_hash": json.loads(new[-1])["event_hash"], "last_seq": len(new)}
+        (log_dir / "head").write_text(json.dumps(head, indent=2, sort_keys=True) + "\n")
+        err = broken(log_dir)
+        assert (err.line, err.code) == (k, "ARTIFACT_MISMATCH"), payload
