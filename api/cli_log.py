@@ -62,16 +62,19 @@ def _fail(message: str) -> None:
 def verify_command(
     target: str = typer.Argument(..., help="A session id or a run directory."),
     data_dir: Path | None = DATA_DIR,
+    live: bool = typer.Option(False, "--live", help="The log may still be written: check "
+                              "it up to its head (read first), not beyond."),
 ) -> None:
     """Check every hash, prev_hash, seq, the head and the artifacts; EVENT_CHAIN_BROKEN
     with the line number (exit 1) on the first failure."""
     d = run_dir(target, data_dir)
     try:
-        v = verify_dir(d)
+        v = verify_dir(d, live=live)
     except ChainBrokenError as err:
         _fail(f"{err} ({d})")
     version = f"log format v{v.log_version}, " if v.log_version else ""
-    typer.echo(f"OK: {v.events} events, {version}chain head {v.last_hash} ({d})")
+    upto = " up to the head" if live else ""
+    typer.echo(f"OK: {v.events} events{upto}, {version}chain head {v.last_hash} ({d})")
 
 
 @log_app.command("replay")

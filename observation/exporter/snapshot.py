@@ -12,7 +12,7 @@ import json
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from observation.exporter.chain import GENESIS, plain, jcs
+from observation.exporter.chain import GENESIS, jcs, plain
 
 SNAPSHOT_VERSION = "hitlflow-snapshot-v1"
 Event = dict[str, Any]

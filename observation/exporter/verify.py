@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -171,8 +172,13 @@ def read_lines(path: Path) -> Iterator[bytes]:
         yield from f
 
 
-def verify_dir(run_dir: Path, *, artifacts: bool = True) -> Verified:
-    """Verify ``run_dir`` (``events.ndjson``, ``head``, ``snapshot.json``, artifacts)."""
+def verify_dir(run_dir: Path, *, artifacts: bool = True, live: bool = False) -> Verified:
+    """Verify ``run_dir`` (``events.ndjson``, ``head``, ``snapshot.json``, artifacts).
+
+    ``live``: the log may still be written. The exporter appends lines, fsyncs them,
+    then replaces ``snapshot.json`` and ``head``; so ``head`` is read first and the
+    lines up to its ``last_seq`` are checked (lines after it are a batch in flight,
+    checked against the next head), and ``snapshot.json`` is not compared."""
     log, head_path, snap_path = (run_dir / n for n in (LOG_NAME, HEAD_NAME, SNAPSHOT_NAME))
     for p in (log, head_path, snap_path):
         if not p.is_file():
@@ -180,11 +186,14 @@ def verify_dir(run_dir: Path, *, artifacts: bool = True) -> Verified:
                 ": a truncated tail cannot be ruled out" if p != log else ""))
     count, last, version = 0, GENESIS, None
     try:
-        for event in verify_lines(read_lines(log)):
+        heads = [(parse_head(head_path.read_bytes(), "head"), "head")] if live else []
+        lines = read_lines(log)
+        for event in verify_lines(islice(lines, heads[0][0]["last_seq"]) if live else lines):
             count, last, version = event["seq"], event["event_hash"], line_version(event)
             if artifacts and event["type"] == "ARTIFACT_WRITTEN":
                 check_artifact(run_dir, event)
-        heads = [(parse_head(p.read_bytes(), p.name), p.name) for p in (head_path, snap_path)]
+        if not live:
+            heads = [(parse_head(p.read_bytes(), p.name), p.name) for p in (head_path, snap_path)]
     except OSError as err:
         raise ChainBrokenError(None, f"cannot read {err.filename}: {err.strerror}") from None
     verified = Verified(count, last, version)
