@@ -14,34 +14,18 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from temporalio.api.history.v1 import HistoryEvent
 from typer.testing import CliRunner
 
 from api.demo import notes_server
 from observation.exporter import Snapshot, export_history, export_session, verify_dir
-from observation.exporter.chain import MAX_SAFE_INT, jcs, jsonable, read_json
-from observation.exporter.decode import load_history
+from observation.exporter.chain import jcs, jsonable, read_json
 from observation.exporter.verify import read_lines, verify_lines
+from tests.support.audit_log import DEMO_SID, EDGE, EDGE_LOGGED, carrying, readme_verifier
 from tests.support.sessions import running_worker, start_session
 from workflows.config import SessionConfig
 
-HISTORIES = Path(__file__).parents[1] / "workflows" / "histories"
-SID, DEMO = load_history((HISTORIES / "demo.json").read_text())
-#: The demo history up to its first call_tool's completion (event 23).
-UPTO_TOOL = 23
-EDGE = {
-    "v8": 1e16, "two53": 2.0**53, "max": 1.7976931348623157e308, "tiny": 5e-324,
-    "neg_zero": -0.0, "one": 1.0, "e21": 1e21, "e_7": 1e-7, "pi": 3.141592653589793,
-    "safe": MAX_SAFE_INT, "unsafe": MAX_SAFE_INT + 2, "big": 2**64 + 1, "neg_big": -(2**70),
-    "text": "é ☃ 😀 \u2028 \x00 \"\\ \ue000", "keys": {"é": 1, "😀": 2, "\ue000": 3, "": []},
-}
-#: EDGE as the log holds it (README, "Values").
-EDGE_LOGGED = ('"keys":{"":[],"é":1,"😀":2,"\ue000":3}'.encode(),
-               b'"big":"18446744073709551617"', b'"e21":1e+21', b'"e_7":1e-7',
-               b'"max":1.7976931348623157e+308', b'"neg_big":"-1180591620717411303424"',
-               b'"neg_zero":0', b'"one":1', b'"tiny":5e-324',
-               b'"two53":9007199254740992', b'"unsafe":"9007199254740993"',
-               b'"v8":10000000000000000')
+SID = DEMO_SID
+README_VERIFY = readme_verifier()  # the README's outside verifier
 runner = CliRunner()
 
 
@@ -66,23 +50,6 @@ def cli_verify(d: Path) -> tuple[int, str]:
     return r.exit_code, r.output
 
 
-def carrying(value_json: bytes) -> list[HistoryEvent]:
-    """The demo history up to its first tool result, with a JSON value (as text, the
-    way a tool, an LLM or a person sent it) in the session's input config and in
-    that tool's structured output."""
-    events = []
-    for e in DEMO[:UPTO_TOOL]:
-        copy = HistoryEvent()
-        copy.CopyFrom(e)
-        events.append(copy)
-    start = events[0].workflow_execution_started_event_attributes.input.payloads[0]
-    assert start.data.count(b'"config":{') == 1
-    start.data = start.data.replace(b'"config":{', b'"config":{"sent":' + value_json + b",")
-    result = events[-1].activity_task_completed_event_attributes.result.payloads[0]
-    result.data = result.data.rstrip()[:-1] + b', "structured": ' + value_json + b"}"
-    return events
-
-
 def logged(d: Path) -> tuple[object, object]:
     """The value as the log holds it: in RUN_CREATED and in the tool's tool_result."""
     events = list(verify_lines(read_lines(d / "events.ndjson")))
@@ -102,7 +69,7 @@ def check(tmp: Path, value: object, value_json: bytes | None = None) -> Path:
     d = runs / SID
     expected = jcs(jsonable(value))
     assert [jcs(v) for v in logged(d)] == [expected, expected]
-    verify_dir(d)
+    assert README_VERIFY(d) == verify_dir(d).events
     assert Snapshot.replay(SID, verify_lines(read_lines(d / "events.ndjson"))).to_bytes() \
         == (d / "snapshot.json").read_bytes()
     before = tree(d)
@@ -196,6 +163,7 @@ async def test_a_tool_call_argument_of_1e16_round_trips_on_the_dev_server(dev_en
     for part in EDGE_LOGGED:
         assert part in body, part
     assert cli_verify(d)[0] == 0
+    assert README_VERIFY(d) == first.last_seq
     before = tree(d)
     again = await export_session(dev_env.client, h.id, runs)  # a second export: a restart
     assert again.written == 0 and tree(d) == before
