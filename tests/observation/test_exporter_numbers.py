@@ -17,8 +17,14 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from api.demo import notes_server
-from observation.exporter import Snapshot, export_history, export_session, verify_dir
-from observation.exporter.chain import jcs, jsonable, read_json
+from observation.exporter import (
+    Snapshot,
+    export_history,
+    export_session,
+    snapshot_bytes,
+    verify_dir,
+)
+from observation.exporter.chain import jcs, jsonable, plain, read_json
 from observation.exporter.verify import read_lines, verify_lines
 from tests.support.audit_log import DEMO_SID, EDGE, EDGE_LOGGED, carrying, readme_verifier
 from tests.support.sessions import running_worker, start_session
@@ -170,3 +176,25 @@ async def test_a_tool_call_argument_of_1e16_round_trips_on_the_dev_server(dev_en
     shutil.rmtree(d)
     await export_session(dev_env.client, h.id, runs)
     assert tree(d) == before
+
+
+# -- snapshot.json: JCS with an indent -----------------------------------------------------
+
+def test_snapshot_json_writes_values_as_jcs_does_with_an_indent():
+    """README, "Durability": the bytes of snapshot.json, for values a person's answer
+    can put there (before: Python's float repr, 1e+16, and code point key order)."""
+    snap = {"b": [read_json(b"10000000000000000"), 1e-7, 0.5], "a": {"\ue000": 1, "😀": {}},
+            "c": [], "d": "é\n"}
+    assert snapshot_bytes(snap) == (
+        '{\n  "a": {\n    "😀": {},\n    "\ue000": 1\n  },\n  "b": [\n    10000000000000000,'
+        '\n    1e-7,\n    0.5\n  ],\n  "c": [],\n  "d": "é\\n"\n}\n').encode()
+
+
+@given(value=values)
+def test_snapshot_json_reads_back_as_the_value(value):
+    logged = read_json(jcs(jsonable(value)))
+    data = snapshot_bytes({"answer": logged})
+    assert jcs(read_json(data)) == jcs({"answer": logged})
+    if plain(logged):
+        assert data == (json.dumps({"answer": logged}, indent=2, sort_keys=True,
+                                   ensure_ascii=False) + "\n").encode()
