@@ -109,6 +109,9 @@ def test_a_lone_surrogate_is_written_as_u_fffd(tmp_path):
     exporter writes U+FFFD in its place (and keeps going)."""
     d = check(tmp_path, {"s": "a\ud800b", "\udfff": 1}, b'{"s": "a\\ud800b", "\\udfff": 1}')
     assert logged(d)[0] == {"s": "a\ufffdb", "\ufffd": 1}
+    # pydantic's converter writes one in a dict key as its three (not UTF-8) bytes
+    d = check(tmp_path, {"\ud800": 1}, b'{"\xed\xa0\x80": 1}')
+    assert logged(d)[0] == {"\ufffd": 1}
 
 
 def test_a_restarted_exporter_continues_a_log_holding_1e16(tmp_path):
