@@ -242,6 +242,8 @@ TAMPERINGS = {
     "a huge integer": lambda d: edited(d, 3, lambda x: x.replace(
         b'"payload":{', b'"payload":{"n":12345678901234567890,', 1)),
     "NaN": lambda d: edited(d, 3, lambda x: x.replace(b'"payload":{', b'"payload":{"n":NaN,', 1)),
+    "a lone surrogate": lambda d: edited(d, 3, lambda x: x.replace(
+        b'"payload":{', b'"payload":{"s":"\\udc00",', 1)),
     "a line cut short": lambda d: edited(d, 8, lambda x: x[:50] + b"\n"),
     "not JSON": lambda d: edited(d, 2, lambda x: b"\xff not json\n"),
     "an artifact changed": lambda d: next((d / "artifacts" / "tool").iterdir()).write_bytes(b"{}"),

@@ -182,6 +182,8 @@ BAD_LINES = {
     "a number beyond the doubles": lambda line: line.replace(b'"payload":{', b'"payload":{'
                                                              b'"n":1e400,', 1),
     "NaN": lambda line: line.replace(b'"payload":{', b'"payload":{"n":NaN,', 1),
+    "an escaped lone surrogate": lambda line: line.replace(b'"payload":{',
+                                                           b'"payload":{"s":"\\ud800",', 1),
     "deep nesting": lambda line: line.replace(b'"payload":{', b'"payload":{"n":'
                                               + b"[" * 100_000 + b"]" * 100_000 + b",", 1),
     "event_id a number": lambda line: canonical_with(line, "event_id", 5),
