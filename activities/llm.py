@@ -475,16 +475,25 @@ class _Answer:
     end: bool = False
 
     def output_hash(self) -> str:
-        return sha256_json(
-            {
-                "text": self.text,
-                "tool_calls": [c.model_dump(mode="json") for c in self.tool_calls],
-                "ecs_request": self.ecs_request.model_dump(mode="json")
-                if self.ecs_request
-                else None,
-                "end": self.end,
-            }
-        )
+        """sha256 of the answer's canonical JSON. An answer that is not Unicode text (a
+        lone surrogate, e.g. ``\\ud800`` in a tool call's JSON arguments) has no UTF-8
+        bytes: it cannot be hashed, recorded or logged, so it is refused."""
+        try:
+            return sha256_json(
+                {
+                    "text": self.text,
+                    "tool_calls": [c.model_dump(mode="json") for c in self.tool_calls],
+                    "ecs_request": self.ecs_request.model_dump(mode="json")
+                    if self.ecs_request
+                    else None,
+                    "end": self.end,
+                }
+            )
+        except UnicodeEncodeError:
+            raise LLMResponseError(
+                "the model's answer is not Unicode text: it holds a lone surrogate "
+                "(a \\ud800-\\udfff escape without its pair), which UTF-8 cannot carry"
+            ) from None
 
 
 def _answer_from_function_calls(
@@ -590,6 +599,7 @@ class LlmActivities:
             else:
                 secret = _read_api_key(input.llm)
                 answer, usage, finish_reason, cost = await self._openai(input, secret)
+            output_hash = answer.output_hash()
         except Exception as exc:
             error = _failure(exc, input.call_id, _elapsed_ms(t0), secret)
             log.warning("LLM call %s failed: %s", input.call_id, error.message)
@@ -601,7 +611,7 @@ class LlmActivities:
             latency_ms=_elapsed_ms(t0),
             token_usage=usage,
             finish_reason=finish_reason,
-            output_hash=answer.output_hash(),
+            output_hash=output_hash,
             api_cost_usd=cost,
             tool_calls_count=len(answer.tool_calls),
         )

@@ -64,6 +64,8 @@ def _fail(message: str) -> None:
 def verify_command(
     target: str = typer.Argument(..., help="A session id or a run directory."),
     data_dir: Path | None = DATA_DIR,
+    live: bool = typer.Option(False, "--live", help="The log may still be written: check "
+                              "it up to its head (read first), not beyond."),
     key: str | None = typer.Option(None, "--key", help="Also check the signed checkpoint "
                                    "with this verifier key (or a file holding it)."),
     since: Path | None = typer.Option(None, "--since", help="With --key: an older "
@@ -74,15 +76,19 @@ def verify_command(
     checkpoint too (CHECKPOINT_MISSING/INVALID/MISMATCH)."""
     from api.cli_checkpoint import checkpoint_check
 
+    if live and key is not None:
+        raise typer.BadParameter("a checkpoint is checked on a log at rest, not with --live",
+                                 param_hint="--key")
     signed = checkpoint_check(key, since)
     d = run_dir(target, data_dir)
     try:
-        v = verify_dir(d)
+        v = verify_dir(d, live=live)
         note = signed(d, v) if signed else None
     except ChainBrokenError as err:
         _fail(f"{err} ({d})")
     version = f"log format v{v.log_version}, " if v.log_version else ""
-    typer.echo(f"OK: {v.events} events, {version}chain head {v.last_hash} ({d})")
+    upto = " up to the head" if live else ""
+    typer.echo(f"OK: {v.events} events{upto}, {version}chain head {v.last_hash} ({d})")
     if note:
         typer.echo(note)
 

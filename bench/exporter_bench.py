@@ -36,7 +36,6 @@ import argparse
 import asyncio
 import contextlib
 import hashlib
-import json
 import shutil
 import statistics
 import sys
@@ -56,7 +55,7 @@ from activities.mcp_pool import McpClientPool
 from api.devserver import DevServer
 from api.worker import build_worker
 from observation.exporter import Chain, Exporter, export_history, export_session, map_history
-from observation.exporter.chain import GENESIS, HASH_PREFIX, line_bytes
+from observation.exporter.chain import line_bytes
 from observation.exporter.decode import load_history
 from observation.exporter.verify import read_lines, verify_lines
 from observation.telemetry import STORE_NAME, TelemetryStore
@@ -195,27 +194,16 @@ def offline(hists: list[tuple[str, list[HistoryEvent]]], out: Path) -> tuple[int
 # -- 3. verify throughput --------------------------------------------------------------
 
 
-def _dumps(obj: Any) -> bytes:
-    """JCS for these events (ASCII keys, no non-integral floats after the JSON
-    round trip below); the verify pass itself checks every line is canonical."""
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
-                      allow_nan=False).encode()
-
-
 def synthetic_log(path: Path, n: int) -> int:
-    """The demo log's events repeated to ``n`` lines, re-numbered and re-chained."""
+    """The demo log's events repeated to ``n`` lines, each with an event_id of its own,
+    linked by the exporter's own chain (format v2: both hashes)."""
     sid, events = load_history(DEMO.read_text())
-    template = [json.loads(line_bytes(e)) for e in Chain().link_all(map_history(sid, events))]
-    prev, size = GENESIS, 0
+    mapped = map_history(sid, events)
+    chain, size = Chain(), 0
     with path.open("wb", buffering=1 << 20) as f:
         for i in range(n):
-            body = dict(template[i % len(template)])
-            del body["event_hash"]
-            body.update(seq=i + 1, event_id=f"bench:{i + 1}:0", prev_hash=prev)
-            prev = hashlib.sha256(HASH_PREFIX + _dumps(body)).hexdigest()
-            body["event_hash"] = prev
-            line = _dumps(body) + b"\n"
-            size += f.write(line)
+            m = mapped[i % len(mapped)].model_copy(update={"event_id": f"bench:{i + 1}:0"})
+            size += f.write(line_bytes(chain.link(m)))
     return size
 
 

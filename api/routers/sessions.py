@@ -33,6 +33,7 @@ from api.deps import (
 )
 from api.errors import SESSION_STUCK, ApiError, temporal_errors
 from api.models import (
+    NOT_UNICODE,
     SESSION_ID_PATTERN,
     Accepted,
     CancelAccepted,
@@ -44,6 +45,7 @@ from api.models import (
     SessionSummary,
     SessionView,
     StepActionRequest,
+    lone_surrogate,
 )
 from api.paging import (
     DEFAULT_LIMIT,
@@ -128,6 +130,8 @@ async def start_session(
 ) -> SessionCreated:
     """Start a session. Its `SessionStatus` search attribute is `queued` from the
     start, so it is listed before any worker picks it up."""
+    if lone_surrogate(config.model_dump()):
+        raise ApiError(422, "validation_error", f"body: {NOT_UNICODE}")
     sid = session_id or f"s-{uuid.uuid4().hex[:12]}"
     with temporal_errors(sid):
         await client.start_workflow(

@@ -24,6 +24,7 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
+from observation.exporter.chain import read_json
 from observation.exporter.log import END_TYPES
 from observation.exporter.model import is_sse
 from observation.exporter.verify import LOG_NAME
@@ -162,7 +163,7 @@ def read_after(path: Path, after_seq: int) -> list[dict[str, Any]]:
         data = f.read() if after_seq <= 0 else _tail_after(f, after_seq)
     out = []
     for raw in data.split(b"\n")[:-1]:  # a last piece without "\n" is still being written
-        line = json.loads(raw)
+        line = read_json(raw)  # as the writer hands its lines on: numbers as doubles
         if line["seq"] > after_seq:
             out.append(line)
     return out

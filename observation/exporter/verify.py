@@ -5,27 +5,37 @@ The format version is read from line 1 (``log_version`` 2: seed 003's ``event_ha
 and the chained ``line_hash``, both checked; no ``log_version``: v1, its one
 ``event_hash``), and every later line must be of the same version.
 
+Each line is read with every number as a double (:func:`read_json`, as RFC 8785
+reads numbers), so a line must be the JCS form of what it holds.
 Any failure raises :class:`ChainBrokenError`, whose text starts with
-``EVENT_CHAIN_BROKEN`` (or ``ARTIFACT_MISMATCH``) and names the 1-based line.
+``EVENT_CHAIN_BROKEN`` (or ``ARTIFACT_MISMATCH``) and names the 1-based line; no
+content of a file makes it raise anything else.
 ``verify_lines`` and ``check_head`` are pure; ``verify_dir`` only reads files.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
-from observation.exporter.chain import GENESIS, hash_body, jcs, line_hash, seed_hash
+import rfc8785
+
+from observation.exporter.chain import GENESIS, hash_body, jcs, line_hash, read_json, seed_hash
 
 LOG_NAME, HEAD_NAME, SNAPSHOT_NAME = "events.ndjson", "head", "snapshot.json"
 #: The fields of a v1 line; a v2 line has these and ``log_version``, ``line_hash``.
 ENVELOPE = frozenset({"seq", "event_id", "run_id", "ts", "type", "payload", "trace_id",
                       "span_id", "parent_span_id", "prev_hash", "event_hash"})
 ENVELOPE_V2 = ENVELOPE | {"log_version", "line_hash"}
+#: The JSON type of each field (``parent_span_id``: a string or null).
+FIELD_TYPES: dict[str, type | tuple[type, ...]] = {
+    "seq": int, "payload": dict, "parent_span_id": (str, type(None)), "log_version": int,
+    **{k: str for k in ("event_id", "run_id", "ts", "type", "trace_id", "span_id",
+                        "prev_hash", "event_hash", "line_hash")}}
 
 
 class ChainBrokenError(ValueError):
@@ -46,16 +56,30 @@ def parse_line(line: bytes, number: int) -> dict[str, Any]:
     if not line.endswith(b"\n"):
         raise ChainBrokenError(number, "the last line is not terminated (a torn write)")
     try:
-        obj = json.loads(line)
-    except ValueError as err:
-        raise ChainBrokenError(number, f"not JSON ({err})") from None
+        obj = read_json(line)
+    except (ValueError, RecursionError) as err:  # UnicodeDecodeError is a ValueError
+        raise ChainBrokenError(number, f"not JSON ({type(err).__name__}: {err})") from None
     if not isinstance(obj, dict) or set(obj) not in (ENVELOPE, ENVELOPE_V2) or (
             "log_version" in obj and obj["log_version"] != 2):
         found = sorted(obj) if isinstance(obj, dict) else type(obj).__name__
         version = obj.get("log_version") if isinstance(obj, dict) else None
         raise ChainBrokenError(number, f"not a log event: fields {found}"
                                + (f", log_version {version!r}" if version is not None else ""))
+    for field, kind in FIELD_TYPES.items():
+        if field in obj and (not isinstance(obj[field], kind) or isinstance(obj[field], bool)):
+            raise ChainBrokenError(number, f"not a log event: {field} is "
+                                   f"{type(obj[field]).__name__} {obj[field]!r:.40}")
     return obj
+
+
+def canonical(obj: Any, number: int) -> bytes:
+    """``jcs(obj)``; a number JCS cannot write (``1e400`` reads as infinity) is a broken
+    line, not a crash."""
+    try:
+        return jcs(obj)
+    except (rfc8785.CanonicalizationError, RecursionError) as err:
+        raise ChainBrokenError(number, "not in canonical form (RFC 8785): "
+                               f"{type(err).__name__}: {err}") from None
 
 
 def line_version(obj: dict[str, Any]) -> int:
@@ -73,7 +97,7 @@ def verify_lines(lines: Iterable[bytes]) -> Iterator[dict[str, Any]]:
         elif line_version(obj) != version:
             raise ChainBrokenError(n, f"a log format v{line_version(obj)} line in a v{version} "
                                    "log: a log is one version from its first line to its last")
-        if jcs(obj) + b"\n" != line:
+        if canonical(obj, n) + b"\n" != line:
             raise ChainBrokenError(n, "not in canonical form (RFC 8785): the bytes were edited")
         if version == 1:
             if hash_body({k: v for k, v in obj.items() if k != "event_hash"}) \
@@ -99,12 +123,12 @@ def verify_lines(lines: Iterable[bytes]) -> Iterator[dict[str, Any]]:
 
 def parse_head(data: bytes, what: str) -> dict[str, Any]:
     try:
-        head = json.loads(data)
+        head = read_json(data)
         if isinstance(head, dict) and "head" in head:  # snapshot.json carries it too
             head = head["head"]
-        if not (isinstance(head["last_seq"], int) and isinstance(head["last_hash"], str)):
+        if not (type(head["last_seq"]) is int and isinstance(head["last_hash"], str)):
             raise TypeError("last_seq/last_hash of the wrong type")
-    except (ValueError, KeyError, TypeError) as err:
+    except (ValueError, KeyError, TypeError, RecursionError) as err:
         raise ChainBrokenError(None, f"{what} is not a valid head ({err})") from None
     return head
 
@@ -124,15 +148,20 @@ def check_head(verified: Verified, head: dict[str, Any], what: str) -> None:
 
 def check_artifact(run_dir: Path, event: dict[str, Any]) -> None:
     p = event["payload"]
-    path = (run_dir / p["path"]).resolve()
-    if not path.is_relative_to(run_dir.resolve() / "artifacts"):
+    if not (isinstance(p.get("path"), str) and isinstance(p.get("sha256"), str)):
+        raise ChainBrokenError(event["seq"], "ARTIFACT_WRITTEN without a path and sha256",
+                               "ARTIFACT_MISMATCH")
+    try:
+        path = (run_dir / p["path"]).resolve()
+        inside = path.is_relative_to(run_dir.resolve() / "artifacts")
+        digest = hashlib.sha256(path.read_bytes()).hexdigest() if inside else ""
+    except (OSError, ValueError) as err:  # ValueError: a NUL in the path
+        why = err.strerror if isinstance(err, OSError) else str(err)
+        raise ChainBrokenError(event["seq"], f"artifact {p['path']!r}: {why}",
+                               "ARTIFACT_MISMATCH") from None
+    if not inside:
         raise ChainBrokenError(event["seq"], f"artifact path {p['path']!r} leaves the "
                                "artifacts folder", "ARTIFACT_MISMATCH")
-    try:
-        digest = hashlib.sha256(path.read_bytes()).hexdigest()
-    except OSError as err:
-        raise ChainBrokenError(event["seq"], f"artifact {p['path']}: {err.strerror}",
-                               "ARTIFACT_MISMATCH") from None
     if digest != p["sha256"]:
         raise ChainBrokenError(event["seq"], f"artifact {p['path']} does not hash to its "
                                "recorded sha256", "ARTIFACT_MISMATCH")
@@ -143,19 +172,31 @@ def read_lines(path: Path) -> Iterator[bytes]:
         yield from f
 
 
-def verify_dir(run_dir: Path, *, artifacts: bool = True) -> Verified:
-    """Verify ``run_dir`` (``events.ndjson``, ``head``, ``snapshot.json``, artifacts)."""
+def verify_dir(run_dir: Path, *, artifacts: bool = True, live: bool = False) -> Verified:
+    """Verify ``run_dir`` (``events.ndjson``, ``head``, ``snapshot.json``, artifacts).
+
+    ``live``: the log may still be written. The exporter appends lines, fsyncs them,
+    then replaces ``snapshot.json`` and ``head``; so ``head`` is read first and the
+    lines up to its ``last_seq`` are checked (lines after it are a batch in flight,
+    checked against the next head), and ``snapshot.json`` is not compared."""
     log, head_path, snap_path = (run_dir / n for n in (LOG_NAME, HEAD_NAME, SNAPSHOT_NAME))
     for p in (log, head_path, snap_path):
         if not p.is_file():
             raise ChainBrokenError(None, f"{p} is missing" + (
                 ": a truncated tail cannot be ruled out" if p != log else ""))
     count, last, version = 0, GENESIS, None
-    for event in verify_lines(read_lines(log)):
-        count, last, version = event["seq"], event["event_hash"], line_version(event)
-        if artifacts and event["type"] == "ARTIFACT_WRITTEN":
-            check_artifact(run_dir, event)
+    try:
+        heads = [(parse_head(head_path.read_bytes(), "head"), "head")] if live else []
+        lines = read_lines(log)
+        for event in verify_lines(islice(lines, heads[0][0]["last_seq"]) if live else lines):
+            count, last, version = event["seq"], event["event_hash"], line_version(event)
+            if artifacts and event["type"] == "ARTIFACT_WRITTEN":
+                check_artifact(run_dir, event)
+        if not live:
+            heads = [(parse_head(p.read_bytes(), p.name), p.name) for p in (head_path, snap_path)]
+    except OSError as err:
+        raise ChainBrokenError(None, f"cannot read {err.filename}: {err.strerror}") from None
     verified = Verified(count, last, version)
-    check_head(verified, parse_head(head_path.read_bytes(), "head"), "head")
-    check_head(verified, parse_head(snap_path.read_bytes(), "snapshot.json"), "snapshot.json")
+    for head, what in heads:
+        check_head(verified, head, what)
     return verified

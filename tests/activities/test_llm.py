@@ -443,6 +443,19 @@ async def test_scripted_arguments_are_checked_like_the_models() -> None:
     assert unknown.arguments_error is None  # the workflow judges a tool that is not there
 
 
+async def test_openai_arguments_that_are_not_unicode_are_non_retryable(
+    fake_openai: FakeOpenAIServer, api_key: str
+) -> None:
+    """A lone surrogate (``\\ud800`` without its pair) in a tool call's JSON arguments:
+    not Unicode text, so it cannot be hashed or recorded; refused at once (before: a
+    UnicodeEncodeError, retried)."""
+    fake_openai.reply_tool_calls([tool_call("call_s", "fs__read_file", '{"path": "a\\ud800"}')])
+    error, failed = await run_failing(openai_input(fake_openai))
+    assert error.non_retryable and not failed.retryable
+    assert failed.error_class == "LLMResponseError"
+    assert "lone surrogate" in failed.error_summary
+
+
 async def test_openai_401_is_non_retryable_and_never_shows_the_key(
     fake_openai: FakeOpenAIServer, api_key: str
 ) -> None:
