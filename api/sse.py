@@ -26,7 +26,7 @@ from pydantic import BaseModel
 from temporalio.client import Client
 
 if TYPE_CHECKING:  # the exporter is imported on first use (api.routers.events)
-    from observation.exporter.follower import StreamHead
+    from observation.exporter.model import StreamHead
 
 PING = b": keep-alive\n\n"
 

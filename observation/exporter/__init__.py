@@ -26,7 +26,6 @@ from observation.exporter.follower import (
     ExportResult,
     LogDivergedError,
     SessionExport,
-    StreamHead,
     export_history,
     export_session,
     history_events,
@@ -47,6 +46,7 @@ from observation.exporter.model import (
     Artifact,
     LogEvent,
     MappedEvent,
+    StreamHead,
     is_sse,
 )
 from observation.exporter.service import Exporter, Wakeups, run_exporter

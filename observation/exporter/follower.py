@@ -25,7 +25,7 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from observation.exporter.chain import Chain
 from observation.exporter.log import LogError, LogObserver, LogWriter
 from observation.exporter.mapping import SessionMapper
-from observation.exporter.model import LogEvent, is_sse
+from observation.exporter.model import LogEvent, StreamHead, is_sse
 from observation.exporter.note import Signer
 from observation.exporter.verify import SNAPSHOT_NAME
 
@@ -81,17 +81,6 @@ async def session_events(
             e = chain.link(m)
             if e.seq > (after_seq or 0) and (only is None or only(e.type)):
                 yield e
-
-
-@dataclass(frozen=True)
-class StreamHead:
-    """Where a session's SSE stream stands now: the last id so far (the log's last
-    line; 0: none yet), the last id an event of the stream carries (0: none), and
-    whether the session ended (then no id after ``last_seq`` will ever come)."""
-
-    last_seq: int
-    last_event_seq: int
-    finished: bool
 
 
 async def stream_head(client: Client, session_id: str,
