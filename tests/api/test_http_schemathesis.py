@@ -6,9 +6,9 @@ worker whose every activity refuses: fuzzed session configs name MCP server
 commands, and nothing here may run them. Fuzzed ids mostly name no session, so
 the cases also get real ones: two sessions run by a real worker on a queue of their
 own (one waits for the person, one has finished) and their contracts' execution
-ids, exported into the read model the API reads, so the handlers past the 404 are
-reached too. Page tokens and cursors are fuzzed as well (one the API never gave
-out is a 400).
+ids, exported (logs, signed checkpoints, telemetry) into the read model the API
+reads, so the handlers past the 404 are reached too. Page tokens and cursors are
+fuzzed as well (one the API never gave out is a 400).
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ from temporalio.worker import Worker  # noqa: E402
 from api.app import ApiServer, create_app  # noqa: E402
 from api.deps import ApiTuning  # noqa: E402
 from api.settings import HitlflowSettings  # noqa: E402
+from observation.exporter.keys import load_or_create_signer  # noqa: E402
 from observation.telemetry import STORE_NAME, TelemetryStore  # noqa: E402
 from observation.telemetry.hook import sync_store  # noqa: E402
 from tests.api.http_support import confirm_body, session_until, waiting  # noqa: E402
@@ -90,7 +91,8 @@ class ThreadedApi:
                           workflows=[SessionWorkflow], activities=[refuse],
                           interceptors=INTERCEPTORS), \
                 running_worker(client, self.real_queue), \
-                running_exporter(client, self.settings.data_dir, self.real_queue):
+                running_exporter(client, self.settings.data_dir, self.real_queue,
+                                 signer=load_or_create_signer(self.settings.data_dir)):
             # freshness_wait_s: a fuzzed `min_seq` would wait 2 s for a line never written.
             app = create_app(self.settings, client, tuning=ApiTuning(
                 query_timeout_s=10, update_timeout_s=10, freshness_wait_s=0.05))
