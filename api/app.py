@@ -31,7 +31,7 @@ from api import errors
 from api.deps import ApiTuning, OnChange
 from api.routers import audit, events, execution, health, past, sessions
 from api.settings import HitlflowSettings
-from api.sse import EventProvider
+from api.sse import EventProvider, HeadProvider
 from api.stuck import StuckWatch
 from observation.log_reader import LogViews
 from observation.read_model import ReadModelError, ReadStore, open_store
@@ -125,11 +125,13 @@ def create_app(
     *,
     tuning: ApiTuning | None = None,
     event_provider: EventProvider | None = None,
+    stream_head: HeadProvider | None = None,
     read_model: ReadStore | None = None,
     on_change: OnChange | None = None,
 ) -> FastAPI:
     """The HTTP service. Without ``client``, the lifespan connects one to
-    ``settings.target``; ``event_provider`` replaces the SSE source (tests);
+    ``settings.target``; ``event_provider`` replaces the SSE source (tests), and
+    ``stream_head`` says how far it goes (without it, resume points are not checked);
     ``on_change(session_id)`` hears of every accepted write (``up`` wakes the exporter)."""
     settings = settings or HitlflowSettings()
     tuning = tuning or ApiTuning()
@@ -161,7 +163,7 @@ def create_app(
         "means Temporal is unreachable or no worker answered in time.",
     )
     app.state.settings, app.state.tuning, app.state.client = settings, tuning, client
-    app.state.event_provider = event_provider
+    app.state.event_provider, app.state.stream_head = event_provider, stream_head
     app.state.on_change = on_change or _nobody
     app.state.log_views = LogViews(settings.data_dir / "runs")
     app.state.read_model = read_model

@@ -25,7 +25,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from api.http_client import ApiClient, ApiClientError, default_api_url
-from api.sse import SseMessage
+from api.sse import STREAM_COMPLETE, SseMessage
 
 console = Console(highlight=False)
 session_app = typer.Typer(name="session", no_args_is_help=True,
@@ -309,11 +309,14 @@ def render_event(session_id: str, msg: SseMessage) -> None:
 
 def follow_events(api: ApiClient, session_id: str, on_event: Callable[[SseMessage], None],
                   retries: int = TAIL_RETRIES) -> None:
-    """Follow the stream until it ends; reconnect (Last-Event-ID) when it drops."""
+    """Follow the stream until it ends (its ``stream.complete`` event, not passed on);
+    reconnect (Last-Event-ID) when it drops."""
     last_id, failures = None, 0
     while True:
         try:
             for msg in api.events(session_id, last_id):
+                if msg.event == STREAM_COMPLETE:
+                    return
                 failures = 0
                 last_id = msg.id or last_id
                 on_event(msg)

@@ -91,8 +91,9 @@ async def _start_api(settings: HitlflowSettings, stop: asyncio.Event,
     from api.app import ApiServer, ApiStartError, create_app
 
     provider = (lambda _client, sid, after: feed.events(sid, after)) if feed else None
-    server = ApiServer(create_app(settings, on_change=on_change, event_provider=provider),
-                       settings.api_host, settings.api_port)
+    head = (lambda _client, sid: feed.head(sid)) if feed else None
+    server = ApiServer(create_app(settings, on_change=on_change, event_provider=provider,
+                                  stream_head=head), settings.api_host, settings.api_port)
     try:
         await server.start()
     except ApiStartError as err:

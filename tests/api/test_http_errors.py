@@ -193,3 +193,30 @@ async def test_no_input_ever_produces_a_5xx(http_stack: HttpStack, free_port):
             r = await http.get("/api/sessions/abc/events", headers={"Last-Event-ID": header})
             assert r.status_code in (400, 404), (header, r.text)
             error_of(r)
+
+
+async def test_a_405_allows_every_method_of_the_path(http_stack: HttpStack):
+    """`Allow` names every method some route takes at the path (not only the first
+    route's); OPTIONS answers 204 with it."""
+    http = http_stack.http
+    cases = [
+        ("/api/sessions", "GET, OPTIONS, POST", ["DELETE", "PUT", "PATCH"]),
+        ("/api/sessions/s-x", "GET, OPTIONS", ["POST", "DELETE"]),
+        ("/api/sessions/s-x/reply", "OPTIONS, POST", ["GET", "PUT"]),
+        ("/api/sessions/s-x/steps/0/approve", "OPTIONS, POST", ["GET"]),
+        ("/api/sessions/s-x/events", "GET, OPTIONS", ["POST"]),
+        ("/api/execution/topology", "GET, OPTIONS", ["PATCH"]),
+        ("/healthz", "GET, OPTIONS", ["POST"]),
+        ("/openapi.json", "GET, HEAD, OPTIONS", ["POST"]),
+    ]
+    for path, allow, refused in cases:
+        r = await http.options(path)
+        assert (r.status_code, r.headers.get("allow"), r.content) == (204, allow, b""), path
+        for method in refused:
+            r = await http.request(method, path)
+            assert r.status_code == 405, (method, path, r.text)
+            assert r.headers["allow"] == allow, (method, path)
+            err = error_of(r)
+            assert err["code"] == "method_not_allowed" and allow in err["message"], err
+    r = await http.options("/api/no-such-path")
+    assert r.status_code == 404 and "allow" not in r.headers
