@@ -1,0 +1,233 @@
+"""The inbox (``GET /``): its static files, and a person answering the demo session in
+a real browser — Playwright driving the system's Debian ``chromium`` (browser
+downloads are not reachable here; ``.ci/run`` installs the package when missing) —
+on the real stack with a bearer token configured.
+
+``HITLFLOW_SCREENSHOTS=docs/`` keeps the README's pictures of the inbox; on a
+failure, every open page is saved to a temporary directory named in the failure.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import uuid
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import httpx
+import pytest
+from temporalio.testing import WorkflowEnvironment
+
+from api.app import create_app
+from api.settings import HitlflowSettings
+from tests.api.http_support import HttpStack, demo_body, error_of, serve
+from tests.support.sessions import running_exporter, running_worker
+
+TOKEN = "inbox-s3cret"
+AUTH = {"authorization": f"Bearer {TOKEN}"}
+#: Where expect() waits for a DOM condition at most (a worker and an exporter on a
+#: shared machine stand between a click and what it shows).
+EXPECT_MS = 30_000
+
+
+@pytest.fixture(scope="module")
+async def inbox_stack(dev_env: WorkflowEnvironment, free_port: Callable[[], int],
+                      tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[HttpStack]:
+    """Like ``http_stack``, with ``HITLFLOW_API_TOKEN`` set."""
+    settings = HitlflowSettings(
+        temporal_address=dev_env.client.service_client.config.target_host,
+        task_queue=f"tq-inbox-{uuid.uuid4().hex[:8]}", api_token=TOKEN,
+        data_dir=tmp_path_factory.mktemp("inbox-data"))
+    async with running_worker(dev_env.client, settings.task_queue), \
+            running_exporter(dev_env.client, settings.data_dir, settings.task_queue), \
+            serve(create_app(settings), free_port()) as server, \
+            httpx.AsyncClient(base_url=server.url, timeout=30, headers=AUTH) as http:
+        yield HttpStack(http=http, url=server.url, client=dev_env.client, settings=settings)
+
+
+# -- the static files ------------------------------------------------------------------
+
+OTHER_PATHS = ["/inbox/index.html", "/inbox/", "/inbox/nope.js", "/inbox/..%2Fapp.py",
+               "/inbox/%2E%2E%2Frouters%2Finbox.py", "/inbox/__init__.py", "/inbox/inbox.js/x",
+               "/index.html"]
+
+
+async def test_the_page_is_served_without_the_token_and_nothing_else_is(inbox_stack: HttpStack):
+    async with httpx.AsyncClient(base_url=inbox_stack.url, timeout=30) as anonymous:
+        for path, media in [("/", "text/html"), ("/inbox/inbox.js", "text/javascript"),
+                            ("/inbox/inbox.css", "text/css")]:
+            r = await anonymous.get(path)
+            assert r.status_code == 200, (path, r.text)
+            assert r.headers["content-type"].startswith(media)
+            assert "default-src 'self'" in r.headers["content-security-policy"]
+        page = (await anonymous.get("/")).text
+        # Everything it loads is its own (offline: no CDN), by relative paths.
+        assert 'src="inbox/inbox.js"' in page and 'href="inbox/inbox.css"' in page
+        assert "http://" not in page and "https://" not in page
+        r = await anonymous.post("/")
+        assert r.status_code == 405 and error_of(r)["code"] == "method_not_allowed"
+        # Only those three paths are open; the token guards the rest, files or not.
+        for path in [*OTHER_PATHS, "/api/sessions"]:
+            r = await anonymous.get(path)
+            assert r.status_code == 401 and error_of(r)["code"] == "unauthorized", path
+    for path in OTHER_PATHS:  # with the token: none of them is a file it serves
+        r = await inbox_stack.http.get(path)
+        assert r.status_code == 404 and error_of(r)["code"] == "not_found", path
+
+
+# -- in a browser ----------------------------------------------------------------------
+
+
+def _chromium() -> str:
+    """The system's chromium; missing, the test fails in CI (``CI`` set) and is
+    skipped elsewhere, saying how to get it."""
+    found = os.environ.get("HITLFLOW_CHROMIUM") or shutil.which("chromium") \
+        or shutil.which("chromium-browser")
+    why = ("the inbox's browser test needs Debian's chromium (apt-get install chromium; "
+           ".ci/run installs it) or HITLFLOW_CHROMIUM=<path>")
+    if not found:
+        if os.environ.get("CI"):
+            pytest.fail(f"no chromium found: {why}")
+        pytest.skip(f"no chromium found: {why}")
+    return found
+
+
+class Pages:
+    """The test's open pages: their screenshots for the docs, or all of them on failure."""
+
+    def __init__(self) -> None:
+        self.open: dict[str, object] = {}
+        keep = os.environ.get("HITLFLOW_SCREENSHOTS")
+        self.keep = Path(keep) if keep else None
+
+    async def picture(self, page, name: str) -> None:
+        if self.keep is not None:
+            self.keep.mkdir(parents=True, exist_ok=True)
+            await page.screenshot(path=self.keep / f"{name}.png")
+
+    async def save_all(self) -> str:
+        where = tempfile.mkdtemp(prefix="hitlflow-inbox-")
+        for name, page in self.open.items():
+            try:
+                await page.screenshot(path=Path(where) / f"{name}.png", full_page=True)
+            except Exception as err:  # a page that died still leaves the others
+                (Path(where) / f"{name}.txt").write_text(repr(err))
+        return where
+
+
+@pytest.mark.browser
+async def test_a_person_answers_the_demo_session_in_the_inbox(inbox_stack: HttpStack,
+                                                              tmp_path: Path):
+    chromium = _chromium()
+    try:
+        from playwright.async_api import async_playwright, expect
+    except ImportError as err:  # a dev extra: never a silent skip
+        pytest.fail(f"playwright is not installed ({err}): pip install -e '.[dev]'")
+    expect.set_options(timeout=EXPECT_MS)
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    pages = Pages()
+    async with async_playwright() as pw:
+        browser = await pw.chromium.launch(executable_path=chromium)
+        try:
+            context = await browser.new_context(viewport={"width": 960, "height": 720})
+            inbox = pages.open["inbox"] = await context.new_page()
+            await _run(inbox_stack, context, inbox, pages, notes, expect)
+        except BaseException as err:
+            where = await pages.save_all()
+            print(f"inbox screenshots: {where}")
+            err.add_note(f"screenshots of every open page: {where}")
+            raise
+        finally:
+            await browser.close()
+
+
+async def _sign_in(page, expect) -> None:
+    """The API wants a token: a wrong one is refused with the API's words, then the
+    right one is kept in the tab's session storage."""
+    field = page.get_by_label("API token")
+    await expect(page.get_by_role("alert")).to_have_text("a bearer token is required")
+    await field.fill("not-the-token")
+    await field.press("Enter")
+    await expect(page.get_by_role("alert")).to_have_text("the bearer token is wrong")
+    await page.get_by_label("API token").fill(TOKEN)
+    await page.get_by_role("button", name="Sign in").click()
+
+
+async def _run(stack: HttpStack, context, inbox, pages: Pages, notes: Path, expect) -> None:
+    await inbox.goto(f"{stack.url}/")
+    await _sign_in(inbox, expect)
+    await expect(inbox.get_by_role("heading", name="Waiting for you")).to_be_visible()
+
+    # A session that starts while the inbox is open shows up in it, with what it waits for.
+    r = await stack.http.post("/api/sessions", json=demo_body(notes))
+    assert r.status_code == 201, r.text
+    sid = r.json()["session_id"]
+    card = inbox.locator(f'[data-session="{sid}"]')
+    await expect(card).to_contain_text("waits for approval")
+    await expect(card).to_contain_text("Call tool delete_note(name='old-draft')")
+    listed = (await stack.http.get("/api/sessions", params={"status": "waiting_user"})).json()
+    assert [s["pending"]["kind"] for s in listed["sessions"] if s["session_id"] == sid] \
+        == ["approval"]
+    await pages.picture(inbox, "inbox")
+
+    # A second tab whose live stream is cut keeps the approval form: it goes stale.
+    stale = pages.open["stale"] = await context.new_page()
+    await stale.route("**/events", lambda route: route.abort())
+    await stale.goto(f"{stack.url}/#/s/{sid}")
+    await _sign_in(stale, expect)  # session storage is per tab
+    await expect(stale.get_by_role("button", name="Approve")).to_be_visible()
+
+    # The session page: the conversation with each tool call's safety class, the
+    # contracts with their state, and the approval form.
+    await inbox.get_by_role("link", name=sid).click()
+    conversation = inbox.locator("#conversation")
+    await expect(inbox.locator("#prompt")).to_have_text(
+        "Approve irreversible action: Call tool delete_note(name='old-draft') on notes")
+    await expect(conversation).to_contain_text(
+        "Tidy up my notes: save the groceries list, drop the old draft.")
+    await expect(conversation.locator("li", has_text="notes.delete_note")).to_contain_text(
+        "irreversible")
+    await expect(conversation.locator("li", has_text="notes.write_note").first).to_contain_text(
+        "reversible")
+    await expect(inbox.locator("#contracts li", has_text="delete_note")).to_contain_text(
+        "waiting")
+    # Readable on a phone: nothing wider than the screen.
+    await inbox.set_viewport_size({"width": 375, "height": 740})
+    assert await inbox.evaluate(
+        "document.documentElement.scrollWidth <= window.innerWidth"), "wider than a phone"
+    await inbox.set_viewport_size({"width": 960, "height": 720})
+    await pages.picture(inbox, "inbox-session")
+
+    # Approve with the keyboard; the session moves on live (no reload, no polling):
+    # the tool runs and the agent's question arrives over the stream.
+    await inbox.get_by_label("Comment (optional)").fill("the draft can go")
+    await inbox.keyboard.press("Tab")
+    await expect(inbox.get_by_role("button", name="Approve")).to_be_focused()
+    await inbox.keyboard.press("Enter")
+    await expect(inbox.locator("#prompt")).to_have_text(
+        "Shall I read the groceries list back to you?")
+    await expect(conversation).to_contain_text("approved · “the draft can go”")
+    await expect(conversation.locator("li", has_text="Result delete_note")).to_contain_text(
+        '"deleted":true')
+
+    # The stale tab's approval is refused: the API's 409 message, in place.
+    async with stale.expect_response(lambda resp: resp.url.endswith("/reply")) as answer:
+        await stale.get_by_role("button", name="Approve").click()
+    refused = await answer.value
+    assert refused.status == 409
+    message = (await refused.json())["error"]["message"]
+    await expect(stale.get_by_role("alert")).to_have_text(f"Not sent: {message}")
+
+    # Answer the question; the session ends, and leaves the inbox.
+    await inbox.get_by_role("button", name="Yes").click()
+    await expect(inbox.locator("#head")).to_contain_text("succeeded")
+    await expect(conversation).to_contain_text("Done: groceries saved, the old draft deleted.")
+    await expect(inbox.get_by_role("heading", name="Nothing waits for you")).to_be_visible()
+    assert sorted(p.name for p in notes.iterdir() if not p.name.startswith(".")) \
+        == ["groceries"]  # the draft went
+    await inbox.get_by_role("link", name="← Inbox").click()
+    await expect(inbox.locator("#count")).to_be_visible()
+    await expect(inbox.locator(f'[data-session="{sid}"]')).to_have_count(0)
