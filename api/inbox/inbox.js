@@ -615,7 +615,9 @@ function entry(type, p, seq) {
           shown(d.arguments || {}));
       }
       if (p.action_type === "plan_step") {
-        return line("Plan step", "tool", seq, h("span", { class: "text" }, p.action_summary));
+        return line(`Step ${d.step}`, "tool", seq, h("span", { class: "text" }, d.name || ""),
+          d.gate ? [" ", h("span", { class: "badge sf-irreversible" }, "gate")] : "",
+          d.run ? [" ", shown(d.run)] : "");
       }
       return null; // a request to the person shows as interaction.requested
     }
@@ -623,10 +625,25 @@ function entry(type, p, seq) {
       return line(p.is_error ? "Tool error" : "Result", p.is_error ? "error" : "tool", seq,
         h("code", {}, p.tool || ""), p.error_message ? ` ${p.error_message}` : "", " ",
         p.text ? shown(p.text) : "");
-    case "interaction.requested":
-      return line(`Asks (${p.kind})`, "ask", seq, h("span", { class: "text" }, p.prompt));
+    case "interaction.requested": // a wait for a message repeats the agent's text
+      return p.kind === "message" ? null
+        : line(`Asks (${p.kind})`, "ask", seq, h("span", { class: "text" }, p.prompt));
     case "interaction.reply.accepted":
       return line(`Answered by ${p.by || "someone"}`, "person", seq, answerText(p.answer));
+    case "StepCompleted": // what a person who verifies the step needs to see
+      return line(`Step ${p.step} ran`, p.exit_code === 0 ? "tool" : "error", seq,
+        `exit code ${p.exit_code}`, p.stdout ? h("pre", {}, brief(p.stdout)) : "",
+        p.stderr ? h("pre", { class: "sf-error" }, brief(p.stderr)) : "");
+    case "GATE_RUN_FINISHED":
+      return line(`Step ${p.step} check`, p.passed ? "tool" : "error", seq,
+        p.passed ? "passed" : "failed", p.command ? [" ", h("code", {}, p.command)] : "",
+        p.output_excerpt ? h("pre", {}, brief(p.output_excerpt)) : "");
+    case "StepApproved": case "StepSkipped": case "StepReset": case "TaskReset":
+    case "WindowLost": case "TaskStopped":
+      return line("Plan", "end", seq, `${type}`, p.step !== undefined && p.step !== null
+        ? ` (step ${p.step}${p.to_step !== undefined ? ` → ${p.to_step}` : ""})` : "",
+      p.by ? ` by ${p.by}` : "", p.reason ? ` · ${p.reason}` : "",
+      p.feedback ? h("pre", {}, brief(p.feedback)) : "");
     case "conversation.state.changed":
       return TERMINAL.has(p.to)
         ? line("Session", "end", seq, "ended: ", badge(p.to)) : null;

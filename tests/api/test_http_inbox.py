@@ -9,6 +9,7 @@ failure, every open page is saved to a temporary directory named in the failure.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
@@ -95,53 +96,66 @@ def _chromium() -> str:
 
 
 class Pages:
-    """The test's open pages: their screenshots for the docs, or all of them on failure."""
+    """A browser context's open pages: their pictures for the docs, and all of them
+    saved on a failure (to a temporary directory named in the failure)."""
 
-    def __init__(self) -> None:
+    def __init__(self, context) -> None:
+        self.context = context
         self.open: dict[str, object] = {}
         keep = os.environ.get("HITLFLOW_SCREENSHOTS")
         self.keep = Path(keep) if keep else None
+
+    async def new(self, name: str):
+        page = self.open[name] = await self.context.new_page()
+        return page
 
     async def picture(self, page, name: str) -> None:
         if self.keep is not None:
             self.keep.mkdir(parents=True, exist_ok=True)
             await page.screenshot(path=self.keep / f"{name}.png")
 
-    async def save_all(self) -> str:
-        where = tempfile.mkdtemp(prefix="hitlflow-inbox-")
-        for name, page in self.open.items():
-            try:
-                await page.screenshot(path=Path(where) / f"{name}.png", full_page=True)
-            except Exception as err:  # a page that died still leaves the others
-                (Path(where) / f"{name}.txt").write_text(repr(err))
-        return where
+    @contextlib.asynccontextmanager
+    async def kept_on_failure(self) -> AsyncIterator[None]:
+        try:
+            yield
+        except BaseException as err:
+            where = tempfile.mkdtemp(prefix="hitlflow-inbox-")
+            for name, page in self.open.items():
+                try:
+                    await page.screenshot(path=Path(where) / f"{name}.png", full_page=True)
+                except Exception as shot:  # a page that died still leaves the others
+                    (Path(where) / f"{name}.txt").write_text(repr(shot))
+            print(f"inbox screenshots: {where}")
+            err.add_note(f"screenshots of every open page: {where}")
+            raise
 
 
-@pytest.mark.browser
-async def test_a_person_answers_the_demo_session_in_the_inbox(inbox_stack: HttpStack,
-                                                              tmp_path: Path):
+@pytest.fixture(scope="module")
+async def browser() -> AsyncIterator[object]:
+    """One chromium for the module's tests."""
     chromium = _chromium()
     try:
         from playwright.async_api import async_playwright, expect
     except ImportError as err:  # a dev extra: never a silent skip
         pytest.fail(f"playwright is not installed ({err}): pip install -e '.[dev]'")
     expect.set_options(timeout=EXPECT_MS)
-    notes = tmp_path / "notes"
-    notes.mkdir()
-    pages = Pages()
     async with async_playwright() as pw:
-        browser = await pw.chromium.launch(executable_path=chromium)
+        launched = await pw.chromium.launch(executable_path=chromium)
         try:
-            context = await browser.new_context(viewport={"width": 960, "height": 720})
-            inbox = pages.open["inbox"] = await context.new_page()
-            await _run(inbox_stack, context, inbox, pages, notes, expect)
-        except BaseException as err:
-            where = await pages.save_all()
-            print(f"inbox screenshots: {where}")
-            err.add_note(f"screenshots of every open page: {where}")
-            raise
+            yield launched
         finally:
-            await browser.close()
+            await launched.close()
+
+
+@pytest.fixture
+async def pages(browser) -> AsyncIterator[Pages]:
+    context = await browser.new_context(viewport={"width": 960, "height": 720})
+    kept = Pages(context)
+    try:
+        async with kept.kept_on_failure():
+            yield kept
+    finally:
+        await context.close()
 
 
 async def _sign_in(page, expect) -> None:
@@ -156,7 +170,15 @@ async def _sign_in(page, expect) -> None:
     await page.get_by_role("button", name="Sign in").click()
 
 
-async def _run(stack: HttpStack, context, inbox, pages: Pages, notes: Path, expect) -> None:
+@pytest.mark.browser
+async def test_a_person_answers_the_demo_session_in_the_inbox(
+        inbox_stack: HttpStack, pages: Pages, tmp_path: Path):
+    from playwright.async_api import expect
+
+    stack = inbox_stack
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    inbox = await pages.new("inbox")
     await inbox.goto(f"{stack.url}/")
     await _sign_in(inbox, expect)
     await expect(inbox.get_by_role("heading", name="Waiting for you")).to_be_visible()
@@ -174,7 +196,7 @@ async def _run(stack: HttpStack, context, inbox, pages: Pages, notes: Path, expe
     await pages.picture(inbox, "inbox")
 
     # A second tab whose live stream is cut keeps the approval form: it goes stale.
-    stale = pages.open["stale"] = await context.new_page()
+    stale = await pages.new("stale")
     await stale.route("**/events", lambda route: route.abort())
     await stale.goto(f"{stack.url}/#/s/{sid}")
     await _sign_in(stale, expect)  # session storage is per tab
@@ -231,3 +253,71 @@ async def _run(stack: HttpStack, context, inbox, pages: Pages, notes: Path, expe
     await inbox.get_by_role("link", name="← Inbox").click()
     await expect(inbox.locator("#count")).to_be_visible()
     await expect(inbox.locator(f'[data-session="{sid}"]')).to_have_count(0)
+
+
+CHOOSE_FORM_CHAT = {"initial_message": "Order a print", "agent": {"llm": {
+    "provider": "scripted", "responses": [
+        {"ecs_request": {"kind": "choose", "prompt": "Which colour?",
+                         "options": ["red", "green"]}},
+        {"ecs_request": {"kind": "form", "prompt": "Where does it go?", "fields": [
+            {"name": "city", "label": "City"},
+            {"name": "copies", "label": "Copies", "type": "number"},
+            {"name": "gift", "label": "Gift wrap", "type": "boolean", "required": False}]}},
+        {"text": "Noted."},
+        {"text": "Anything else?"}]}}}
+GATED_PLAN = {"plan": {"name": "release", "steps": [
+    {"name": "go / no-go", "gate": True},
+    {"name": "publish", "run": "echo published v1", "verify": "human"}]}}
+
+
+@pytest.mark.browser
+async def test_each_kind_of_request_gets_its_form(inbox_stack: HttpStack, pages: Pages):
+    """choose, form, message and end, and a plan's gate and human verification."""
+    from playwright.async_api import expect
+
+    stack = inbox_stack
+    sids = []
+    for body in (CHOOSE_FORM_CHAT, GATED_PLAN):
+        r = await stack.http.post("/api/sessions", json=body)
+        assert r.status_code == 201, r.text
+        sids.append(r.json()["session_id"])
+    chat, plan = sids
+    page = await pages.new("kinds")
+    conversation, prompt = page.locator("#conversation"), page.locator("#prompt")
+    await page.goto(f"{stack.url}/#/s/{chat}")
+    await page.get_by_label("API token").fill(TOKEN)
+    await page.get_by_label("API token").press("Enter")
+
+    await expect(prompt).to_have_text("Which colour?")
+    await page.get_by_role("radio", name="green").check()
+    await page.get_by_role("button", name="Send").click()
+    await expect(prompt).to_have_text("Where does it go?")
+    await expect(conversation).to_contain_text("chose green")
+    await page.get_by_label("City").fill("Oslo")
+    await page.get_by_label("Copies").fill("2")
+    await page.get_by_label("Gift wrap").check()
+    await page.get_by_role("button", name="Send").click()
+    # The values go as the form's schema says: a number, a boolean.
+    await expect(conversation).to_contain_text('{"city":"Oslo","copies":2,"gift":true}')
+    await expect(page.get_by_label("Your message")).to_be_visible()
+    await page.get_by_label("Your message").fill("Add a card, please.")
+    await page.get_by_role("button", name="Send").click()
+    await expect(conversation.locator("li.who-agent", has_text="Anything else?")).to_be_visible()
+    await expect(conversation).to_contain_text("Add a card, please.")
+    await page.get_by_role("button", name="End the conversation").click()
+    await expect(page.locator("#head")).to_contain_text("succeeded")
+
+    await page.goto(f"{stack.url}/#/s/{plan}")
+    await expect(prompt).to_have_text("gate: go / no-go")
+    # Broken input: a reset forward is refused by the API, its words in place.
+    await page.get_by_label("Step to reset to (for Reset)").fill("1")
+    await page.get_by_role("button", name="Reset to step").click()
+    await expect(page.get_by_role("alert")).to_contain_text(
+        "Not sent: reset to step 1 would move forward past the cursor (0)")
+    await page.get_by_role("button", name="Approve step").click()
+    await expect(prompt).to_have_text("verify_human: verify step 1 and approve it")
+    # The person who verifies the step sees what it printed.
+    await expect(conversation.locator("li", has_text="Step 1 ran")).to_contain_text(
+        "published v1")
+    await page.get_by_role("button", name="Approve step").click()
+    await expect(page.locator("#head")).to_contain_text("succeeded")
