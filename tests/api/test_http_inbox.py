@@ -21,10 +21,8 @@ import httpx
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
-from api.app import create_app
 from api.settings import HitlflowSettings
-from tests.api.http_support import HttpStack, demo_body, error_of, serve
-from tests.support.sessions import running_exporter, running_worker
+from tests.api.http_support import HttpStack, demo_body, error_of, running_stack
 
 TOKEN = "inbox-s3cret"
 AUTH = {"authorization": f"Bearer {TOKEN}"}
@@ -41,11 +39,8 @@ async def inbox_stack(dev_env: WorkflowEnvironment, free_port: Callable[[], int]
         temporal_address=dev_env.client.service_client.config.target_host,
         task_queue=f"tq-inbox-{uuid.uuid4().hex[:8]}", api_token=TOKEN,
         data_dir=tmp_path_factory.mktemp("inbox-data"))
-    async with running_worker(dev_env.client, settings.task_queue), \
-            running_exporter(dev_env.client, settings.data_dir, settings.task_queue), \
-            serve(create_app(settings), free_port()) as server, \
-            httpx.AsyncClient(base_url=server.url, timeout=30, headers=AUTH) as http:
-        yield HttpStack(http=http, url=server.url, client=dev_env.client, settings=settings)
+    async with running_stack(dev_env.client, settings, free_port(), AUTH) as stack:
+        yield stack
 
 
 # -- the static files ------------------------------------------------------------------
