@@ -16,6 +16,8 @@ const TOKEN_KEY = "hitlflow.api_token";
 const LIST_EVERY_MS = 2000;       // the list is re-read this often while shown
 const LIST_PAGES = 4;             // at most this many pages of 500 are read
 const LOG_TAIL_BYTES = 512 * 1024; // a session page starts with the log's last bytes
+const SILENT_MS = 60_000;          // a stream with no byte (not even a keep-alive) this long
+                                   // is reconnected (the API sends one every 15 s)
 const TERMINAL = new Set(["succeeded", "failed", "canceled"]);
 const STATUSES = ["waiting_user", "running", "queued", "succeeded", "failed", "canceled"];
 const SAFETY = {
@@ -59,6 +61,25 @@ function when(iso) {
   const ago = s < 60 ? "just now" : s < 3600 ? `${Math.floor(s / 60)} min ago`
     : s < 86400 ? `${Math.floor(s / 3600)} h ago` : `${Math.floor(s / 86400)} days ago`;
   return h("time", { datetime: iso, title: d.toLocaleString() }, ago);
+}
+
+// Replace `el`'s children, keeping the focus and the open <details> (by `data-key`),
+// so that a live update never takes them from under the person's keyboard.
+function replaceKeeping(el, kids) {
+  const active = document.activeElement;
+  const focused = active && el.contains(active) ? active.dataset.key : null;
+  const open = new Set([...el.querySelectorAll("details[open]")].map((d) => d.dataset.key));
+  el.replaceChildren(...kids);
+  for (const d of el.querySelectorAll("details[data-key]")) d.open = open.has(d.dataset.key);
+  if (focused) {
+    const again = [...el.querySelectorAll("[data-key]")].find((x) => x.dataset.key === focused);
+    if (again) again.focus();
+  }
+}
+
+function disclosure(key, title, ...kids) {
+  return h("details", { "data-key": key }, h("summary", { "data-key": `${key}/s` }, title),
+           ...kids);
 }
 
 function badge(status, prefix = "st") {
@@ -207,8 +228,9 @@ function showList(query, signal) {
   } }, ...STATUSES.map((s) => h("option", { value: s, selected: s === status },
                                 s === "waiting_user" ? "waiting for a person" : s.replace("_", " "))),
   h("option", { value: "", selected: status === "" }, "all sessions"));
-  const list = h("ul", { class: "cards", id: "sessions", "aria-live": "polite" });
-  const count = h("p", { class: "meta", id: "count" }, "Loading…");
+  const list = h("ul", { class: "cards", id: "sessions" });
+  const count = h("p", { class: "meta", id: "count", "aria-live": "polite" }, "Loading…");
+  let shown = null;
   page(status === "waiting_user" ? "Waiting for you" : "Sessions",
        h("div", { class: "toolbar" },
          h("div", {}, h("label", { for: "status-filter" }, "Show"), select)),
@@ -216,22 +238,28 @@ function showList(query, signal) {
 
   const render = ({ sessions, more }) => {
     sessions.sort(oldestFirst);
+    const now = JSON.stringify([sessions, more]);
+    if (now === shown) return false; // re-rendered only when something changed
+    shown = now;
     count.textContent = sessions.length === 0
       ? (status === "waiting_user" ? "Nothing waits for you." : "No sessions.")
       : `${sessions.length}${more ? "+" : ""} session${sessions.length === 1 ? "" : "s"}, `
         + "oldest first.";
-    list.replaceChildren(...sessions.map((s) => h("li", { "data-session": s.session_id },
-      h("a", { href: `#/s/${enc(s.session_id)}` }, s.session_id), " ", badge(s.status),
+    replaceKeeping(list, sessions.map((s) => h("li", { "data-session": s.session_id },
+      h("a", { href: `#/s/${enc(s.session_id)}`, "data-key": s.session_id }, s.session_id), " ",
+      badge(s.status),
       waitsFor(s.pending),
       h("div", { class: "meta" },
         s.waiting_since ? ["waiting since ", when(s.waiting_since)]
           : ["started ", when(s.started_at)]))));
+    return true;
   };
   (async () => {
     while (!signal.aborted) {
       try {
-        render(await listed(status, signal));
-        setLive(`updated ${new Date().toLocaleTimeString()}`);
+        if (render(await listed(status, signal))) {
+          setLive(`updated ${new Date().toLocaleTimeString()}`);
+        }
       } catch (err) {
         if (err instanceof Unauthorized) return;
         failed(err);
@@ -338,6 +366,9 @@ async function readLog(s) {
 
 function add(s, seq, type, payload) {
   s.entries.set(seq, { seq, type, payload });
+  if (type === "RUN_CREATED" && payload.config && payload.config.title) {
+    s.title = payload.config.title; // the config's title, when the log starts in view
+  }
   if (s.lastSeq === null || seq > s.lastSeq) s.lastSeq = seq;
 }
 
@@ -345,18 +376,26 @@ function add(s, seq, type, payload) {
 async function follow(s, base) {
   let retryMs = 2000;
   while (!s.signal.aborted && !s.ended) {
+    // A connection that stays silent past a few keep-alives is dead: drop it.
+    const conn = new AbortController();
+    const stop = () => conn.abort();
+    s.signal.addEventListener("abort", stop);
+    let quiet = setTimeout(stop, SILENT_MS);
     try {
       const headers = { Accept: "text/event-stream" };
       if (s.lastSeq !== null) headers["Last-Event-ID"] = String(s.lastSeq);
-      const r = await api(`${base}/events`, { headers, signal: s.signal });
+      const r = await api(`${base}/events`, { headers, signal: conn.signal });
       if (!r.ok) throw new Error(await messageOf(r));
       setLive("live");
-      const reader = r.body.pipeThrough(new TextDecoderStream()).getReader();
+      const body = r.body.pipeThrough(new TextDecoderStream());
+      const reader = body.getReader();
       let buf = "";
       let ev = { event: "message", data: [], id: null };
       for (;;) {
         const { value, done } = await reader.read();
+        clearTimeout(quiet);
         if (done) break;
+        quiet = setTimeout(stop, SILENT_MS);
         buf += value;
         let nl;
         while ((nl = buf.indexOf("\n")) >= 0) {
@@ -381,6 +420,9 @@ async function follow(s, base) {
     } catch (err) {
       if (s.signal.aborted || err instanceof Unauthorized) return;
       setLive(`reconnecting: ${err.message || err}`);
+    } finally {
+      clearTimeout(quiet);
+      s.signal.removeEventListener("abort", stop);
     }
     if (s.ended) break;
     await sleep(retryMs, s.signal);
@@ -411,7 +453,8 @@ function onEvent(s, type, id, data) {
 function render(s) {
   const v = s.session;
   const plural = (n, one, many) => `${n} ${n === 1 ? one : many}`;
-  s.els.head.replaceChildren(h("span", {},
+  s.els.head.replaceChildren(s.title ? h("p", { class: "prompt" }, s.title) : "",
+    h("span", {},
     "Status ", badge(v.status), v.mode ? ` · ${v.mode}` : "",
     v.waiting_since && v.status === "waiting_user" ? [" · waiting since ", when(v.waiting_since)]
       : "",
@@ -575,12 +618,27 @@ function renderConversation(s) {
   const items = [...s.entries.values()].sort((a, b) => a.seq - b.seq)
     .map((e) => entry(e.type, e.payload, e.seq)).filter(Boolean);
   if (s.logCut) {
-    items.unshift(h("li", { class: "meta" }, "Earlier entries are not shown: ",
-                    h("a", { href: `api/sessions/${enc(s.sid)}/log` }, "the full log"), "."));
+    items.unshift(h("li", { class: "meta" }, "Earlier entries are not shown. ",
+      h("button", { type: "button", "data-key": "full-log", onclick: () => download(s) },
+        "Download the full log")));
   }
   if (s.typing) items.push(h("li", { class: "who-agent typing", "aria-live": "off" },
                              h("span", { class: "who" }, "Agent"), s.typing));
-  s.els.conv.replaceChildren(...items);
+  replaceKeeping(s.els.conv, items);
+}
+
+// The whole NDJSON log, fetched with the token (a plain link could not send it).
+async function download(s) {
+  try {
+    const r = await api(`api/sessions/${enc(s.sid)}/log`, { signal: s.signal });
+    if (!r.ok) throw new Error(await messageOf(r));
+    const a = h("a", { href: URL.createObjectURL(await r.blob()),
+                       download: `${s.sid}.events.ndjson` });
+    a.click();
+    setTimeout(() => URL.revokeObjectURL(a.href), 60_000);
+  } catch (err) {
+    failed(err);
+  }
 }
 
 function line(who, cls, seq, ...kids) {
@@ -674,8 +732,8 @@ function renderContracts(s) {
       + `${c.last_actor || "?"} · `, when(c.entered_state_at)),
     c.error_message ? h("p", { class: "notice" }, c.error_message) : "",
     c.result !== null && c.result !== undefined
-      ? h("details", {}, h("summary", {}, "Result"), h("pre", {}, brief(c.result))) : "",
-    moves.has(c.execution_id) ? h("details", {}, h("summary", {}, "Transitions"),
+      ? disclosure(`${c.execution_id}/result`, "Result", h("pre", {}, brief(c.result))) : "",
+    moves.has(c.execution_id) ? disclosure(`${c.execution_id}/moves`, "Transitions",
       h("ol", {}, ...moves.get(c.execution_id).map((tr) => h("li", {},
         `${tr.from_status} → ${tr.to_status} (${tr.trigger}, ${tr.actor}) `,
         when(tr.timestamp))))) : ""));
@@ -683,7 +741,7 @@ function renderContracts(s) {
     items.push(h("li", { class: "meta" },
                  `${t.total_contracts - t.contracts.length} more in the timeline API.`));
   }
-  s.els.contracts.replaceChildren(...items);
+  replaceKeeping(s.els.contracts, items);
 }
 
 // -- start --------------------------------------------------------------------------

@@ -22,7 +22,13 @@ import pytest
 from temporalio.testing import WorkflowEnvironment
 
 from api.settings import HitlflowSettings
-from tests.api.http_support import HttpStack, demo_body, error_of, running_stack
+from tests.api.http_support import (
+    HttpStack,
+    confirm_body,
+    demo_body,
+    error_of,
+    running_stack,
+)
 
 TOKEN = "inbox-s3cret"
 AUTH = {"authorization": f"Bearer {TOKEN}"}
@@ -197,9 +203,18 @@ async def test_a_person_answers_the_demo_session_in_the_inbox(
     await _sign_in(stale, expect)  # session storage is per tab
     await expect(stale.get_by_role("button", name="Approve")).to_be_visible()
 
+    # The list keeps the keyboard's place when it changes under it; Enter opens.
+    link = inbox.get_by_role("link", name=sid)
+    await link.focus()
+    r = await stack.http.post("/api/sessions", json=confirm_body())
+    assert r.status_code == 201, r.text
+    await expect(inbox.locator(f'[data-session="{r.json()["session_id"]}"]')).to_contain_text(
+        "go on?")
+    await expect(link).to_be_focused()
+    await inbox.keyboard.press("Enter")
+
     # The session page: the conversation with each tool call's safety class, the
     # contracts with their state, and the approval form.
-    await inbox.get_by_role("link", name=sid).click()
     conversation = inbox.locator("#conversation")
     await expect(inbox.locator("#prompt")).to_have_text(
         "Approve irreversible action: Call tool delete_note(name='old-draft') on notes")
