@@ -537,9 +537,9 @@ function formFor(s, p) {
       const input = f.type === "boolean" ? h("input", { ...attrs, type: "checkbox" })
         : h("input", { ...attrs, type: f.type === "number" ? "number" : "text",
                        step: f.type === "number" ? "any" : null });
-      return { f, input, el: f.type === "boolean"
+      return { f, input, el: h("div", { class: "field" }, f.type === "boolean"
         ? h("label", { class: "inline", for: id }, input, f.label || f.name)
-        : [h("label", { for: id }, f.label || f.name, f.required ? "" : " (optional)"), input] };
+        : [h("label", { for: id }, f.label || f.name, f.required ? "" : " (optional)"), input]) };
     });
     body = [...inputs.map((x) => x.el), commentField,
             h("div", { class: "actions" }, h("button", { class: "primary", type: "submit" },

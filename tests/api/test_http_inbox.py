@@ -9,6 +9,7 @@ failure, every open page is saved to a temporary directory named in the failure.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import shutil
@@ -113,7 +114,10 @@ class Pages:
     async def picture(self, page, name: str) -> None:
         if self.keep is not None:
             self.keep.mkdir(parents=True, exist_ok=True)
-            await page.screenshot(path=self.keep / f"{name}.png")
+            height = await page.evaluate("document.body.scrollHeight + 16")
+            size = page.viewport_size
+            await page.screenshot(path=self.keep / f"{name}.png", clip={
+                "x": 0, "y": 0, "width": size["width"], "height": min(height, size["height"])})
 
     @contextlib.asynccontextmanager
     async def kept_on_failure(self) -> AsyncIterator[None]:
@@ -211,6 +215,23 @@ async def test_a_person_answers_the_demo_session_in_the_inbox(
     await expect(inbox.locator(f'[data-session="{r.json()["session_id"]}"]')).to_contain_text(
         "go on?")
     await expect(link).to_be_focused()
+
+    # Its first stream ends at once (a dropped connection): the page reconnects with
+    # Last-Event-ID, the last log line it has read.
+    asked: list[str | None] = []
+    reconnected = asyncio.Event()
+
+    async def first_stream_drops(route) -> None:
+        asked.append(route.request.headers.get("last-event-id"))
+        if len(asked) > 1:
+            reconnected.set()
+        if len(asked) == 1:
+            await route.fulfill(status=200, content_type="text/event-stream",
+                                body="retry: 50\n\n")
+        else:
+            await route.continue_()
+
+    await inbox.route("**/events", first_stream_drops)
     await inbox.keyboard.press("Enter")
 
     # The session page: the conversation with each tool call's safety class, the
@@ -226,6 +247,9 @@ async def test_a_person_answers_the_demo_session_in_the_inbox(
         "reversible")
     await expect(inbox.locator("#contracts li", has_text="delete_note")).to_contain_text(
         "waiting")
+    await asyncio.wait_for(reconnected.wait(), EXPECT_MS / 1000)
+    at_wait = (await stack.http.get(f"/api/sessions/{sid}")).json()["seq"]
+    assert asked[:2] == [str(at_wait)] * 2, (asked, at_wait)
     # Readable on a phone: nothing wider than the screen.
     await inbox.set_viewport_size({"width": 375, "height": 740})
     assert await inbox.evaluate(
