@@ -475,7 +475,10 @@ function renderPending(s) {
   }
   s.formFor = key;
   if (s.notice && s.notice.ok) s.notice = null; // "sent" is said; a refusal stays
-  const title = h("h2", { id: "pending-title" }, p ? "Waiting for you" : "Nothing waits for you");
+  // A keyboard in the old form moves on to the new one's heading, not to the page's top.
+  const hadFocus = s.els.pending.contains(document.activeElement);
+  const title = h("h2", { id: "pending-title", tabindex: "-1" },
+                  p ? "Waiting for you" : "Nothing waits for you");
   const notice = h("div", { id: "notice" });
   if (!p) {
     s.els.pending.className = "";
@@ -488,6 +491,10 @@ function renderPending(s) {
     s.els.pending.replaceChildren(title, notice, formFor(s, p));
   }
   renderNotice(s);
+  if (hadFocus || s.focusNext) {
+    s.focusNext = false;
+    title.focus();
+  }
 }
 
 function renderNotice(s) {
@@ -587,6 +594,8 @@ function formFor(s, p) {
 
 async function submit(s, form, path, body) {
   const buttons = [...form.querySelectorAll("button")];
+  const was = document.activeElement;
+  s.focusNext = true; // a disabled button loses the focus: the next form gets it
   buttons.forEach((b) => { b.disabled = true; });
   s.notice = null;
   renderNotice(s);
@@ -604,13 +613,19 @@ async function submit(s, form, path, body) {
     // not fit): the API's words, in place; then the session as it is now.
     s.notice = { ok: false, text: `Not sent: ${await messageOf(r)}` };
     renderNotice(s);
-    buttons.forEach((b) => { b.disabled = false; });
+    again(buttons, was);
     scheduleRefresh(s, {});
   } catch (err) {
     if (err instanceof Unauthorized) return;
     s.notice = { ok: false, text: `Not sent: ${err.message || err}` };
     renderNotice(s);
-    buttons.forEach((b) => { b.disabled = false; });
+    again(buttons, was);
+  }
+
+  function again(all, focused) { // the form stays: back to where the person was
+    all.forEach((b) => { b.disabled = false; });
+    s.focusNext = false;
+    if (focused && form.contains(focused)) focused.focus();
   }
 }
 

@@ -265,6 +265,7 @@ async def test_a_person_answers_the_demo_session_in_the_inbox(
     await inbox.keyboard.press("Enter")
     await expect(inbox.locator("#prompt")).to_have_text(
         "Shall I read the groceries list back to you?")
+    await expect(inbox.get_by_role("heading", name="Waiting for you")).to_be_focused()
     await expect(conversation).to_contain_text("approved · “the draft can go”")
     await expect(conversation.locator("li", has_text="Result delete_note")).to_contain_text(
         '"deleted":true')
@@ -348,6 +349,7 @@ async def test_each_kind_of_request_gets_its_form(inbox_stack: HttpStack, pages:
     await page.get_by_role("button", name="Reset to step").click()
     await expect(page.get_by_role("alert")).to_contain_text(
         "Not sent: reset to step 1 would move forward past the cursor (0)")
+    await expect(page.get_by_role("button", name="Reset to step")).to_be_focused()
     await page.get_by_role("button", name="Approve step").click()
     await expect(prompt).to_have_text("verify_human: verify step 1 and approve it")
     # The person who verifies the step sees what it printed.
