@@ -83,7 +83,8 @@ function disclosure(key, title, ...kids) {
 }
 
 function badge(status, prefix = "st") {
-  return h("span", { class: `badge ${prefix}-${status}` }, String(status).replace("_", " "));
+  const name = String(status ?? "unknown");
+  return h("span", { class: `badge ${prefix}-${name}` }, name.replace("_", " "));
 }
 
 function brief(value, limit = 4000) {
@@ -273,9 +274,10 @@ function showList(query, signal) {
 
 function showSession(sid, signal) {
   const s = {
-    sid, signal, session: null, timeline: null, entries: new Map(), lastSeq: null,
-    logOffset: null, logCut: false, formFor: undefined, notice: null, busy: false,
-    again: false, want: 0, ended: false, typing: "",
+    sid, signal, session: null, timeline: null, title: null,
+    entries: new Map(), lastSeq: null, logOffset: null, logCut: false, typing: "",
+    formFor: undefined, notice: null, focusNext: false,
+    busy: false, again: false, pendingParams: {}, ended: false,
   };
   const base = `api/sessions/${enc(sid)}`;
   const head = h("div", { id: "head", class: "meta" });
