@@ -5,7 +5,8 @@
   need Temporal answer 503 ``temporal_unavailable`` until it is back.
 * Every error is ``{"error": {"code", "message"}}`` (``api.errors``).
 * Request bodies are bounded (413); with ``HITLFLOW_API_TOKEN`` set, everything but
-  ``/healthz`` needs ``Authorization: Bearer <token>`` (401), docs included.
+  ``/healthz`` and the inbox's static page (``api.routers.inbox``, which holds no data)
+  needs ``Authorization: Bearer <token>`` (401), docs included.
 * OpenAPI docs at ``/docs``.
 """
 
@@ -29,7 +30,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 
 from api import errors
 from api.deps import ApiTuning, OnChange
-from api.routers import audit, events, execution, health, past, sessions
+from api.routers import audit, events, execution, health, inbox, past, sessions
 from api.settings import HitlflowSettings
 from api.sse import EventProvider, HeadProvider
 from api.stuck import StuckWatch
@@ -38,7 +39,7 @@ from observation.read_model import ReadModelError, ReadStore, open_store
 
 log = logging.getLogger("hitlflow.api")
 
-OPEN_PATHS = frozenset({"/healthz"})
+OPEN_PATHS = frozenset({"/healthz", *inbox.PATHS})
 
 
 class _BodyTooLarge(StarletteHTTPException):
@@ -81,7 +82,7 @@ class BodyLimit:
 
 
 class BearerAuth:
-    """``Authorization: Bearer <token>`` on every path but ``/healthz``."""
+    """``Authorization: Bearer <token>`` on every path but ``OPEN_PATHS``."""
 
     def __init__(self, app: ASGIApp, token: str) -> None:
         self.app, self.token = app, token.encode()
@@ -171,6 +172,7 @@ def create_app(
     app.state.stopping = asyncio.Event()  # set first on shutdown: SSE streams end
     errors.install(app)
     app.include_router(health.router)
+    app.include_router(inbox.router)
     for router in (sessions.router, past.router, events.router, execution.router,
                    audit.router):
         app.include_router(router, responses=errors.ERROR_RESPONSES)

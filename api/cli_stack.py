@@ -227,6 +227,8 @@ async def _up(settings: HitlflowSettings, run_worker: RunWorker | None,
         typer.echo(f"Temporal UI:       {server.ui_url}")
         if api is not None:
             typer.echo(f"API:               http://{settings.api_host}:{settings.api_port}")
+            typer.echo(f"Inbox:             http://{settings.api_host}:{settings.api_port}/ "
+                       "(answer waiting sessions in a browser)")
         else:
             typer.echo("API:               (not started: the HTTP service is not wired in yet)")
         where = f"task queue {settings.task_queue}" if worker else "not started (--no-worker)"

@@ -258,6 +258,9 @@ class SessionSummary(BaseModel):
     closed_at: datetime | None = None
     waiting_since: datetime | None = None
     task_queue: str | None = None
+    pending: PendingRequestView | None = Field(default=None, description=(
+        "What the session waits for (from the read model; null when listed through "
+        "Temporal visibility, i.e. with `stuck`)."))
     problems: list[str] = Field(
         default_factory=list,
         description="Temporal's `TemporalReportedProblems` search attribute (server 1.28+), "

@@ -269,7 +269,7 @@ async def _listed_from_read_model(store: ReadStore, status: SessionStatus | None
         session_id=r["session_id"], status=_status(r["status"]),
         execution_status=r["execution_status"], started_at=r["started_at"] or None,
         closed_at=r["closed_at"], waiting_since=r["waiting_since"], task_queue=r["task_queue"],
-        seq=r["last_seq"]) for r in rows], next_page_token=token)
+        pending=r["pending"], seq=r["last_seq"]) for r in rows], next_page_token=token)
 
 
 # -- one session -----------------------------------------------------------------------
