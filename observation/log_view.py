@@ -44,7 +44,8 @@ GENESIS = "0" * 64
 # The first log event each workflow journal entry makes (``journal.py``): counting
 # them gives the journal position the log has reached (read-your-writes, below).
 JOURNAL_LEADS = frozenset({"RUN_STATE_CHANGED", "execution_state", "WORK_ITEM_QUEUED",
-                           "message", "text", *PLAN_EVENT_TYPES})
+                           "message", "text", "interaction.reply.refused",
+                           *PLAN_EVENT_TYPES})
 # How Temporal names a closed run, by the closing log event's ``outcome``.
 EXECUTION_STATUS_OF = {"completed": "completed", "workflow_failed": "failed",
                        "canceled": "canceled", "terminated": "terminated",
@@ -233,7 +234,8 @@ class SessionLogView:
         self.pending = {
             "request_id": p["issue_id"], "kind": p["kind"], "prompt": p.get("prompt", ""),
             "execution_id": p.get("work_item_id"), "options": p.get("options") or [],
-            "fields": p.get("fields") or [], "created_at": p.get("opened_at")}
+            "fields": p.get("fields") or [], "created_at": p.get("opened_at"),
+            "output": p.get("output")}
 
     def _resolved(self, p: dict[str, Any], _: dict[str, Any]) -> None:
         if p.get("resolution") in REPLY_RESOLUTIONS:
