@@ -200,7 +200,10 @@ class SessionWorkflow(AgentTurn, PlanTurn):
 
     def _ask(self, pending: PendingRequest) -> None:
         self._book.request(pending)
-        self._fire(E.INTERACTION_REQUESTED, pending.model_dump(mode="json"))
+        # `output` only when there is one: the events of every other request keep
+        # their shape
+        self._fire(E.INTERACTION_REQUESTED, pending.model_dump(
+            mode="json", exclude=None if pending.output else {"output"}))
 
     def _reply_deadline(self) -> timedelta | None:
         s, pending = self._s, self._s.pending
