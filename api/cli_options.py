@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import os
 import shlex
 import sys
 from collections.abc import Callable
@@ -35,9 +36,8 @@ DataDir = Annotated[Path | None, typer.Option(
 ApiPort = Annotated[int | None, typer.Option(
     "--api-port", min=1, max=65535, help="The API port, as given to `up` (env "
     "HITLFLOW_API_PORT; default 8000).")]
-ApiUrl = Annotated[str | None, typer.Option(
-    "--api-url", envvar="HITLFLOW_API_URL", show_envvar=False,
-    help="The API's base URL (env HITLFLOW_API_URL); wins over --api-port.")]
+ApiUrl = Annotated[str | None, typer.Option(  # the environment is read in Stack.url()
+    "--api-url", help="The API's base URL (env HITLFLOW_API_URL); wins over --api-port.")]
 Token = Annotated[str | None, typer.Option(
     "--token", envvar="HITLFLOW_API_TOKEN", show_envvar=False,
     help="Bearer token (env HITLFLOW_API_TOKEN).")]
@@ -76,8 +76,9 @@ class Stack:
         return self.settings().data_dir
 
     def url(self) -> str:
-        if self.api_url:
-            return self.api_url
+        given = self.api_url or os.environ.get("HITLFLOW_API_URL")
+        if given:
+            return given
         settings = self.settings()
         if self.api_port is None and "api_port" not in settings.model_fields_set:
             recorded = settings.data_dir / API_URL_FILE
@@ -93,7 +94,8 @@ class Stack:
         return ApiClient(self.url(), self.token or self.settings().api_token)
 
     def flags(self) -> list[str]:
-        """The options the person gave (never the token): for commands we print."""
+        """The options the person gave on the command line (never the token), for the
+        commands we print; what came from the environment is there again for them."""
         out: list[str] = []
         if self.api_url:
             out += ["--api-url", self.api_url]

@@ -39,6 +39,8 @@ session_app = typer.Typer(name="session", no_args_is_help=True,
 AsJson = Annotated[bool, typer.Option("--json", help="Print the API's JSON.")]
 SessionArg = Annotated[str, typer.Argument(help="The session id.")]
 TAIL_RETRIES = 5
+READABLE_WITHIN_S = 30.0
+WAIT_POLL_S = 0.2
 
 
 def _fail(message: str, code: int = 1) -> typer.Exit:
@@ -251,15 +253,19 @@ def _contract_ids(api: ApiClient, session_id: str, first: dict[str, Any]) -> lis
     return list(dict.fromkeys(ids))
 
 
-def resolve_id(given: str, known: list[str], what: str = "contract") -> str:
+def resolve_id(given: str, known: list[str], what: str = "contract",
+               unknown_ok: bool = False) -> str:
     """The one id in ``known`` that ``given`` starts (whole, or its part after
-    ``<session id>.``); a clear error when none or several do."""
+    ``<session id>.``); a clear error when several do, or none (``unknown_ok``: then
+    ``given`` itself, for the API to say what became of it)."""
     if given in known:
         return given
     found = [x for x in known if x.startswith(given) or x.partition(".")[2].startswith(given)]
     if len(found) == 1:
         return found[0]
     if not found:
+        if unknown_ok:
+            return given
         raise _fail(f"no {what} of this session starts with {given!r}")
     shown = ", ".join(short_id(x) if x.partition(".")[2] else x for x in found[:6])
     raise _fail(f"{given!r} is ambiguous: {len(found)} {what}s start with it ({shown}"
@@ -280,14 +286,28 @@ def _send_reply(stack: Stack, session_id: str, body: dict[str, Any],
                 raise _fail(f"nothing is pending in session {session_id}")
             body["request_id"] = pending["request_id"]
         else:
-            rid = resolve_id(given, _contract_ids(api, session_id, s), "request")
+            rid = resolve_id(given, _contract_ids(api, session_id, s),
+                             "request" if decide is None else "contract",
+                             unknown_ok=decide is None)
             if pending and rid in (pending["request_id"], pending.get("execution_id")):
                 rid = pending["request_id"]
             body["request_id"] = rid
         if decide is not None:
             body.update(_decision(session_id, pending, body["request_id"], decide))
         ack = api.post(f"/api/sessions/{session_id}/reply", body)
+        _readable(api, session_id, ack)
     typer.echo(f"reply to {ack['request_id']} accepted")
+
+
+def _readable(api: ApiClient, session_id: str, ack: dict[str, Any] | None) -> None:
+    """Return once reads show the write (its ``journal_seq``), so the next command
+    (``wait``, ``show``, another reply) sees the session after it."""
+    seq = (ack or {}).get("journal_seq")
+    deadline = time.monotonic() + READABLE_WITHIN_S
+    while seq and time.monotonic() < deadline:  # the API waits up to 2 s per read
+        if not api.get(f"/api/sessions/{session_id}",
+                       params={"min_journal_seq": seq, "limit": 1}).get("stale"):
+            return
 
 
 def _decision(session_id: str, pending: dict | None, request_id: str,
@@ -346,8 +366,9 @@ def _decide(approved: bool) -> Callable[..., None]:
     @stack_options
     def command(
         session_id: SessionArg,
-        execution_id: Annotated[str, typer.Argument(
-            help="The contract that waits (any unique prefix of its id).")],
+        execution_id: Annotated[str | None, typer.Argument(
+            help="The contract that waits (any unique prefix of its id; default: the "
+            "pending request).")] = None,
         comment: Annotated[str | None, typer.Option("--comment")] = None,
         by: Annotated[str, typer.Option("--by")] = "user",
         *, stack: Stack,
@@ -371,7 +392,8 @@ def message(session_id: SessionArg, text: Annotated[str, typer.Argument()],
             *, stack: Stack) -> None:
     """Send the session a new message (starts a turn)."""
     with _api(stack) as api:
-        api.post(f"/api/sessions/{session_id}/messages", {"text": text})
+        _readable(api, session_id, api.post(f"/api/sessions/{session_id}/messages",
+                                            {"text": text}))
     typer.echo("message accepted")
 
 
@@ -381,7 +403,8 @@ def end(session_id: SessionArg, reason: Annotated[str, typer.Option("--reason")]
         *, stack: Stack) -> None:
     """End the conversation while the session waits for you."""
     with _api(stack) as api:
-        api.post(f"/api/sessions/{session_id}/end", {"reason": reason})
+        _readable(api, session_id, api.post(f"/api/sessions/{session_id}/end",
+                                            {"reason": reason}))
     typer.echo("ending the conversation")
 
 
@@ -394,6 +417,37 @@ def cancel(session_id: SessionArg, *, stack: Stack) -> None:
     already = (answer or {}).get("cancellation") == "already_requested"
     typer.echo("cancel already requested: the session is cancelling" if already
                else "cancel requested")
+
+
+TERMINAL = ("succeeded", "failed", "canceled")
+
+
+@session_app.command("wait")
+@stack_options
+def wait(
+    session_id: SessionArg,
+    timeout: Annotated[float, typer.Option("--timeout", min=0, help="Give up after this "
+                                           "many seconds (exit 1).")] = 600.0,
+    as_json: AsJson = False, *, stack: Stack,
+) -> None:
+    """Wait until the session waits for you (then print what for, and how to answer)
+    or has ended."""
+    deadline = time.monotonic() + timeout
+    with _api(stack) as api:
+        while True:
+            s = api.get(f"/api/sessions/{session_id}", params={"limit": 1})
+            if s["status"] in TERMINAL or (s["status"] == "waiting_user" and s["pending"]):
+                break
+            if time.monotonic() >= deadline:
+                raise _fail(f"session {session_id} is still {s['status']} after "
+                            f"{timeout:g} s")
+            time.sleep(WAIT_POLL_S)
+    if as_json:
+        _print_json(s)
+    elif s["status"] in TERMINAL:
+        console.print(f"session {session_id} ended: [bold]{s['status']}[/]")
+    else:
+        render_pending(session_id, s["pending"], stack)
 
 
 # -- tail -------------------------------------------------------------------------------

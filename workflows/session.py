@@ -61,6 +61,8 @@ with workflow.unsafe.imports_passed_through():
 E, S = SessionEvent, SessionStatus
 # Signals refused from here on are recorded (`interaction.reply.refused`), not only logged.
 REFUSAL_PATCH = "record-refused-signals"
+# A wait that follows another in the same task publishes its WaitingSince.
+REWAIT_PATCH = "publish-each-wait"
 
 
 @workflow.defn(name="SessionWorkflow")
@@ -78,6 +80,7 @@ class SessionWorkflow(AgentTurn, PlanTurn):
         self._end: EndInput | None = None
         self._recover = False
         self._published: SessionStatus | None = None
+        self._published_since: Any = None
 
     @property
     def _s(self) -> SessionState:
@@ -154,13 +157,28 @@ class SessionWorkflow(AgentTurn, PlanTurn):
     def _publish(self) -> None:
         """Search attributes, so operators can filter sessions by status."""
         waiting = self._s.status == S.WAITING_USER
-        if self._input.search_attributes and self._published != self._s.status:
-            self._published = self._s.status
+        since = self._wait_began()
+        # A new wait within one task (a plan step answered, the next one asks) moves
+        # WaitingSince, which is what wakes the exporter's parked follower.
+        rewait = (waiting and self._published == self._s.status and since is not None
+                  and since != self._published_since and workflow.patched(REWAIT_PATCH))
+        if self._input.search_attributes and (self._published != self._s.status or rewait):
+            self._published, self._published_since = self._s.status, since
             workflow.upsert_search_attributes([
                 SESSION_STATUS.value_set(self._s.status.value),
                 WAITING_SINCE.value_set(self._s.status_history[-1].at)
                 if waiting and self._s.status_history else WAITING_SINCE.value_unset(),
             ])
+
+    def _wait_began(self) -> Any:
+        """When the current wait for the person began (None: not waiting, or not known
+        here: a restart check keeps the wait it finds)."""
+        for change in reversed(self._s.status_history):
+            if change.to_status != S.WAITING_USER:
+                return None
+            if change.from_status != S.WAITING_USER:
+                return change.at
+        return None
 
     def _close(self, event: SessionEvent, reason: str, actor: Actor) -> None:
         now = workflow.now()
