@@ -65,7 +65,8 @@ async def test_readme_blocks_work_pasted_as_a_whole(tmp_path: Path,
         assert (tmp_path / ".hitlflow" / API_URL_FILE).read_text().strip() == \
             f"http://127.0.0.1:{api}"
         # set -x: on a failure, stderr shows each line run, with its time
-        script = "set -e\nPS4='+ $(date +%T.%N) '\nset -x\n" + "\n".join(runnable(sh_blocks(README.read_text())))
+        blocks = runnable(sh_blocks(README.read_text()))
+        script = "set -e\nPS4='+ $(date +%T.%N) '\nset -x\n" + "\n".join(blocks)
         proc = await asyncio.create_subprocess_exec(
             "bash", "-c", script, cwd=tmp_path, env=env, start_new_session=True,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
