@@ -220,9 +220,11 @@ def show(session_id: SessionArg, as_json: AsJson = False, *, stack: Stack) -> No
     if as_json:
         _print_json(s)
         return
-    live = "" if s["live"] else \
-        " [dim](no worker answered: status from Temporal, the rest from its log)[/]"
-    console.print(f"[bold]{s['session_id']}[/]: {s['status']}{live}")
+    # Reads come from the read model (`live` is false there by design): say only when
+    # the answer is behind the session.
+    note = " [dim](not exported yet: Temporal's record of it)[/]" if not s.get("seq") else \
+        " [dim](the read model had not caught up: an older view)[/]" if s.get("stale") else ""
+    console.print(f"[bold]{s['session_id']}[/]: {s['status']}{note}")
     if s.get("failure_reason"):
         console.print(f"  [red]failed:[/] {escape(s['failure_reason'])}")
     for c in s["contracts"]:

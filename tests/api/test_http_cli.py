@@ -187,6 +187,7 @@ async def test_hints_work_when_pasted_and_contracts_go_by_prefix(http_stack: Htt
     url = ["--api-url", http_stack.url]  # no HITLFLOW_API_URL: hints carry the flag
 
     shown = ok(await hitlflow(None, "session", "show", sid, *url, columns=80))
+    assert shown.splitlines()[0] == f"{sid}: waiting_user"  # read model, nothing behind
     approve, reject = commands_in(shown)
     assert approve == ["session", "approve", sid, eid.partition(".")[2][:8], *url]
     assert reject[:2] == ["session", "reject"]
