@@ -285,3 +285,19 @@ def test_history_it_cannot_map_exactly_is_refused():
     continued.workflow_execution_started_event_attributes.continued_execution_run_id = "r0"
     with pytest.raises(MappingError, match="every run from the first one"):
         SessionMapper(sid).feed(continued)
+
+
+def test_refused_signals_map_to_interaction_reply_refused():
+    """Recorded refusals (a UI operator's malformed and stale signals) become
+    `interaction.reply.refused` lines; the log's fold counts them as journal entries
+    and leaves the session as it was."""
+    from observation.log_view import fold
+
+    events = mapped("operator_signals")
+    refused = [m.payload for m in events if m.type == "interaction.reply.refused"]
+    assert [(p["signal"], p["request_id"]) for p in refused] == [
+        ("submit_reply", None), ("submit_reply", "stale"), ("end_conversation", None)]
+    assert refused[0]["reason"].startswith("malformed signal: expected a JSON object")
+    assert len(journal("operator_signals")) == fold(history("operator_signals")[0], [
+        {**m.envelope(), "seq": i + 1, "event_hash": ""} for i, m in enumerate(events)
+    ]).journal_seq
