@@ -78,6 +78,9 @@ async def test_the_demo_driven_from_the_command_line(http_stack: HttpStack, tmp_
     assert "delete_note: running → waiting (suspend by tool_node)" in live
     assert "delete_note: waiting → running (resume by user)" in live
     assert "waiting for you (confirm): Shall I read the groceries list back to you?" in live
+    tail_hints = commands_in(live)  # what tail prints to answer: pasteable commands
+    assert ["session", "approve", sid, short] in tail_hints
+    assert all(c[:2] in (["session", "approve"], ["session", "reject"]) for c in tail_hints)
     assert "agent: Done: groceries saved, the old draft deleted." in live
     assert live.rstrip().endswith(f"session {sid} ended: succeeded")
 
