@@ -82,9 +82,9 @@ def reply_hints(session_id: str, pending: dict, stack: Stack | None = None
     """The commands that answer ``pending`` (each works when pasted), and a note on
     the other answers it takes."""
     kind = pending["kind"]
+    # Contract ids go by prefix; a step's request without a contract (`<sid>.step2-7`)
+    # is found by its part after the dot as well.
     target = short_id(pending["execution_id"] or pending["request_id"])
-    if pending.get("execution_id") is None:  # a plan step without a contract
-        target = pending["request_id"]
 
     def cmd(*words: str) -> str:
         return command_line("session", *words, stack=stack)
