@@ -147,6 +147,8 @@ class PendingRequestView(BaseModel):
     options: list[str] = Field(default_factory=list)
     fields: list[FormFieldView] = Field(default_factory=list)
     created_at: datetime
+    output: str | None = Field(default=None, description=(
+        "What the person must look at to decide: a `verify: human` plan step's output."))
 
 
 class FcmpEventView(BaseModel):

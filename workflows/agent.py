@@ -288,26 +288,3 @@ def recovery_check(state: SessionState) -> RecoveryDecision:
         event=event, waiting_contracts=len(waiting), expected_waiting=expected,
         warnings=warnings, reason=problem or "pending request and its contract are valid",
     )
-
-
-def waiting_details(state: SessionState) -> str:
-    """``set_current_details`` text: what the session waits for, in words."""
-    p = state.pending
-    if state.status.value == "waiting_user" and p is not None:
-        verbs = {
-            "approval": "approval of an irreversible action",
-            "confirm": "a confirmation",
-            "choose": "a choice",
-            "form": "a form to be filled in",
-            "message": "the next message",
-            "step": "a decision on a plan step",
-            "window": "an in-window step (or a decision on it)",
-        }
-        return f"Waiting for the person: {verbs[p.kind]} — {p.prompt} (request {p.request_id})"
-    if state.status.value == "running":
-        return "Running: the agent is working"
-    if state.status.value == "queued":
-        return "Queued: a turn is about to start"
-    return f"Session {state.status.value}" + (
-        f": {state.failure_reason}" if state.failure_reason else ""
-    )

@@ -48,6 +48,8 @@ class PendingRequest(BaseModel):
     options: list[str] = Field(default_factory=list)
     fields: list[FormField] = Field(default_factory=list)
     created_at: datetime
+    # What the person must look at to decide (a plan step's output for `verify: human`).
+    output: str | None = None
 
 
 class StatusChange(BaseModel):
@@ -91,7 +93,7 @@ class QueuedAction(BaseModel):
 
 JournalKind = Literal[
     "session.status", "contract.created", "contract.transition", "reply.accepted",
-    "message.accepted", "assistant.text", "plan.event", "llm.waiting",
+    "message.accepted", "assistant.text", "plan.event", "llm.waiting", "reply.refused",
 ]
 
 
@@ -310,6 +312,11 @@ class SessionBook:
             self.transition(c, Trigger.CANCEL, actor, now, error_message=reason)
 
     # -- the person ------------------------------------------------------------
+
+    def refuse(self, refusal: dict[str, Any], now: datetime) -> None:
+        """A signal that could not be taken (stale or malformed): recorded, nothing
+        else changes (``interaction.reply.refused`` in the log)."""
+        self.note("reply.refused", now, refusal)
 
     def request(self, pending: PendingRequest) -> None:
         self.state.pending = pending

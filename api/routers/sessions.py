@@ -85,6 +85,7 @@ from workflows.messages import (
     SessionInput,
 )
 from workflows.messages import SessionSnapshot as WorkflowSnapshot
+from workflows.operators import static_details, static_summary
 from workflows.plan import replay
 from workflows.search_attributes import SESSION_STATUS, WAITING_SINCE
 from workflows.session_state import SessionState
@@ -147,6 +148,8 @@ async def start_session(
             id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
             search_attributes=TypedSearchAttributes(
                 [SearchAttributePair(SESSION_STATUS, SessionStatus.QUEUED.value)]),
+            # What the Temporal UI's list and detail pages say the session is.
+            static_summary=static_summary(config), static_details=static_details(config),
         )
     response.headers["Location"] = f"/api/sessions/{sid}"
     return SessionCreated(session_id=sid, status=SessionStatus.QUEUED)

@@ -70,7 +70,10 @@ class JournalMapper:
                 "prompt": detail.get("prompt", ""),
                 "work_item_id": detail.get("execution_id"),
                 "options": detail.get("options", []), "fields": detail.get("fields", []),
-                "opened_at": detail.get("created_at", at)},
+                "opened_at": detail.get("created_at", at),
+                # what the person must look at (a plan step's output); only when set,
+                # so older histories export to the same bytes
+                **({"output": detail["output"]} if detail.get("output") else {})},
                 *self._work_span(detail.get("execution_id")))
         elif (self.open_issue is not None and d["from_status"] == "waiting_user"
               and d["to_status"] != "waiting_user"):
@@ -95,6 +98,10 @@ class JournalMapper:
             "answer": d["answer"], "by": d["by"], "auto": bool(d.get("auto")),
             "detail": {}, "resolved_at": at},
             *self._work_span(issue.get("execution_id")))
+
+    def _j_reply_refused(self, d: dict[str, Any], at: str) -> None:
+        """A stale or malformed signal the workflow refused (the session unchanged)."""
+        self.emit("interaction.reply.refused", {**d, "at": at})
 
     def _j_message_accepted(self, d: dict[str, Any], at: str) -> None:
         self.emit("message", {"text": d["text"], "at": at})

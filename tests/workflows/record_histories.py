@@ -3,7 +3,7 @@
 Run by hand, and only when a change is *meant* to be incompatible with running
 sessions (then say so in the commit):
 
-    .venv/bin/python -m tests.workflows.record_histories [NAME ...]
+    .venv/bin/python -m tests.workflows.record_histories [SCENARIO ...]
 
 Each scenario runs on the real dev server (search attributes on, as in
 production) with the real activities; its final history is saved as
@@ -111,16 +111,54 @@ async def agent_loop(client: Client, tq: str, d: Path) -> WorkflowHandle:
     return h
 
 
+
+async def operator_signals(client: Client, tq: str, d: Path) -> WorkflowHandle:
+    """Signals as an operator sends them from the Temporal UI: malformed and stale ones
+    are refused (recorded, REFUSAL_PATCH), a good one answers."""
+    h = await start_session(client, scripted(d, [
+        {"ecs_request": {"kind": "confirm", "prompt": "sure?"}},
+        {"text": "done", "end": True}]), tq, search_attributes=True,
+        behaviour=Behaviour.ORIGINAL)
+    snap = await until_status(h, W)
+    await h.signal("submit_reply", ["not", "an", "object"])
+    await h.signal("submit_reply", {"request_id": "stale", "approve": True})
+    await h.signal("end_conversation", {"reasn": "typo"})
+    await h.signal("submit_reply", {"request_id": snap.pending.request_id, "approve": True})
+    await h.result()
+    return h
+
+
+async def plan_steps(client: Client, tq: str, d: Path) -> WorkflowHandle:
+    """A verify: human step, then a gate: the second wait begins in the task that took
+    the first answer (REWAIT_PATCH publishes its WaitingSince)."""
+    config = SessionConfig.model_validate({"plan": {"name": "ship", "steps": [
+        {"name": "build", "run": "echo built", "verify": "human"},
+        {"name": "go?", "gate": True}]}})
+    h = await start_session(client, config, tq, search_attributes=True,
+        behaviour=Behaviour.ORIGINAL)
+    await answer(h, choice="approve")
+    await until(h, lambda s: s.pending is not None and s.pending.prompt == "gate: go?")
+    await answer(h, choice="approve")
+    await h.result()
+    return h
+
+
+
 # All but `demo_journal_header` and `agent_loop` as sessions ran before the journal
 # moved into activity headers (a memo before every await): running sessions of that
 # kind must replay too.
 SCENARIOS: dict[str, Callable[[Client, str, Path], Awaitable[WorkflowHandle]]] = {
     "demo": demo, "rejected": rejected, "auto_timeout": auto_timeout, "canceled": canceled,
     "demo_journal_header": demo_journal_header, "agent_loop": agent_loop,
+    "operator_signals": operator_signals, "plan_steps": plan_steps,
 }
 
 
 async def main(names: list[str]) -> None:
+    """Record the named scenarios (default: all of them)."""
+    unknown = set(names) - set(SCENARIOS)
+    if unknown:
+        raise SystemExit(f"unknown scenarios {sorted(unknown)}; known: {sorted(SCENARIOS)}")
     HISTORIES.mkdir(exist_ok=True)
     env = await WorkflowEnvironment.start_local(
         dev_server_existing_path=str(temporal_cli_path()), ip="127.0.0.1",

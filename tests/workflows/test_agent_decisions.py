@@ -12,6 +12,7 @@ from workflows.config import FormField, SessionConfig, ToolCallRequest
 from workflows.contract import ActionType, Actor, Trigger
 from workflows.io import ToolSpec
 from workflows.messages import ReplyInput
+from workflows.operators import waiting_details
 from workflows.safety import SafetyClass
 from workflows.session_state import PendingRequest, SessionBook, SessionState
 from workflows.statechart import SessionEvent, SessionStatus
@@ -221,8 +222,11 @@ def test_accepted_reply_is_kept_once_and_clears_the_request():
 def test_waiting_details_say_what_the_session_waits_for():
     s = waiting_state(None)
     assert s.status is SessionStatus.WAITING_USER
-    assert agent.waiting_details(s) == (
-        "Waiting for the person: a confirmation — ? (request r1)")
+    assert waiting_details(s) == (
+        "Waiting for the person: a confirmation — ? (request r1)\n\n"
+        'Answer from the Temporal UI: signal `submit_reply` with `{"request_id": "r1", '
+        '"approve": true}` (`"approve": false` says no); or `end_conversation` with '
+        '`{"reason": "..."}`.')
 
 
 def test_reasoner_messages_carry_facts_not_contracts():
