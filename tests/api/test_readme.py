@@ -29,6 +29,8 @@ NOT_RUN = {
                    "`up` itself and is part of that suite)",
     "hitlflow demo ": "the interactive demo asks at a terminal (tests/api/test_cli_demo.py "
                       "runs `demo --auto-approve` against `up`)",
+    "HITLFLOW_SCREENSHOTS=": "runs the inbox's browser test (part of the suite) to take "
+                             "the README's screenshots",
 }
 
 
@@ -91,8 +93,13 @@ async def test_readme_blocks_work_pasted_as_a_whole(tmp_path: Path,
     assert "hitlflow session approve " in output and "hitlflow session reject " in output
     assert output.count(" accepted\n") == 2
     assert "ended: succeeded" in output
-    verified = [line for line in output.splitlines() if line.startswith("OK: ")]
-    assert len(verified) == 2  # the CLI block's and the log block's `log verify`
+    verified = [line for line in output.splitlines()
+                if line.startswith("OK: ") and " events" in line]
+    assert sum("OK: the checkpoint signed by" in line for line in output.splitlines()) == 2
+    # Every `log verify` the blocks run says OK (plain, --live, with the key, --since).
+    verifies = sum(b.count("hitlflow log verify ") for b in runnable(sh_blocks(
+        README.read_text())))
+    assert verifies >= 4 and len(verified) == verifies, output
     assert re.search(r": \d+ events \(0 new\), complete -> ", output)  # log export
     sessions = [json.loads(line) for line in output.splitlines()
                 if line.startswith('{"status"')]
