@@ -17,7 +17,7 @@ import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client, WorkflowExecutionStatus
@@ -198,19 +198,60 @@ async def export_session(
         if w.finished and not w.checkpoint_due:
             return ExportResult(session_id, 0, w.last_seq, True)
         export, page = SessionExport(w, session_id), []
-        async for event, page_end in history_events(client, session_id, follow=follow):
+        events = history_events(client, session_id, follow=follow).__aiter__()
+        # Where parking was refused (visibility not there yet, a task pending): asked
+        # again while no event comes, or the follower would hold its long-poll until
+        # the person answers.
+        refused: tuple[str, int] | None = None
+        while True:
+            nxt = asyncio.ensure_future(events.__anext__())
+            if refused is not None and park is not None \
+                    and await _park_while_quiet(nxt, park, *refused):
+                return replace(await _in_thread(export.finish), parked=True)
+            try:
+                event, page_end = await nxt
+            except StopAsyncIteration:
+                break
+            refused = None
             page.append(event)
             if page_end:
                 await _in_thread(export.feed_page, page)
                 page = []
+                run_id = export.mapper.run_id
                 if park is not None and export.mapper.open_issue is not None \
-                        and export.mapper.run_id is not None \
-                        and await park(export.mapper.run_id, event.event_id):
-                    return replace(await _in_thread(export.finish), parked=True)
+                        and run_id is not None:
+                    if await park(run_id, event.event_id):
+                        return replace(await _in_thread(export.finish), parked=True)
+                    refused = (run_id, event.event_id)
         await _in_thread(export.feed_page, page)
         return await _in_thread(export.finish)
     finally:
         w.close()
+
+
+#: Parking refused at a page end is asked again after this long, doubling up to
+#: ``PARK_RETRY_MAX_S``, while no new event comes.
+PARK_RETRY_S = 0.5
+PARK_RETRY_MAX_S = 30.0
+
+
+async def _park_while_quiet(nxt: asyncio.Future[Any], park: Park, run_id: str,
+                            last_event_id: int) -> bool:
+    """Ask ``park`` again now and then until ``nxt`` (the next history event) comes;
+    True (``nxt`` cancelled: its long-poll ends) once it agrees."""
+    delay = PARK_RETRY_S
+    while True:
+        done, _ = await asyncio.wait({nxt}, timeout=delay)
+        if done:
+            return False
+        if await park(run_id, last_event_id):
+            if not nxt.done():
+                nxt.cancel()
+                with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
+                    await nxt
+                return True
+            return False  # an event came meanwhile: it is taken, not dropped
+        delay = min(delay * 2, PARK_RETRY_MAX_S)
 
 
 def finished_on_disk(run_dir: Path) -> bool:

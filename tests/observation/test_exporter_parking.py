@@ -165,3 +165,26 @@ async def _grew(h: WorkflowHandle, before: int) -> bool:
     desc = await h.describe()
     return desc.history_length > before and not desc.raw_description.HasField(
         "pending_workflow_task")
+
+
+async def test_a_refused_park_is_asked_again_without_new_history(worker, tmp_path):
+    """Visibility lags under load: parking refused at the wait's page end is asked
+    again while nothing happens, so a waiting session does not keep its history
+    long-poll until the person answers."""
+    client, tq = worker
+    h = await start_session(client, two_questions(), tq)
+    await until(h, lambda s: s.status == W)
+    asked: list[int] = []
+
+    async def park(run_id: str, last_event_id: int) -> bool:
+        asked.append(last_event_id)
+        return len(asked) >= 3  # refused twice (as if visibility were behind)
+
+    result = await asyncio.wait_for(export_session(
+        client, h.id, tmp_path / "runs", follow=True, park=park), 60)
+    assert result.parked and not result.finished
+    assert len(asked) == 3 and len(set(asked)) == 1  # no new event: the same wait
+    assert types(tmp_path / "runs" / h.id)[-1] == "conversation.state.changed"
+    await reply(h, 0)
+    await reply(h, 1)
+    await h.result()
