@@ -239,6 +239,7 @@ def exporter_command(
         typer.echo(f"exporting sessions of {settings.target} into {settings.data_dir / 'runs'}")
         await run_exporter(await connect(settings), settings.data_dir, stop,
                            read_model_url=settings.read_model_url, park=settings.exporter_park,
+                           max_followers=settings.exporter_max_followers,
                            signer=signer)
 
     try:

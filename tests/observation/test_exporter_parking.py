@@ -188,3 +188,43 @@ async def test_a_refused_park_is_asked_again_without_new_history(worker, tmp_pat
     await reply(h, 0)
     await reply(h, 1)
     await h.result()
+
+
+async def test_followers_at_once_are_bounded(worker, tmp_path, monkeypatch):
+    """Each follower holds a history long-poll and Temporal caps them per namespace:
+    at most `max_followers` run at once; the others wait for a slot and are exported
+    all the same (here each parks at its wait, freeing its slot)."""
+    from observation.exporter import follower
+
+    client, tq = worker
+    hs = [await start_session(client, two_questions(), tq) for _ in range(3)]
+    for h in hs:
+        await until(h, lambda s: s.status == W)
+    now, most = 0, 0
+    real = follower.export_session
+
+    async def counted(*args, **kw):
+        nonlocal now, most
+        now += 1
+        most = max(most, now)
+        try:
+            return await real(*args, **kw)
+        finally:
+            now -= 1
+
+    monkeypatch.setattr(follower, "export_session", counted)
+    ids = " OR ".join(f'WorkflowId="{h.id}"' for h in hs)
+    exporter = Exporter(client, tmp_path / "runs", discover_every_s=0.05, max_followers=1,
+                        query=f'WorkflowType="SessionWorkflow" AND ({ids})')
+    task, stop = await running(exporter)
+    try:
+        for h in hs:
+            await eventually(parked(exporter, h.id, 0), f"{h.id} not parked")
+        assert most == 1
+    finally:
+        stop.set()
+        await task
+    for h in hs:
+        await reply(h, 0)
+        await reply(h, 1)
+        await h.result()
