@@ -1,31 +1,62 @@
 """Verify a log: every line's canonical form and hashes, every ``prev_hash``, the
-sequence, the head (``head`` file and ``snapshot.json``), and the artifacts.
+sequence, what each field must be, the head (``head`` file and ``snapshot.json``),
+and the artifacts.
 
 The format version is read from line 1 (``log_version`` 2: seed 003's ``event_hash``
 and the chained ``line_hash``, both checked; no ``log_version``: v1, its one
 ``event_hash``), and every later line must be of the same version.
 
+Beyond the hashes, every line must say what the exporter writes (``ids.py``,
+``mapping.py``): ``run_id`` is the session (the run directory's name), ``trace_id``
+derives from it, span ids are 16 hex digits and only the session span has no
+parent, ``ts`` is ISO 8601 UTC with microseconds, ``event_id`` is
+``<Temporal run id>:<event id>:<n>`` in history order (never repeated), line 1 is
+the session's ``RUN_CREATED``, and an LLM answer's artifact hashes to its
+``LLM_CALL_FINISHED.output_hash``.
+
 Any failure raises :class:`ChainBrokenError`, whose text starts with
 ``EVENT_CHAIN_BROKEN`` (or ``ARTIFACT_MISMATCH``) and names the 1-based line.
 ``verify_lines`` and ``check_head`` are pure; ``verify_dir`` only reads files.
+
+Speed: each line is parsed once (C ``json``); its canonical form is checked with
+one C ``json.dumps`` where that is exactly RFC 8785 (no float that prints
+differently, no integer beyond 2^53 - 1, no character at or above U+E000 whose
+key order could differ, no lone surrogate), else with ``chain.jcs``; both hashes
+are taken over slices of the canonical line itself (no re-serialisation).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from observation.exporter.chain import GENESIS, hash_body, jcs, line_hash, seed_hash
+import rfc8785
+
+from observation.exporter import ids
+from observation.exporter.chain import GENESIS, HASH_PREFIX, LINE_PREFIX, jcs
 
 LOG_NAME, HEAD_NAME, SNAPSHOT_NAME = "events.ndjson", "head", "snapshot.json"
 #: The fields of a v1 line; a v2 line has these and ``log_version``, ``line_hash``.
 ENVELOPE = frozenset({"seq", "event_id", "run_id", "ts", "type", "payload", "trace_id",
                       "span_id", "parent_span_id", "prev_hash", "event_hash"})
 ENVELOPE_V2 = ENVELOPE | {"log_version", "line_hash"}
+#: The schema of an LLM answer's artifact (``activities.py``).
+LLM_OUTPUT_SCHEMA = "hitlflow/llm_output/v1"
+TS_RE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{6}Z")
+EVENT_ID_RE = re.compile(r"([^:]+):([1-9][0-9]*):(0|[1-9][0-9]*)")
+HEX16_RE = re.compile(r"[0-9a-f]{16}")
+#: Bytes that keep a line off the ``json.dumps`` fast path: a lone surrogate's
+#: lead byte (0xED also starts U+D000-U+D7FF: those go the exact way too) and the
+#: lead bytes of U+E000 and above (UTF-16 and code point order can differ there).
+_SLOW_BYTES = re.compile(rb"[\xed-\xf4]")
+_STRINGS = ("event_id", "run_id", "ts", "type", "trace_id", "span_id", "prev_hash",
+            "event_hash")
 
 
 class ChainBrokenError(ValueError):
@@ -40,16 +71,47 @@ class Verified:
     events: int
     last_hash: str
     log_version: int | None = None  # None: an empty log
+    session_id: str | None = None
 
 
-def parse_line(line: bytes, number: int) -> dict[str, Any]:
+class _Numbers:
+    """``json.loads`` hooks: note what ``json.dumps`` would not print as RFC 8785
+    does (a float whose literal is not its JCS form, an integer beyond 2^53 - 1),
+    and refuse NaN and the infinities (not JSON)."""
+
+    def __init__(self) -> None:
+        self.exact = True  # False: the line must be checked with chain.jcs
+
+    def int(self, s: str) -> int:
+        if len(s) > 15:
+            self.exact = False
+        return int(s)
+
+    def float(self, s: str) -> float:
+        x = float(s)
+        if self.exact:
+            try:
+                self.exact = rfc8785.dumps(x) == s.encode() and repr(x) == s
+            except rfc8785.CanonicalizationError:
+                self.exact = False
+        return x
+
+    @staticmethod
+    def constant(s: str) -> Any:
+        raise ValueError(f"{s} is not a JSON number")
+
+
+def parse_line(line: bytes, number: int, numbers: _Numbers | None = None) -> dict[str, Any]:
+    """One line as a dict with exactly a log event's fields (not yet checked further)."""
     if not line.endswith(b"\n"):
         raise ChainBrokenError(number, "the last line is not terminated (a torn write)")
+    nums = numbers or _Numbers()
     try:
-        obj = json.loads(line)
+        obj = json.loads(line, parse_int=nums.int, parse_float=nums.float,
+                         parse_constant=nums.constant)
     except ValueError as err:
         raise ChainBrokenError(number, f"not JSON ({err})") from None
-    if not isinstance(obj, dict) or set(obj) not in (ENVELOPE, ENVELOPE_V2) or (
+    if not isinstance(obj, dict) or obj.keys() not in (ENVELOPE, ENVELOPE_V2) or (
             "log_version" in obj and obj["log_version"] != 2):
         found = sorted(obj) if isinstance(obj, dict) else type(obj).__name__
         version = obj.get("log_version") if isinstance(obj, dict) else None
@@ -63,37 +125,193 @@ def line_version(obj: dict[str, Any]) -> int:
     return int(obj.get("log_version", 1))
 
 
-def verify_lines(lines: Iterable[bytes]) -> Iterator[dict[str, Any]]:
-    """Yield each verified event; raise on the first line that breaks the chain."""
+def _canonical(obj: dict[str, Any], line: bytes, n: int, nums: _Numbers) -> None:
+    """The line is ``JCS(obj) + "\\n"``, byte for byte."""
+    if nums.exact and (line.isascii() or _SLOW_BYTES.search(line) is None):
+        fast = json.dumps(obj, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+        if fast.encode() + b"\n" == line:
+            return
+    try:
+        canonical = jcs(obj)
+    except (ValueError, TypeError) as err:  # e.g. a lone surrogate
+        raise ChainBrokenError(n, f"not encodable in RFC 8785 ({err})") from None
+    if canonical + b"\n" != line:
+        raise ChainBrokenError(n, "not in canonical form (RFC 8785): the bytes were edited")
+
+
+def _types(obj: dict[str, Any], n: int) -> None:
+    for k in _STRINGS:
+        if type(obj[k]) is not str:
+            raise ChainBrokenError(n, f"{k} is not a string")
+    p = obj["parent_span_id"]
+    if type(obj["seq"]) is not int or type(obj["payload"]) is not dict or not (
+            p is None or type(p) is str) or ("line_hash" in obj
+                                            and type(obj["line_hash"]) is not str):
+        raise ChainBrokenError(n, "seq, payload, parent_span_id or line_hash of the wrong "
+                               "type")
+
+
+def _slice_hashes(obj: dict[str, Any], line: bytes, version: int, prev_line: str
+                  ) -> tuple[str, str | None]:
+    """``(event_hash, line_hash)`` as they must be, from a canonical line's own bytes:
+    in JCS the members are in key order, so the fields' canonical texts are slices
+    (a raw ``"`` is never inside a string: the markers below are the top level's)."""
+    if version == 1:  # the line without its first member, "event_hash":"<64>",
+        body = b"{" + line[81:-1]  # (an event_hash not 64 long cannot match anyway)
+        return hashlib.sha256(HASH_PREFIX + body).hexdigest(), None
+    i = line.find(b',"payload":') + 11
+    payload = line[i:line.rfind(b',"prev_hash":"')]
+    seed = hashlib.sha256(b"".join((obj["event_id"].encode(), obj["ts"].encode(),
+                                    obj["type"].encode(), payload,
+                                    obj["prev_hash"].encode()))).hexdigest()
+    j = line.find(b',"line_hash":"')
+    body = line[:j] + line[j + 79:-1]  # without ,"line_hash":"<64>" (else: no match)
+    return seed, hashlib.sha256(b"".join((LINE_PREFIX, prev_line.encode(), b"\n", body))
+                                ).hexdigest()
+
+
+class _Fields:
+    """What each field must be, line after line (the module docstring's list)."""
+
+    def __init__(self, session_id: str | None, from_dir: bool) -> None:
+        self.session, self.from_dir = session_id, from_dir
+        self.trace = self.root = ""
+        self.run: str | None = None
+        self.last: tuple[int, int, int] = (0, 0, 0)  # (history event id, n, line)
+        self.runs_before: set[str] = set()
+        self.continued_to: str | None = None
+        self.outputs: dict[Any, tuple[Any, int]] = {}  # call_id -> (output_hash, line)
+
+    def _session(self, obj: dict[str, Any], n: int) -> None:
+        if self.session is None:
+            self.session = obj["run_id"]
+        self.trace, self.root = ids.trace_id(self.session), ids.session_span(self.session)
+        p = obj["payload"]
+        if obj["type"] != "RUN_CREATED" or p.get("session_id") != obj["run_id"]:
+            raise ChainBrokenError(n, f"line 1 is {obj['type']} (session_id "
+                                   f"{p.get('session_id')!r}), not the RUN_CREATED of "
+                                   f"session {obj['run_id']}: a log starts with its session")
+
+    def check(self, obj: dict[str, Any], n: int) -> None:
+        if n == 1:
+            self._session(obj, n)
+        elif obj["type"] == "RUN_CREATED":
+            raise ChainBrokenError(n, "a second RUN_CREATED: a log holds one session")
+        if obj["run_id"] != self.session:
+            where = "this directory's session" if self.from_dir else "the log's session"
+            raise ChainBrokenError(n, f"run_id {obj['run_id']!r} is not {where} "
+                                   f"{self.session!r} (a line or log of another session)")
+        if obj["trace_id"] != self.trace:
+            raise ChainBrokenError(n, f"trace_id {obj['trace_id']!r} is not the session's "
+                                   f"({self.trace}: sha256('hitlflow-trace-v1\\n' + "
+                                   "session_id)[:32])")
+        span, parent = obj["span_id"], obj["parent_span_id"]
+        if HEX16_RE.fullmatch(span) is None or (
+                parent is not None and HEX16_RE.fullmatch(parent) is None):
+            raise ChainBrokenError(n, "span_id/parent_span_id is not 16 lowercase hex digits")
+        if (parent is None) != (span == self.root):
+            raise ChainBrokenError(n, "only the session's span has no parent_span_id (and "
+                                   "it has none)")
+        self._ts(obj["ts"], n)
+        self._event_id(obj, n)
+        self._artifact(obj, n)
+
+    @staticmethod
+    def _ts(ts: str, n: int) -> None:
+        try:
+            if TS_RE.fullmatch(ts) is None:
+                raise ValueError("not of the form")
+            datetime.fromisoformat(ts[:-1])
+        except ValueError:
+            raise ChainBrokenError(n, f"ts {ts!r} is not ISO 8601 UTC with microseconds "
+                                   "(YYYY-MM-DDTHH:MM:SS.ffffffZ, a real time)") from None
+
+    def _event_id(self, obj: dict[str, Any], n: int) -> None:
+        eid = obj["event_id"]
+        m = EVENT_ID_RE.fullmatch(eid)
+        if m is None:
+            raise ChainBrokenError(n, f"event_id {eid!r} is not <Temporal run id>:"
+                                   "<history event id>:<n>")
+        run, hev, k = m.group(1), int(m.group(2)), int(m.group(3))
+        if run != self.run:
+            if run in self.runs_before:
+                raise ChainBrokenError(n, f"event_id {eid!r}: Temporal run {run} again "
+                                       "after a later run (a repeated or moved line)")
+            if self.run is not None and run != self.continued_to:
+                raise ChainBrokenError(n, f"event_id {eid!r}: a new Temporal run without "
+                                       "the RUN_CONTINUED_AS_NEW that names it")
+            if self.run is not None:
+                self.runs_before.add(self.run)
+            self.run, self.last = run, (0, 0, 0)
+        last_hev, last_k, last_line = self.last
+        if (hev, k) <= (last_hev, last_k) and last_line:
+            what = f"repeats line {last_line}'s" if (hev, k) == (last_hev, last_k) else \
+                f"goes back from line {last_line}'s {run}:{last_hev}:{last_k}"
+            raise ChainBrokenError(n, f"event_id {eid!r} {what}: event ids are unique and in "
+                                   "history order")
+        if k != (last_k + 1 if hev == last_hev else 0):
+            raise ChainBrokenError(n, f"event_id {eid!r}: n counts 0, 1, ... per history "
+                                   "event (a line is missing or added)")
+        self.last = (hev, k, n)
+        if obj["type"] == "RUN_CONTINUED_AS_NEW":
+            self.continued_to = obj["payload"].get("new_temporal_run_id")
+
+    def _artifact(self, obj: dict[str, Any], n: int) -> None:
+        t, p = obj["type"], obj["payload"]
+        if t == "LLM_CALL_FINISHED":
+            self.outputs[p.get("call_id")] = (p.get("output_hash"), n)
+        elif t == "ARTIFACT_WRITTEN":
+            if type(p.get("path")) is not str or type(p.get("sha256")) is not str:
+                raise ChainBrokenError(n, "ARTIFACT_WRITTEN without a path and sha256",
+                                       "ARTIFACT_MISMATCH")
+            if p.get("schema_id") != LLM_OUTPUT_SCHEMA:
+                return
+            found = self.outputs.get(p.get("call_id"))
+            if found is None:
+                raise ChainBrokenError(n, f"LLM artifact {p['path']} of call "
+                                       f"{p.get('call_id')!r} follows no LLM_CALL_FINISHED "
+                                       "of that call", "ARTIFACT_MISMATCH")
+            if p["sha256"] != found[0]:
+                raise ChainBrokenError(n, f"LLM artifact {p['path']}: its sha256 is not the "
+                                       f"output_hash of LLM_CALL_FINISHED on line {found[1]}",
+                                       "ARTIFACT_MISMATCH")
+
+
+def verify_lines(lines: Iterable[bytes], session_id: str | None = None
+                 ) -> Iterator[dict[str, Any]]:
+    """Yield each verified event; raise on the first line that breaks the chain.
+    ``session_id``: the session the log must be of (default: line 1's ``run_id``)."""
     prev, prev_line, version = GENESIS, GENESIS, None
+    fields = _Fields(session_id, session_id is not None)
     for n, line in enumerate(lines, 1):
-        obj = parse_line(line, n)
+        nums = _Numbers()
+        obj = parse_line(line, n, nums)
         if version is None:
             version = line_version(obj)
         elif line_version(obj) != version:
             raise ChainBrokenError(n, f"a log format v{line_version(obj)} line in a v{version} "
                                    "log: a log is one version from its first line to its last")
-        if jcs(obj) + b"\n" != line:
-            raise ChainBrokenError(n, "not in canonical form (RFC 8785): the bytes were edited")
+        _types(obj, n)
+        _canonical(obj, line, n, nums)
+        event_hash, lhash = _slice_hashes(obj, line, version, prev_line)
         if version == 1:
-            if hash_body({k: v for k, v in obj.items() if k != "event_hash"}) \
-                    != obj["event_hash"]:
+            if event_hash != obj["event_hash"]:
                 raise ChainBrokenError(n, "event_hash does not match the event's content")
         else:
-            if seed_hash(obj) != obj["event_hash"]:
+            if event_hash != obj["event_hash"]:
                 raise ChainBrokenError(n, "event_hash does not match sha256(event_id + ts + "
                                        "type + payload + prev_hash) (seed 003)")
-            if line_hash({k: v for k, v in obj.items() if k != "line_hash"}, prev_line) \
-                    != obj["line_hash"]:
+            if lhash != obj["line_hash"]:
                 raise ChainBrokenError(n, "line_hash does not match the line's content and "
                                        "the line_hash before it (an envelope field changed)")
-            prev_line = obj["line_hash"]
+            prev_line = lhash
         if obj["seq"] != n:
             raise ChainBrokenError(n, f"seq {obj['seq']} on line {n}: a line was deleted, "
                                    "inserted or moved")
         if obj["prev_hash"] != prev:
             raise ChainBrokenError(n, "prev_hash is not the event_hash of the line before")
-        prev = obj["event_hash"]
+        fields.check(obj, n)
+        prev = event_hash
         yield obj
 
 
@@ -144,18 +362,24 @@ def read_lines(path: Path) -> Iterator[bytes]:
 
 
 def verify_dir(run_dir: Path, *, artifacts: bool = True) -> Verified:
-    """Verify ``run_dir`` (``events.ndjson``, ``head``, ``snapshot.json``, artifacts)."""
+    """Verify ``run_dir`` (``events.ndjson``, ``head``, ``snapshot.json``, artifacts):
+    the log of the session its name says (``runs/<session_id>/``)."""
     log, head_path, snap_path = (run_dir / n for n in (LOG_NAME, HEAD_NAME, SNAPSHOT_NAME))
     for p in (log, head_path, snap_path):
         if not p.is_file():
             raise ChainBrokenError(None, f"{p} is missing" + (
                 ": a truncated tail cannot be ruled out" if p != log else ""))
+    session = run_dir.resolve().name
     count, last, version = 0, GENESIS, None
-    for event in verify_lines(read_lines(log)):
+    for event in verify_lines(read_lines(log), session):
         count, last, version = event["seq"], event["event_hash"], line_version(event)
         if artifacts and event["type"] == "ARTIFACT_WRITTEN":
             check_artifact(run_dir, event)
-    verified = Verified(count, last, version)
+    verified = Verified(count, last, version, session)
     check_head(verified, parse_head(head_path.read_bytes(), "head"), "head")
-    check_head(verified, parse_head(snap_path.read_bytes(), "snapshot.json"), "snapshot.json")
+    snapshot = snap_path.read_bytes()
+    check_head(verified, parse_head(snapshot, "snapshot.json"), "snapshot.json")
+    if json.loads(snapshot).get("run_id") != session:
+        raise ChainBrokenError(None, f"snapshot.json is not of session {session} (its "
+                               "run_id says another)")
     return verified

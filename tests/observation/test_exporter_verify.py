@@ -147,8 +147,9 @@ def test_a_torn_last_line_and_garbage_are_reported(log_dir):
 def test_a_line_appended_after_the_head_is_reported(log_dir):
     lines = lines_of(log_dir)
     last = json.loads(lines[-1])
+    run, event, _ = last["event_id"].split(":")
     extra = {**last, "seq": last["seq"] + 1, "prev_hash": last["event_hash"],
-             "event_id": last["event_id"] + "-x"}
+             "event_id": f"{run}:{int(event) + 1}:0"}
     extra.pop("line_hash")
     extra["event_hash"] = seed_hash(extra)
     extra["line_hash"] = line_hash(extra, last["line_hash"])
