@@ -19,6 +19,7 @@ from api.settings import HitlflowSettings
 from observation.exporter import (
     ChainBrokenError,
     LogError,
+    LogLockedError,
     LogWriter,
     ReplayError,
     Snapshot,
@@ -136,6 +137,11 @@ async def _export(settings: HitlflowSettings, session_id: str | None,
     for sid in ids:
         try:
             r = await export_session(client, sid, runs, signer=signer)
+        except LogLockedError as err:  # `hitlflow up`'s exporter writes this one live
+            failed += session_id is not None
+            typer.echo(f"{sid}: {'not exported' if session_id else 'skipped'}: {err}",
+                       err=True)
+            continue
         except Exception as err:
             failed += 1
             typer.echo(f"{sid}: {type(err).__name__}: {err}", err=True)
@@ -153,7 +159,9 @@ def export_command(
     temporal_address: str | None = typer.Option(
         None, "--temporal-address", help="host:port of Temporal (env HITLFLOW_TEMPORAL_ADDRESS)"),
 ) -> None:
-    """Write the log of one session (or of all) from history: the same bytes again."""
+    """Write the log of one session (or of all) from history: the same bytes again.
+    With --all, a log another exporter holds (a running `hitlflow up`) is skipped,
+    one line each on stderr; the exit code is 0 if every other one was exported."""
     if (session_id is None) == (not all_sessions):
         raise typer.BadParameter("give a session id or --all (not both)")
     if session_id is not None and not valid_session_id(session_id):
