@@ -6,13 +6,10 @@ The format version is read from line 1 (``log_version`` 2: seed 003's ``event_ha
 and the chained ``line_hash``, both checked; no ``log_version``: v1, its one
 ``event_hash``), and every later line must be of the same version.
 
-Beyond the hashes, every line must say what the exporter writes (``ids.py``,
-``mapping.py``): ``run_id`` is the session (the run directory's name), ``trace_id``
-derives from it, span ids are 16 hex digits and only the session span has no
-parent, ``ts`` is ISO 8601 UTC with microseconds, ``event_id`` is
-``<Temporal run id>:<event id>:<n>`` in history order (never repeated), line 1 is
-the session's ``RUN_CREATED``, and an LLM answer's artifact hashes to its
-``LLM_CALL_FINISHED.output_hash``.
+Beyond the hashes, every line must say what the exporter writes (``fields.py``):
+the session's ``run_id`` and ``trace_id`` (the session is the run directory's name),
+its spans, a well-formed ``ts``, unique ``event_id``s in history order, and LLM
+artifacts that hash to their ``output_hash``.
 
 Any failure raises :class:`ChainBrokenError`, whose text starts with
 ``EVENT_CHAIN_BROKEN`` (or ``ARTIFACT_MISMATCH``) and names the 1-based line.
@@ -32,25 +29,19 @@ import json
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import rfc8785
 
-from observation.exporter import ids
 from observation.exporter.chain import GENESIS, HASH_PREFIX, LINE_PREFIX, jcs
+from observation.exporter.fields import FieldError, LineFields
 
 LOG_NAME, HEAD_NAME, SNAPSHOT_NAME = "events.ndjson", "head", "snapshot.json"
 #: The fields of a v1 line; a v2 line has these and ``log_version``, ``line_hash``.
 ENVELOPE = frozenset({"seq", "event_id", "run_id", "ts", "type", "payload", "trace_id",
                       "span_id", "parent_span_id", "prev_hash", "event_hash"})
 ENVELOPE_V2 = ENVELOPE | {"log_version", "line_hash"}
-#: The schema of an LLM answer's artifact (``activities.py``).
-LLM_OUTPUT_SCHEMA = "hitlflow/llm_output/v1"
-TS_RE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{6}Z")
-EVENT_ID_RE = re.compile(r"([^:]+):([1-9][0-9]*):(0|[1-9][0-9]*)")
-HEX16_RE = re.compile(r"[0-9a-f]{16}")
 #: Bytes that keep a line off the ``json.dumps`` fast path: a lone surrogate's
 #: lead byte (0xED also starts U+D000-U+D7FF: those go the exact way too) and the
 #: lead bytes of U+E000 and above (UTF-16 and code point order can differ there).
@@ -170,119 +161,12 @@ def _slice_hashes(obj: dict[str, Any], line: bytes, version: int, prev_line: str
                                 ).hexdigest()
 
 
-class _Fields:
-    """What each field must be, line after line (the module docstring's list)."""
-
-    def __init__(self, session_id: str | None, from_dir: bool) -> None:
-        self.session, self.from_dir = session_id, from_dir
-        self.trace = self.root = ""
-        self.run: str | None = None
-        self.last: tuple[int, int, int] = (0, 0, 0)  # (history event id, n, line)
-        self.runs_before: set[str] = set()
-        self.continued_to: str | None = None
-        self.outputs: dict[Any, tuple[Any, int]] = {}  # call_id -> (output_hash, line)
-
-    def _session(self, obj: dict[str, Any], n: int) -> None:
-        if self.session is None:
-            self.session = obj["run_id"]
-        self.trace, self.root = ids.trace_id(self.session), ids.session_span(self.session)
-        p = obj["payload"]
-        if obj["type"] != "RUN_CREATED" or p.get("session_id") != obj["run_id"]:
-            raise ChainBrokenError(n, f"line 1 is {obj['type']} (session_id "
-                                   f"{p.get('session_id')!r}), not the RUN_CREATED of "
-                                   f"session {obj['run_id']}: a log starts with its session")
-
-    def check(self, obj: dict[str, Any], n: int) -> None:
-        if n == 1:
-            self._session(obj, n)
-        elif obj["type"] == "RUN_CREATED":
-            raise ChainBrokenError(n, "a second RUN_CREATED: a log holds one session")
-        if obj["run_id"] != self.session:
-            where = "this directory's session" if self.from_dir else "the log's session"
-            raise ChainBrokenError(n, f"run_id {obj['run_id']!r} is not {where} "
-                                   f"{self.session!r} (a line or log of another session)")
-        if obj["trace_id"] != self.trace:
-            raise ChainBrokenError(n, f"trace_id {obj['trace_id']!r} is not the session's "
-                                   f"({self.trace}: sha256('hitlflow-trace-v1\\n' + "
-                                   "session_id)[:32])")
-        span, parent = obj["span_id"], obj["parent_span_id"]
-        if HEX16_RE.fullmatch(span) is None or (
-                parent is not None and HEX16_RE.fullmatch(parent) is None):
-            raise ChainBrokenError(n, "span_id/parent_span_id is not 16 lowercase hex digits")
-        if (parent is None) != (span == self.root):
-            raise ChainBrokenError(n, "only the session's span has no parent_span_id (and "
-                                   "it has none)")
-        self._ts(obj["ts"], n)
-        self._event_id(obj, n)
-        self._artifact(obj, n)
-
-    @staticmethod
-    def _ts(ts: str, n: int) -> None:
-        try:
-            if TS_RE.fullmatch(ts) is None:
-                raise ValueError("not of the form")
-            datetime.fromisoformat(ts[:-1])
-        except ValueError:
-            raise ChainBrokenError(n, f"ts {ts!r} is not ISO 8601 UTC with microseconds "
-                                   "(YYYY-MM-DDTHH:MM:SS.ffffffZ, a real time)") from None
-
-    def _event_id(self, obj: dict[str, Any], n: int) -> None:
-        eid = obj["event_id"]
-        m = EVENT_ID_RE.fullmatch(eid)
-        if m is None:
-            raise ChainBrokenError(n, f"event_id {eid!r} is not <Temporal run id>:"
-                                   "<history event id>:<n>")
-        run, hev, k = m.group(1), int(m.group(2)), int(m.group(3))
-        if run != self.run:
-            if run in self.runs_before:
-                raise ChainBrokenError(n, f"event_id {eid!r}: Temporal run {run} again "
-                                       "after a later run (a repeated or moved line)")
-            if self.run is not None and run != self.continued_to:
-                raise ChainBrokenError(n, f"event_id {eid!r}: a new Temporal run without "
-                                       "the RUN_CONTINUED_AS_NEW that names it")
-            if self.run is not None:
-                self.runs_before.add(self.run)
-            self.run, self.last = run, (0, 0, 0)
-        last_hev, last_k, last_line = self.last
-        if (hev, k) <= (last_hev, last_k) and last_line:
-            what = f"repeats line {last_line}'s" if (hev, k) == (last_hev, last_k) else \
-                f"goes back from line {last_line}'s {run}:{last_hev}:{last_k}"
-            raise ChainBrokenError(n, f"event_id {eid!r} {what}: event ids are unique and in "
-                                   "history order")
-        if k != (last_k + 1 if hev == last_hev else 0):
-            raise ChainBrokenError(n, f"event_id {eid!r}: n counts 0, 1, ... per history "
-                                   "event (a line is missing or added)")
-        self.last = (hev, k, n)
-        if obj["type"] == "RUN_CONTINUED_AS_NEW":
-            self.continued_to = obj["payload"].get("new_temporal_run_id")
-
-    def _artifact(self, obj: dict[str, Any], n: int) -> None:
-        t, p = obj["type"], obj["payload"]
-        if t == "LLM_CALL_FINISHED":
-            self.outputs[p.get("call_id")] = (p.get("output_hash"), n)
-        elif t == "ARTIFACT_WRITTEN":
-            if type(p.get("path")) is not str or type(p.get("sha256")) is not str:
-                raise ChainBrokenError(n, "ARTIFACT_WRITTEN without a path and sha256",
-                                       "ARTIFACT_MISMATCH")
-            if p.get("schema_id") != LLM_OUTPUT_SCHEMA:
-                return
-            found = self.outputs.get(p.get("call_id"))
-            if found is None:
-                raise ChainBrokenError(n, f"LLM artifact {p['path']} of call "
-                                       f"{p.get('call_id')!r} follows no LLM_CALL_FINISHED "
-                                       "of that call", "ARTIFACT_MISMATCH")
-            if p["sha256"] != found[0]:
-                raise ChainBrokenError(n, f"LLM artifact {p['path']}: its sha256 is not the "
-                                       f"output_hash of LLM_CALL_FINISHED on line {found[1]}",
-                                       "ARTIFACT_MISMATCH")
-
-
 def verify_lines(lines: Iterable[bytes], session_id: str | None = None
                  ) -> Iterator[dict[str, Any]]:
     """Yield each verified event; raise on the first line that breaks the chain.
     ``session_id``: the session the log must be of (default: line 1's ``run_id``)."""
     prev, prev_line, version = GENESIS, GENESIS, None
-    fields = _Fields(session_id, session_id is not None)
+    fields = LineFields(session_id, session_id is not None)
     for n, line in enumerate(lines, 1):
         nums = _Numbers()
         obj = parse_line(line, n, nums)
@@ -310,7 +194,10 @@ def verify_lines(lines: Iterable[bytes], session_id: str | None = None
                                    "inserted or moved")
         if obj["prev_hash"] != prev:
             raise ChainBrokenError(n, "prev_hash is not the event_hash of the line before")
-        fields.check(obj, n)
+        try:
+            fields.check(obj, n)
+        except FieldError as err:
+            raise ChainBrokenError(err.line, err.reason, err.code) from None
         prev = event_hash
         yield obj
 
