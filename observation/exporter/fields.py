@@ -30,6 +30,7 @@ LLM_OUTPUT_SCHEMA = "hitlflow/llm_output/v1"
 TS_RE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{6}Z")
 EVENT_ID_RE = re.compile(r"([^:]+):([1-9][0-9]*):(0|[1-9][0-9]*)")
 HEX16_RE = re.compile(r"[0-9a-f]{16}")
+ARTIFACT_TYPES = frozenset({"LLM_CALL_FINISHED", "ARTIFACT_WRITTEN"})
 
 
 class FieldError(ValueError):
@@ -49,6 +50,8 @@ class LineFields:
         self.runs_before: set[str] = set()
         self.continued_to: str | None = None
         self.outputs: dict[Any, tuple[Any, int]] = {}  # call_id -> (output_hash, line)
+        self.spans: set[str] = set()  # span ids seen well-formed
+        self.ts = ""  # the last ts seen well-formed
 
     def _session(self, obj: dict[str, Any], n: int) -> None:
         if self.session is None:
@@ -74,15 +77,21 @@ class LineFields:
                              f"({self.trace}: sha256('hitlflow-trace-v1\\n' + "
                              "session_id)[:32])")
         span, parent = obj["span_id"], obj["parent_span_id"]
-        if HEX16_RE.fullmatch(span) is None or (
-                parent is not None and HEX16_RE.fullmatch(parent) is None):
-            raise FieldError(n, "span_id/parent_span_id is not 16 lowercase hex digits")
-        if (parent is None) != (span == self.root):
-            raise FieldError(n, "only the session's span has no parent_span_id (and "
-                             "it has none)")
-        self._ts(obj["ts"], n)
+        if parent is None or span == self.root:
+            if parent is not None or span != self.root:
+                raise FieldError(n, "only the session's span has no parent_span_id (and "
+                                 "it has none)")
+        elif span not in self.spans or parent not in self.spans:
+            if HEX16_RE.fullmatch(span) is None or HEX16_RE.fullmatch(parent) is None:
+                raise FieldError(n, "span_id/parent_span_id is not 16 lowercase hex "
+                                 "digits")
+            self.spans.update((span, parent))
+        if obj["ts"] != self.ts:  # lines of one history event share it
+            self._ts(obj["ts"], n)
+            self.ts = obj["ts"]
         self._event_id(obj, n)
-        self._artifact(obj, n)
+        if obj["type"] in ARTIFACT_TYPES:
+            self._artifact(obj, n)
 
     @staticmethod
     def _ts(ts: str, n: int) -> None:

@@ -42,10 +42,13 @@ LOG_NAME, HEAD_NAME, SNAPSHOT_NAME = "events.ndjson", "head", "snapshot.json"
 ENVELOPE = frozenset({"seq", "event_id", "run_id", "ts", "type", "payload", "trace_id",
                       "span_id", "parent_span_id", "prev_hash", "event_hash"})
 ENVELOPE_V2 = ENVELOPE | {"log_version", "line_hash"}
-#: Bytes that keep a line off the ``json.dumps`` fast path: a lone surrogate's
-#: lead byte (0xED also starts U+D000-U+D7FF: those go the exact way too) and the
-#: lead bytes of U+E000 and above (UTF-16 and code point order can differ there).
-_SLOW_BYTES = re.compile(rb"[\xed-\xf4]")
+#: Bytes that keep a line off the ``json.dumps`` fast path: the UTF-8 lead bytes of
+#: U+E000 and above (where UTF-16 order, JCS's key order, and code point order can
+#: differ). Lone surrogates cannot come from UTF-8 (strict); from a ``\ud800``
+#: escape they fail the fast path's encode.
+_SLOW_BYTES = re.compile(rb"[\xee-\xf4]")
+#: ``json.dumps`` as JCS writes the values the fast path lets through.
+_fast_jcs = json.JSONEncoder(ensure_ascii=False, sort_keys=True, separators=(",", ":")).encode
 _STRINGS = ("event_id", "run_id", "ts", "type", "trace_id", "span_id", "prev_hash",
             "event_hash")
 
@@ -91,15 +94,20 @@ class _Numbers:
     def constant(s: str) -> Any:
         raise ValueError(f"{s} is not a JSON number")
 
+    def decoder(self) -> json.JSONDecoder:
+        return json.JSONDecoder(parse_int=self.int, parse_float=self.float,
+                                parse_constant=self.constant)
 
-def parse_line(line: bytes, number: int, numbers: _Numbers | None = None) -> dict[str, Any]:
-    """One line as a dict with exactly a log event's fields (not yet checked further)."""
+
+def parse_line(line: bytes, number: int, decode: Any = None) -> dict[str, Any]:
+    """One line as a dict with exactly a log event's fields (not yet checked further);
+    ``decode``: a ``JSONDecoder.decode`` (with :class:`_Numbers`' hooks)."""
     if not line.endswith(b"\n"):
         raise ChainBrokenError(number, "the last line is not terminated (a torn write)")
-    nums = numbers or _Numbers()
+    if decode is None:
+        decode = _Numbers().decoder().decode
     try:
-        obj = json.loads(line, parse_int=nums.int, parse_float=nums.float,
-                         parse_constant=nums.constant)
+        obj = decode(line.decode())
     except ValueError as err:
         raise ChainBrokenError(number, f"not JSON ({err})") from None
     if not isinstance(obj, dict) or obj.keys() not in (ENVELOPE, ENVELOPE_V2) or (
@@ -119,9 +127,11 @@ def line_version(obj: dict[str, Any]) -> int:
 def _canonical(obj: dict[str, Any], line: bytes, n: int, nums: _Numbers) -> None:
     """The line is ``JCS(obj) + "\\n"``, byte for byte."""
     if nums.exact and (line.isascii() or _SLOW_BYTES.search(line) is None):
-        fast = json.dumps(obj, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
-        if fast.encode() + b"\n" == line:
-            return
+        try:
+            if _fast_jcs(obj).encode() + b"\n" == line:
+                return
+        except UnicodeEncodeError:  # a lone surrogate (from a \\ud800 escape)
+            pass
     try:
         canonical = jcs(obj)
     except (ValueError, TypeError) as err:  # e.g. a lone surrogate
@@ -167,9 +177,11 @@ def verify_lines(lines: Iterable[bytes], session_id: str | None = None
     ``session_id``: the session the log must be of (default: line 1's ``run_id``)."""
     prev, prev_line, version = GENESIS, GENESIS, None
     fields = LineFields(session_id, session_id is not None)
+    nums = _Numbers()
+    decode = nums.decoder().decode
     for n, line in enumerate(lines, 1):
-        nums = _Numbers()
-        obj = parse_line(line, n, nums)
+        nums.exact = True
+        obj = parse_line(line, n, decode)
         if version is None:
             version = line_version(obj)
         elif line_version(obj) != version:
