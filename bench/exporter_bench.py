@@ -49,8 +49,9 @@ from unittest import mock
 
 from stack import free_port
 from temporalio.api.history.v1 import HistoryEvent
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowUpdateRPCTimeoutOrCancelledError
 from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.service import RPCError
 
 from activities.mcp_pool import McpClientPool
 from api.devserver import DevServer
@@ -133,12 +134,20 @@ async def drive(client: Client, tq: str, turns: int, poll_s: float,
                                        "journal_in_header": True})  # as the API starts it
     h = await client.start_workflow("SessionWorkflow", inp, id=sid, task_queue=tq)
     for i in range(turns):
-        while True:
-            pending = await h.query("pending_request", result_type=PendingRequest | None)
-            if pending is not None and pending.prompt == f"step {i}?":
-                break
-            await asyncio.sleep(poll_s)  # a person polling for the question
-        await h.execute_update("reply", ReplyInput(request_id=pending.request_id, approve=True))
+        sent = False
+        while True:  # a person polling for the question (a timed-out call is retried)
+            try:
+                pending = await h.query("pending_request", result_type=PendingRequest | None)
+                if pending is not None and pending.prompt == f"step {i}?":
+                    sent = True
+                    await h.execute_update("reply", ReplyInput(request_id=pending.request_id,
+                                                               approve=True))
+                    break
+                if sent:
+                    break  # the reply went through, though its call timed out
+            except (RPCError, WorkflowUpdateRPCTimeoutOrCancelledError):
+                pass  # an overloaded server: ask again
+            await asyncio.sleep(poll_s)
         wakeups(sid)  # as the API does for each write it accepted
     await h.result()
     return sid
