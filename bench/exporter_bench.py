@@ -99,10 +99,14 @@ class TimedObserver:
                  appended: dict[str, int]) -> None:
         self.sid, self.inner, self.lag, self.appended = sid, inner, lag, appended
         self.pending: list[tuple[int, str]] = []
+        self.written: list[int] = []  # when each pending line was written (ns)
 
     def event(self, event: dict[str, Any], replayed: bool) -> None:
         if not replayed:
+            now = time.time_ns()
             self.pending.append((time_ns(event["ts"]), event["type"]))
+            self.lag["(ts -> line written)"].append((now - time_ns(event["ts"])) / 1e6)
+            self.written.append(now)
         if self.inner is not None:
             self.inner.event(event, replayed)
 
@@ -114,8 +118,9 @@ class TimedObserver:
             self.lag[kind].append(ms)
             if type_ not in STARTED_AT_START:
                 self.lag[kind + " (no activity start)"].append(ms)
+        self.lag["(line written -> durable)"].extend((now - w) / 1e6 for w in self.written)
         self.appended[self.sid] = self.appended.get(self.sid, 0) + len(self.pending)
-        self.pending = []
+        self.pending, self.written = [], []
         if self.inner is not None:
             self.inner.commit()
 
@@ -159,7 +164,8 @@ async def live(client: Client, data: Path, n: int, turns: int, poll_s: float
     read model, parking, woken by each write as the API wakes it)."""
     lag: dict[str, list[float]] = {k: [] for k in (
         "first page", "following", "first page (no activity start)",
-        "following (no activity start)")}
+        "following (no activity start)", "(ts -> line written)",
+        "(line written -> durable)")}
     appended: dict[str, int] = {}
     exporters: list[Exporter] = []
 
