@@ -70,8 +70,8 @@ def verify_command(
     since: Path | None = typer.Option(None, "--since", help="With --key: an older "
                                       "checkpoint file; check the log only grew from it."),
 ) -> None:
-    """Check every hash, prev_hash, seq, the head and the artifacts; EVENT_CHAIN_BROKEN
-    with the line number (exit 1) on the first failure. With --key, the signed
+    """Check every hash, prev_hash, seq, every field, the head and the artifacts;
+    EVENT_CHAIN_BROKEN with the line number (exit 1) on the first failure. With --key, the signed
     checkpoint too (CHECKPOINT_MISSING/INVALID/MISMATCH)."""
     from api.cli_checkpoint import checkpoint_check
 
