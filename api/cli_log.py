@@ -71,8 +71,8 @@ def verify_command(
                                       "checkpoint file; check the log only grew from it."),
 ) -> None:
     """Check every hash, prev_hash, seq, every field, the head and the artifacts;
-    EVENT_CHAIN_BROKEN with the line number (exit 1) on the first failure. With --key, the signed
-    checkpoint too (CHECKPOINT_MISSING/INVALID/MISMATCH)."""
+    EVENT_CHAIN_BROKEN with the line number (exit 1) on the first failure. With --key,
+    the signed checkpoint too (CHECKPOINT_MISSING/INVALID/MISMATCH)."""
     from api.cli_checkpoint import checkpoint_check
 
     signed = checkpoint_check(key, since)
