@@ -65,7 +65,6 @@ class Verified:
     events: int
     last_hash: str
     log_version: int | None = None  # None: an empty log
-    session_id: str | None = None
 
 
 class _Numbers:
@@ -274,7 +273,7 @@ def verify_dir(run_dir: Path, *, artifacts: bool = True) -> Verified:
         count, last, version = event["seq"], event["event_hash"], line_version(event)
         if artifacts and event["type"] == "ARTIFACT_WRITTEN":
             check_artifact(run_dir, event)
-    verified = Verified(count, last, version, session)
+    verified = Verified(count, last, version)
     check_head(verified, parse_head(head_path.read_bytes(), "head"), "head")
     snapshot = snap_path.read_bytes()
     check_head(verified, parse_head(snapshot, "snapshot.json"), "snapshot.json")
