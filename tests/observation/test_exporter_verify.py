@@ -322,3 +322,59 @@ def test_an_llm_artifact_must_hash_to_its_output_hash(log_dir):
     err = broken(log_dir)
     assert err.code == "ARTIFACT_MISMATCH" and err.line == k
     assert "is not the output_hash of LLM_CALL_FINISHED on line" in err.reason
+
+
+# -- the canonical form, whichever way it is checked (fast C path or rfc8785) ----------
+
+
+def raw_last_line(d: Path, payload: bytes) -> None:
+    """The last line with ``payload`` as its raw JSON text, both hashes computed over
+    the bytes as written (a forger's non-canonical line whose hashes match), the head
+    and snapshot following it."""
+    lines = lines_of(d)
+    prev = json.loads(lines[-2])
+    e = json.loads(lines[-1])
+    e["payload"] = {"v": "MARK"}
+    line = rfc8785.dumps(e).replace(b'{"v":"MARK"}', payload)
+    seed = (e["event_id"] + e["ts"] + e["type"]).encode() + payload + e["prev_hash"].encode()
+    event_hash = hashlib.sha256(seed).hexdigest()
+    line = line.replace(e["event_hash"].encode(), event_hash.encode())
+    i = line.index(b',"line_hash":"')
+    body = line[:i] + line[i + 79:]
+    digest = hashlib.sha256(b"hitlflow-log-v2\n" + prev["line_hash"].encode() + b"\n"
+                            + body).hexdigest()
+    write_lines(d, [*lines[:-1], line.replace(e["line_hash"].encode(), digest.encode())
+                    + b"\n"])
+    head = {"last_hash": event_hash, "last_seq": len(lines)}
+    (d / "head").write_text(json.dumps(head, indent=2, sort_keys=True) + "\n")
+    snap = json.loads((d / "snapshot.json").read_text())
+    (d / "snapshot.json").write_text(json.dumps({**snap, "head": head}, indent=2,
+                                                sort_keys=True) + "\n")
+
+
+@pytest.mark.parametrize("payload", [
+    b'{"v":0.5}', b'{"v":1e-7}', b'{"v":1e+21}', b'{"v":123.456}', b'{"v":-2}',
+    '{"v":"caf\u00e9 \U0001f600"}'.encode(), '{"a\ue000":1,"b":2}'.encode(),
+    b'{"v":"tab\\there \\u001f"}',
+    '{"\U0001f600":2,"\ue000":1}'.encode(),  # UTF-16 order: D83D before E000
+])
+def test_a_canonical_payload_verifies_whichever_path_checks_it(log_dir, payload):
+    raw_last_line(log_dir, payload)
+    assert verify_dir(log_dir).events == 89
+
+
+@pytest.mark.parametrize("payload,why", [
+    (b'{"v":5.0}', "canonical form"), (b'{"v":1e-07}', "canonical form"),
+    (b'{"v":1E21}', "canonical form"), (b'{"v":0.50}', "canonical form"),
+    (b'{"v":-0}', "canonical form"), (b'{"v": 1}', "canonical form"),
+    (b'{"b":1,"a":2}', "canonical form"), (b'{"v":"\\u0041"}', "canonical form"),
+    ('{"\ue000":1,"\U0001f600":2}'.encode(), "canonical form"),  # code point order
+    (b'{"v":"\\/"}', "canonical form"), (b'{"v":"\\u001F"}', "canonical form"),
+    (b'{"v":NaN}', "not JSON"), (b'{"v":Infinity}', "not JSON"),
+    (b'{"v":"\\ud800"}', "not encodable in RFC 8785"),
+    (b'{"v":"\xed\xa0\x80"}', "not JSON"),  # a UTF-8-encoded lone surrogate
+])
+def test_a_non_canonical_payload_with_matching_hashes_is_refused(log_dir, payload, why):
+    raw_last_line(log_dir, payload)
+    err = broken(log_dir)
+    assert err.line == 89 and why in err.reason, err.reason
