@@ -78,7 +78,7 @@ from observation.exporter.note import Signer
 from observation.exporter.verify import read_lines, verify_lines
 from observation.telemetry import STORE_NAME, TelemetryStore
 from observation.telemetry.otel import time_ns
-from workflows.messages import ReplyInput, SessionInput
+from workflows.messages import CURRENT_BEHAVIOUR, ReplyInput, SessionInput
 from workflows.session_state import PendingRequest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -141,7 +141,7 @@ async def drive(client: Client, tq: str, turns: int, poll_s: float,
                 wakeups: Wakeups) -> str:
     sid = f"s-bench{uuid.uuid4().hex[:10]}"
     inp = SessionInput.model_validate({"session_id": sid, "config": session_config(turns),
-                                       "journal_in_header": True})  # as the API starts it
+                                       "behaviour": CURRENT_BEHAVIOUR})  # as the API starts it
     h = await client.start_workflow("SessionWorkflow", inp, id=sid, task_queue=tq)
     for i in range(turns):
         sent = False

@@ -3,7 +3,8 @@
 * :func:`history_events` — a session's history, every run from the first, chained
   across continue-as-new, optionally waiting for new events.
 * :func:`session_events` — the chained log events of a session straight from
-  history, live (what the HTTP/SSE layer streams; the same events the log holds).
+  history, live (what the HTTP/SSE layer streams; the same events the log holds);
+  :func:`stream_head` — how far that stream goes now, and whether it is complete.
 * :func:`export_session` — mirror one session into ``runs/<session_id>/``,
   resuming after the last line already written (re-mapped and checked, not trusted).
 """
@@ -19,12 +20,12 @@ from pathlib import Path
 from typing import TypeVar
 
 from temporalio.api.history.v1 import HistoryEvent
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowExecutionStatus
 
 from observation.exporter.chain import Chain
 from observation.exporter.log import LogError, LogObserver, LogWriter
 from observation.exporter.mapping import SessionMapper
-from observation.exporter.model import LogEvent, is_sse
+from observation.exporter.model import LogEvent, StreamHead, is_sse
 from observation.exporter.note import Signer
 from observation.exporter.verify import SNAPSHOT_NAME
 
@@ -71,7 +72,8 @@ async def session_events(
     The SSE feed (``api.sse.EventProvider``): by default only the SSE types
     (``execution_state``, ``conversation.state.changed``, ``interaction.*``, ``text``,
     ``tool_result``); ``seq`` (the log's line number) is the SSE id, strictly
-    increasing, so ``Last-Event-ID`` resumes. ``only=None``: every event;
+    increasing, so ``Last-Event-ID`` resumes (:func:`stream_head` says how far it
+    goes now). ``only=None``: every event;
     ``follow=False``: stop at the current end of history."""
     mapper, chain = SessionMapper(session_id), Chain()
     async for event, _ in history_events(client, session_id, follow=follow):
@@ -79,6 +81,21 @@ async def session_events(
             e = chain.link(m)
             if e.seq > (after_seq or 0) and (only is None or only(e.type)):
                 yield e
+
+
+async def stream_head(client: Client, session_id: str,
+                      only: Callable[[str], bool] | None = is_sse) -> StreamHead:
+    """The head of :func:`session_events`' stream: one pass over the history as it is
+    now. The status is read first, so a finished session's pass sees all of it."""
+    status = (await client.get_workflow_handle(session_id).describe()).status
+    finished = status not in (None, WorkflowExecutionStatus.RUNNING,
+                              WorkflowExecutionStatus.CONTINUED_AS_NEW)
+    last = last_event = 0
+    async for e in session_events(client, session_id, follow=False, only=None):
+        last = e.seq
+        if only is None or only(e.type):
+            last_event = e.seq
+    return StreamHead(last, last_event, finished)
 
 
 @dataclass(frozen=True)
