@@ -20,6 +20,7 @@ from api.settings import HitlflowSettings
 from observation.exporter import (
     ChainBrokenError,
     LogError,
+    LogLockedError,
     LogWriter,
     ReplayError,
     Snapshot,
@@ -69,9 +70,9 @@ def verify_command(
                                       "checkpoint file; check the log only grew from it."),
     *, stack: Stack,
 ) -> None:
-    """Check every hash, prev_hash, seq, the head and the artifacts; EVENT_CHAIN_BROKEN
-    with the line number (exit 1) on the first failure. With --key, the signed
-    checkpoint too (CHECKPOINT_MISSING/INVALID/MISMATCH)."""
+    """Check every hash, prev_hash, seq, every field, the head and the artifacts;
+    EVENT_CHAIN_BROKEN with the line number (exit 1) on the first failure. With --key,
+    the signed checkpoint too (CHECKPOINT_MISSING/INVALID/MISMATCH)."""
     from api.cli_checkpoint import checkpoint_check
 
     if live and key is not None:
@@ -141,6 +142,11 @@ async def _export(settings: HitlflowSettings, session_id: str | None,
     for sid in ids:
         try:
             r = await export_session(client, sid, runs, signer=signer)
+        except LogLockedError as err:  # `hitlflow up`'s exporter writes this one live
+            failed += session_id is not None
+            typer.echo(f"{sid}: {'not exported' if session_id else 'skipped'}: {err}",
+                       err=True)
+            continue
         except Exception as err:
             failed += 1
             typer.echo(f"{sid}: {type(err).__name__}: {err}", err=True)
@@ -160,7 +166,9 @@ def export_command(
         " default 127.0.0.1:<--temporal-port>, as `up` serves it)"),
     *, stack: Stack,
 ) -> None:
-    """Write the log of one session (or of all) from history: the same bytes again."""
+    """Write the log of one session (or of all) from history: the same bytes again.
+    With --all, a log another exporter holds (a running `hitlflow up`) is skipped,
+    one line each on stderr; the exit code is 0 if every other one was exported."""
     if (session_id is None) == (not all_sessions):
         raise typer.BadParameter("give a session id or --all (not both)")
     if session_id is not None and not valid_session_id(session_id):

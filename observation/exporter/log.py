@@ -131,7 +131,7 @@ class LogWriter:
             if cut:
                 log.warning("%s: cut a torn last line (%d bytes); it is re-exported", path, cut)
             try:
-                for event in verify_lines(read_lines(path)):
+                for event in verify_lines(read_lines(path), self.run_dir.resolve().name):
                     self.snapshot.apply(event)
                     if self.observer is not None:
                         self.observer.event(event, True)

@@ -88,7 +88,7 @@ def test_the_seed_verifier_rejects_an_edited_payload(exported, tmp_path):
 def test_an_envelope_field_outside_the_seeds_five_is_covered_by_line_hash(
         exported, tmp_path, field, value):
     """The seed's hash leaves seq, run_id and the span ids out: line_hash catches them."""
-    d = tmp_path / "log"
+    d = tmp_path / "log" / exported["demo"].name  # runs/<session_id>/
     shutil.copytree(exported["demo"], d)
     lines = lines_of(d)
     e = json.loads(lines[4])
@@ -105,19 +105,19 @@ def test_an_envelope_field_outside_the_seeds_five_is_covered_by_line_hash(
 def test_line_hash_chains_so_a_recomputed_line_breaks_the_next(exported, tmp_path):
     from observation.exporter import line_hash
 
-    d = tmp_path / "log"
+    d = tmp_path / "log" / exported["demo"].name
     shutil.copytree(exported["demo"], d)
     lines = lines_of(d)
-    prev_line = json.loads(lines[3])["line_hash"]
-    e = json.loads(lines[4])
-    e["run_id"] = "other"
+    prev_line = json.loads(lines[4])["line_hash"]
+    e = json.loads(lines[5])  # an LLM call's line (its span has a parent)
+    e["span_id"] = "f" * 16
     del e["line_hash"]
     e["line_hash"] = line_hash(e, prev_line)
-    lines[4] = rfc8785.dumps(e) + b"\n"
+    lines[5] = rfc8785.dumps(e) + b"\n"
     (d / "events.ndjson").write_bytes(b"".join(lines))
     with pytest.raises(ChainBrokenError) as info:
         verify_dir(d)
-    assert info.value.line == 6 and "line_hash" in info.value.reason
+    assert info.value.line == 7 and "line_hash" in info.value.reason
 
 
 # -- format v1: logs written before -----------------------------------------------------
@@ -290,7 +290,7 @@ def test_the_readme_verifier_rejects_what_hitlflow_rejects(logs, tmp_path, tampe
 def test_a_log_still_being_written_is_verified_up_to_its_head(logs, tmp_path):
     """Lines past the head (a batch in flight) and a torn last line: the whole log
     fails, the log up to its head passes, in both verifiers."""
-    d = tmp_path / "live"
+    d = tmp_path / "live" / logs["v2 edge values"].name  # runs/<session_id>/
     shutil.copytree(logs["v2 edge values"], d)
     lines = lines_of(d)
     at_rest = {n: (d / n).read_bytes() for n in ("head", "snapshot.json")}
