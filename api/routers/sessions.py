@@ -130,7 +130,7 @@ def _execution_status(status: WorkflowExecutionStatus | None) -> str | None:
 @router.post("", status_code=201, response_model=SessionCreated)
 async def start_session(
     config: Annotated[SessionConfig, Body(description="The session config (DESIGN.md).")],
-    response: Response, client: ClientDep, settings: SettingsDep,
+    response: Response, client: ClientDep, settings: SettingsDep, on_change: OnChangeDep,
     session_id: Annotated[str | None, Query(
         pattern=SESSION_ID_PATTERN, max_length=128,
         description="The new session's id (default: generated). Never reused.")] = None,
@@ -151,6 +151,7 @@ async def start_session(
             # What the Temporal UI's list and detail pages say the session is.
             static_summary=static_summary(config), static_details=static_details(config),
         )
+    on_change(sid)  # in `up`: the exporter follows it now, not at its next discovery
     response.headers["Location"] = f"/api/sessions/{sid}"
     return SessionCreated(session_id=sid, status=SessionStatus.QUEUED)
 

@@ -183,16 +183,15 @@ class Exporter:
     def want(self, session_id: str) -> None:
         """Someone streams the session: follow it now (woken if parked, started if
         discovery has not seen it yet)."""
-        if session_id in self.parked:
-            self.wake(session_id)
-        else:
-            self.follow(session_id)
+        self.wake(session_id)
 
     def wake(self, session_id: str) -> None:
-        """Something may have changed the session: follow it again if it was parked."""
+        """Something may have changed the session (or started it): follow it now,
+        again if it was parked, at once if discovery has not seen it yet."""
         if session_id in self.tasks:
             self._woken.add(session_id)  # its follower must not park on what it saw
-        elif self.parked.pop(session_id, None) is not None:
+        else:
+            self.parked.pop(session_id, None)
             self.follow(session_id)
 
     async def _may_park(self, session_id: str, run_id: str, last_event_id: int) -> bool:
