@@ -26,6 +26,8 @@ class Behaviour(IntEnum):
     ORIGINAL = 0
     JOURNAL_IN_HEADER = 1  # the journal before an activity rides in its header
     AGENT_LOOP_V2 = 2  # provider waits in the workflow; model mistakes go back to it
+    REFUSALS_RECORDED = 3  # a refused signal is recorded (`interaction.reply.refused`)
+    EACH_WAIT_PUBLISHED = 4  # a wait that follows another in one task moves WaitingSince
 
 
 #: What sessions start with now.

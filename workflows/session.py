@@ -60,10 +60,6 @@ with workflow.unsafe.imports_passed_through():
     from workflows.statechart import SessionEvent, SessionStatus, is_terminal
 
 E, S = SessionEvent, SessionStatus
-# Signals refused from here on are recorded (`interaction.reply.refused`), not only logged.
-REFUSAL_PATCH = "record-refused-signals"
-# A wait that follows another in the same task publishes its WaitingSince.
-REWAIT_PATCH = "publish-each-wait"
 
 
 @workflow.defn(name="SessionWorkflow")
@@ -182,7 +178,8 @@ class SessionWorkflow(AgentTurn, PlanTurn):
         # A new wait within one task (a plan step answered, the next one asks) moves
         # WaitingSince, which is what wakes the exporter's parked follower.
         rewait = (waiting and self._published == self._s.status and since is not None
-                  and since != self._published_since and workflow.patched(REWAIT_PATCH))
+                  and since != self._published_since
+                  and self._input.does(Behaviour.EACH_WAIT_PUBLISHED))
         if self._input.search_attributes and (self._published != self._s.status or rewait):
             self._published, self._published_since = self._s.status, since
             workflow.upsert_search_attributes([
@@ -338,12 +335,12 @@ class SessionWorkflow(AgentTurn, PlanTurn):
     # -- signals and updates (operators can send the signals from the Temporal UI) --
 
     def _refuse(self, signal: str, args: tuple[Any, ...], reason: str) -> None:
-        """A stale or malformed signal: one log line, and (from REFUSAL_PATCH on) an
+        """A stale or malformed signal: one log line, and (``REFUSALS_RECORDED``) an
         ``interaction.reply.refused`` event in the log and the stream. The session
         is unchanged; the workflow task does not fail."""
         workflow.logger.warning("session %s: signal %s refused: %s", self._s.session_id,
                                 signal, reason)
-        if is_terminal(self._s.status) or not workflow.patched(REFUSAL_PATCH):
+        if is_terminal(self._s.status) or not self._input.does(Behaviour.REFUSALS_RECORDED):
             return
         self._book.refuse(refusal(signal, args, reason), workflow.now())
         self._flush()  # the main coroutine may wait on: write it into history now

@@ -114,11 +114,11 @@ async def agent_loop(client: Client, tq: str, d: Path) -> WorkflowHandle:
 
 async def operator_signals(client: Client, tq: str, d: Path) -> WorkflowHandle:
     """Signals as an operator sends them from the Temporal UI: malformed and stale ones
-    are refused (recorded, REFUSAL_PATCH), a good one answers."""
+    are refused (recorded, Behaviour.REFUSALS_RECORDED), a good one answers."""
     h = await start_session(client, scripted(d, [
         {"ecs_request": {"kind": "confirm", "prompt": "sure?"}},
         {"text": "done", "end": True}]), tq, search_attributes=True,
-        behaviour=Behaviour.ORIGINAL)
+        behaviour=CURRENT_BEHAVIOUR)
     snap = await until_status(h, W)
     await h.signal("submit_reply", ["not", "an", "object"])
     await h.signal("submit_reply", {"request_id": "stale", "approve": True})
@@ -130,12 +130,12 @@ async def operator_signals(client: Client, tq: str, d: Path) -> WorkflowHandle:
 
 async def plan_steps(client: Client, tq: str, d: Path) -> WorkflowHandle:
     """A verify: human step, then a gate: the second wait begins in the task that took
-    the first answer (REWAIT_PATCH publishes its WaitingSince)."""
+    the first answer (Behaviour.EACH_WAIT_PUBLISHED publishes its WaitingSince)."""
     config = SessionConfig.model_validate({"plan": {"name": "ship", "steps": [
         {"name": "build", "run": "echo built", "verify": "human"},
         {"name": "go?", "gate": True}]}})
     h = await start_session(client, config, tq, search_attributes=True,
-        behaviour=Behaviour.ORIGINAL)
+        behaviour=CURRENT_BEHAVIOUR)
     await answer(h, choice="approve")
     await until(h, lambda s: s.pending is not None and s.pending.prompt == "gate: go?")
     await answer(h, choice="approve")
@@ -144,7 +144,7 @@ async def plan_steps(client: Client, tq: str, d: Path) -> WorkflowHandle:
 
 
 
-# All but `demo_journal_header` and `agent_loop` as sessions ran before the journal
+# `demo`, `rejected`, `auto_timeout` and `canceled` as sessions ran before the journal
 # moved into activity headers (a memo before every await): running sessions of that
 # kind must replay too.
 SCENARIOS: dict[str, Callable[[Client, str, Path], Awaitable[WorkflowHandle]]] = {
