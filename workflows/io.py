@@ -114,6 +114,9 @@ class ToolCallInput(BaseModel):
     tool: str
     arguments: dict[str, Any] = Field(default_factory=dict)
     idempotency_key: str | None = None
+    # Names this attempt: the activity records a durable "sent" mark with it just
+    # before the request leaves (``workflows.outcome``). None: no marks (older runs).
+    attempt_id: str | None = None
 
 
 class ToolCallResult(BaseModel):

@@ -45,6 +45,7 @@ with workflow.unsafe.imports_passed_through():
         SessionResult,
         SessionSnapshot,
     )
+    from workflows.outcome import OUTCOME_UNKNOWN
     from workflows.plan import TaskStopped
     from workflows.plan_dispatch import step_command_problem
     from workflows.plan_turn import PlanTurn
@@ -251,6 +252,9 @@ class SessionWorkflow(AgentTurn, PlanTurn):
             return
         c = s.contract(pending.execution_id)
         actor = Actor.TIMER if auto else Actor.USER
+        if pending.reason_code == OUTCOME_UNKNOWN:  # "did it happen?" on a tool call
+            self._settle_outcome(c, answer, by, actor)
+            return
         self._book.transition(c, Trigger.RESUME, actor, now)
         if pending.kind == "approval":
             if answer.get("approved"):

@@ -134,7 +134,8 @@ class JournalMapper:
             self.emit("WORK_ITEM_FINISHED", {
                 "work_item_id": c.execution_id, "outcome": record.to_status.value,
                 "finished_at": d["timestamp"], **who, "result": d.get("result"),
-                "error_message": d.get("error_message")}, *span)
+                "error_message": d.get("error_message"),
+                **({"reason_code": d["reason_code"]} if d.get("reason_code") else {})}, *span)
 
     # -- plan sessions (seed 002) -------------------------------------------------------
 
