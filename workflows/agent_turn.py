@@ -155,7 +155,7 @@ class AgentTurn:
                     session_id=s.session_id, call_id=f"{s.session_id}-llm-{s.llm_calls}",
                     call_index=s.llm_calls, llm=llm.script_from(s.llm_calls, 1),
                     messages=agent.build_messages(s),
-                    tools=s.tool_catalog or [],
+                    tools=s.tool_catalog or [], outcomes=agent.script_outcomes(s),
                 ),
                 result_type=LLMCallResult,
                 start_to_close_timeout=timedelta(seconds=llm.timeout_s + 30),

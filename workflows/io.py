@@ -42,6 +42,9 @@ class LLMCallInput(BaseModel):
     llm: LLMConfig
     messages: list[ChatMessage]
     tools: list[ToolSpec] = Field(default_factory=list)
+    # The scripted provider's branches: outcomes of the latest finished action ("")
+    # and of each tool's latest call (``workflows.agent.script_outcomes``).
+    outcomes: dict[str, list[str]] = Field(default_factory=dict)
 
 
 class TokenUsage(BaseModel):
