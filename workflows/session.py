@@ -26,7 +26,12 @@ with workflow.unsafe.imports_passed_through():
     )
     from observation.projections import snapshot as contract_snapshot_at
     from workflows.agent_turn import AgentTurn
-    from workflows.cancel import CANCELLED, cancelled_in_flight, late_reply_problem
+    from workflows.cancel import (
+        CANCELLED,
+        cancelled_in_flight,
+        cancelled_in_flight_code,
+        late_reply_problem,
+    )
     from workflows.config import execution_id_for
     from workflows.contract import (
         Actor,
@@ -139,7 +144,8 @@ class SessionWorkflow(AgentTurn, PlanTurn):
                 raise
             if contract is not None and not contract.is_terminal:
                 self._book.transition(contract, Trigger.CANCEL, Actor.USER, workflow.now(),
-                                      error_message=cancelled_in_flight(contract))
+                                      error_message=cancelled_in_flight(contract),
+                                      reason_code=cancelled_in_flight_code(contract))
             raise asyncio.CancelledError(CANCELLED) from err
 
     async def _wait(self, condition: Any, timeout: timedelta | None = None) -> None:

@@ -132,6 +132,7 @@ async def test_cancel_with_an_at_most_once_call_in_flight(dev_worker, tmp_path, 
     (c,) = state.contracts
     assert c.action_detail["safety"] == "at_most_once"
     assert c.status is ExecutionStatus.CANCELLED and c.transitions[-1].actor == "user"
+    assert c.reason_code == "outcome_unknown"
     assert c.error_message.startswith("outcome unknown: the session was cancelled while the "
                                       "call was under way; it may have run; not retried")
     assert (tmp_path / "launches.log").read_text() == "apollo\n"  # ran once
