@@ -124,6 +124,9 @@ class PendingRequestView(BaseModel):
     options: list[str] = Field(default_factory=list)
     fields: list[FormFieldView] = Field(default_factory=list)
     created_at: datetime
+    reason_code: str | None = Field(default=None, description=(
+        "Why the session asks, as a code: `outcome_unknown` when it asks whether a call "
+        "that may have run happened (options done / not done / try again)."))
 
 
 class FcmpEventView(BaseModel):

@@ -70,7 +70,8 @@ class JournalMapper:
                 "prompt": detail.get("prompt", ""),
                 "work_item_id": detail.get("execution_id"),
                 "options": detail.get("options", []), "fields": detail.get("fields", []),
-                "opened_at": detail.get("created_at", at)},
+                "opened_at": detail.get("created_at", at),
+                **({"reason_code": detail["reason_code"]} if detail.get("reason_code") else {})},
                 *self._work_span(detail.get("execution_id")))
         elif (self.open_issue is not None and d["from_status"] == "waiting_user"
               and d["to_status"] != "waiting_user"):

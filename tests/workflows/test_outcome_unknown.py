@@ -7,6 +7,7 @@ call it receives (tests/fakes/recording_mcp_server.py)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from pathlib import Path
 
@@ -14,6 +15,7 @@ import pytest
 from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
 
 from activities.mcp_pool import McpClientPool
+from observation.exporter.follower import export_session
 from tests.support.mcp_servers import gone, received, recording_server
 from tests.support.sessions import (
     running_worker,
@@ -184,6 +186,17 @@ async def test_the_person_says_whether_a_maybe_sent_call_happened(
     assert len(received(tmp_path)) == 1  # asked, never run again by itself
     tool = [m.content for m in state.conversation if m.role == "tool"]
     assert tool and tool[0].startswith(told) and "ann" in tool[0]
+    # The log says it as a code: the question, and how the work item ended.
+    await export_session(dev_worker.client, h.id, tmp_path / "runs")
+    events = [json.loads(x) for x in
+              (tmp_path / "runs" / h.id / "events.ndjson").read_text().splitlines()]
+    asked = [e["payload"]["detail"] for e in events if e["type"] == "RUN_STATE_CHANGED"
+             and e["payload"]["trigger"] == "interaction.requested"]
+    assert [a.get("reason_code") for a in asked] == [None, "outcome_unknown"]
+    opened = [e["payload"] for e in events if e["type"] == "ISSUE_OPENED"]
+    assert [o.get("reason_code") for o in opened] == [None, "outcome_unknown"]
+    (finished,) = [e["payload"] for e in events if e["type"] == "WORK_ITEM_FINISHED"]
+    assert (finished["outcome"], finished["reason_code"]) == (status, code)
 
 
 async def test_a_call_that_never_reaches_its_server_fails_as_not_sent(
