@@ -14,6 +14,7 @@ from pathlib import Path
 
 import typer
 
+from api.checkpoint_key import exporter_signer
 from api.settings import HitlflowSettings
 from observation.exporter import (
     ChainBrokenError,
@@ -25,10 +26,11 @@ from observation.exporter import (
     verify_dir,
 )
 from observation.exporter.follower import SESSION_QUERY
+from observation.exporter.note import NoteKeyError, Signer
 from observation.exporter.verify import LOG_NAME, SNAPSHOT_NAME, read_lines, verify_lines
 from workflows.config import valid_session_id
 
-log_app = typer.Typer(help="The audit log of sessions: verify, replay, export.",
+log_app = typer.Typer(help="The audit log of sessions: verify, replay, export, checkpoints.",
                       no_args_is_help=True)
 
 DATA_DIR = typer.Option(None, "--data-dir", help="The stack's data directory "
@@ -62,16 +64,27 @@ def _fail(message: str) -> None:
 def verify_command(
     target: str = typer.Argument(..., help="A session id or a run directory."),
     data_dir: Path | None = DATA_DIR,
+    key: str | None = typer.Option(None, "--key", help="Also check the signed checkpoint "
+                                   "with this verifier key (or a file holding it)."),
+    since: Path | None = typer.Option(None, "--since", help="With --key: an older "
+                                      "checkpoint file; check the log only grew from it."),
 ) -> None:
     """Check every hash, prev_hash, seq, the head and the artifacts; EVENT_CHAIN_BROKEN
-    with the line number (exit 1) on the first failure."""
+    with the line number (exit 1) on the first failure. With --key, the signed
+    checkpoint too (CHECKPOINT_MISSING/INVALID/MISMATCH)."""
+    from api.cli_checkpoint import checkpoint_check
+
+    signed = checkpoint_check(key, since)
     d = run_dir(target, data_dir)
     try:
         v = verify_dir(d)
+        note = signed(d, v) if signed else None
     except ChainBrokenError as err:
         _fail(f"{err} ({d})")
     version = f"log format v{v.log_version}, " if v.log_version else ""
     typer.echo(f"OK: {v.events} events, {version}chain head {v.last_hash} ({d})")
+    if note:
+        typer.echo(note)
 
 
 @log_app.command("replay")
@@ -111,7 +124,8 @@ def replay_command(
     _fail(f"SNAPSHOT_MISMATCH: {stored_path} differs from the replay of the log")
 
 
-async def _export(settings: HitlflowSettings, session_id: str | None) -> int:
+async def _export(settings: HitlflowSettings, session_id: str | None,
+                  signer: Signer | None = None) -> int:
     from api.worker import connect
 
     client = await connect(settings)
@@ -121,7 +135,7 @@ async def _export(settings: HitlflowSettings, session_id: str | None) -> int:
     failed = 0
     for sid in ids:
         try:
-            r = await export_session(client, sid, runs)
+            r = await export_session(client, sid, runs, signer=signer)
         except Exception as err:
             failed += 1
             typer.echo(f"{sid}: {type(err).__name__}: {err}", err=True)
@@ -146,7 +160,11 @@ def export_command(
         raise typer.BadParameter(f"{session_id!r} is not a session id")
     settings = _settings(data_dir, temporal_address=temporal_address)
     try:
-        code = asyncio.run(_export(settings, session_id))
+        signer = exporter_signer(settings)
+    except (NoteKeyError, OSError) as err:
+        _fail(f"error: {err}")
+    try:
+        code = asyncio.run(_export(settings, session_id, signer))
     except RuntimeError as err:  # Temporal unreachable
         _fail(f"error: {err} (Temporal at {settings.target})")
     raise typer.Exit(code)
@@ -199,6 +217,10 @@ def exporter_command(
     overrides = {k: v for k, v in {"data_dir": data_dir, "temporal_address": temporal_address,
                                    "read_model_url": read_model_url}.items() if v}
     settings = HitlflowSettings(**overrides)
+    try:
+        signer = exporter_signer(settings)  # the operator's, or created at the first start
+    except (NoteKeyError, OSError) as err:
+        _fail(f"error: {err}")
 
     async def main() -> None:
         stop = asyncio.Event()
@@ -207,7 +229,8 @@ def exporter_command(
             loop.add_signal_handler(sig, stop.set)
         typer.echo(f"exporting sessions of {settings.target} into {settings.data_dir / 'runs'}")
         await run_exporter(await connect(settings), settings.data_dir, stop,
-                           read_model_url=settings.read_model_url, park=settings.exporter_park)
+                           read_model_url=settings.read_model_url, park=settings.exporter_park,
+                           signer=signer)
 
     try:
         asyncio.run(main())
@@ -217,5 +240,8 @@ def exporter_command(
 
 
 def register(app: typer.Typer) -> None:
+    from api import cli_checkpoint
+
+    cli_checkpoint.register(log_app)
     app.add_typer(log_app, name="log")
     app.command("exporter")(exporter_command)

@@ -23,9 +23,11 @@ from typing import Any
 import typer
 from pydantic import ValidationError
 
+from api.checkpoint_key import exporter_signer
 from api.devserver import DevServer, DevServerError
 from api.settings import HitlflowSettings
-from observation.exporter import Wakeups, run_exporter
+from observation.exporter import LogFeed, Wakeups, run_exporter
+from observation.exporter.note import NoteKeyError, Signer
 
 #: How long a worker may take to finish its in-flight tasks after Ctrl-C.
 WORKER_STOP_TIMEOUT_S = 30.0
@@ -73,21 +75,24 @@ def _load_run_worker() -> RunWorker:
 
 
 # ---------------------------------------------------------------------------
-# API hook — the lead wires the HTTP service in here.
+# The HTTP service
 
 
 async def _start_api(settings: HitlflowSettings, stop: asyncio.Event,
-                     on_change: Callable[[str], None] | None = None) -> asyncio.Task[None] | None:
+                     on_change: Callable[[str], None] | None = None,
+                     feed: LogFeed | None = None) -> asyncio.Task[None] | None:
     """Start the HTTP service on settings.api_host:settings.api_port until ``stop`` is set.
 
     Return its task, or None while there is no HTTP service yet. ``up`` stops it first.
     The API listens before this returns; a port it cannot bind makes the task fail.
-    ``on_change(session_id)`` is called for every write the API accepted.
+    ``on_change(session_id)`` is called for every write the API accepted; SSE streams
+    read ``feed`` (the exporter's committed lines) instead of following history.
     """
     from api.app import ApiServer, ApiStartError, create_app
 
-    server = ApiServer(create_app(settings, on_change=on_change), settings.api_host,
-                       settings.api_port)
+    provider = (lambda _client, sid, after: feed.events(sid, after)) if feed else None
+    server = ApiServer(create_app(settings, on_change=on_change, event_provider=provider),
+                       settings.api_host, settings.api_port)
     try:
         await server.start()
     except ApiStartError as err:
@@ -173,7 +178,8 @@ async def _stop_task(task: asyncio.Task[None], stop: asyncio.Event, force: async
 # up
 
 
-async def _up(settings: HitlflowSettings, run_worker: RunWorker | None) -> int:
+async def _up(settings: HitlflowSettings, run_worker: RunWorker | None,
+              signer: Signer | None = None) -> int:
     signals = _Signals(asyncio.get_running_loop())
     server = DevServer(
         settings.data_dir,
@@ -202,15 +208,17 @@ async def _up(settings: HitlflowSettings, run_worker: RunWorker | None) -> int:
         worker = (asyncio.create_task(run_worker(stack, worker_stop), name="worker")
                   if run_worker else None)
         # The exporter mirrors every session's history into <data_dir>/runs/ as it runs;
-        # the API wakes a parked session's follower as soon as it accepted a write.
-        wakeups = Wakeups()
-        api = await _start_api(stack, api_stop, wakeups)
+        # the API wakes a parked session's follower as soon as it accepted a write, and
+        # its SSE streams take the exporter's lines (one follower per session, not two).
+        wakeups, feed = Wakeups(), LogFeed(stack.data_dir / "runs")
+        api = await _start_api(stack, api_stop, wakeups, feed)
         from api.worker import connect
 
         exporter_stop = asyncio.Event()
         exporter = asyncio.create_task(
             run_exporter(await connect(stack), stack.data_dir, exporter_stop, wakeups=wakeups,
-                         read_model_url=stack.read_model_url, park=stack.exporter_park),
+                         read_model_url=stack.read_model_url, park=stack.exporter_park,
+                         feed=feed, signer=signer),
             name="exporter")
         await asyncio.sleep(0)  # let a worker that cannot even start fail before "up"
 
@@ -292,10 +300,11 @@ def up_command(
         _fail_usage(str(e))
     try:
         run_worker = _load_run_worker() if worker else None
-    except DevServerError as e:
+        signer = exporter_signer(settings)  # created at the first start
+    except (DevServerError, NoteKeyError, OSError) as e:
         typer.echo(f"Error: {e}", err=True)
         raise typer.Exit(1) from None
-    _exit(asyncio.run(_up(settings, run_worker)))
+    _exit(asyncio.run(_up(settings, run_worker, signer)))
 
 
 # ---------------------------------------------------------------------------

@@ -36,6 +36,10 @@ class HitlflowSettings(BaseSettings):
     # The exporter parks sessions that wait for a person (false: follow them all, as
     # before; for comparisons).
     exporter_park: bool = True
+    # The key that signs each log's checkpoint: a file holding a signer key
+    # (`hitlflow log keygen`) or the key itself (PRIVATE+KEY+...). Unset:
+    # <data_dir>/checkpoint.key, created by the exporter's first start (api.checkpoint_key).
+    checkpoint_key: str | None = Field(default=None, repr=False)
 
     @property
     def target(self) -> str:

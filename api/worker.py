@@ -26,6 +26,7 @@ from activities.mcp_pool import McpClientPool
 from activities.tools import McpToolActivities
 from api.recovery import other_workers, start_recovery
 from api.settings import HitlflowSettings
+from workflows.journal_carrier import INTERCEPTORS
 from workflows.session import SessionWorkflow
 
 log = logging.getLogger("hitlflow.worker")
@@ -45,6 +46,7 @@ def build_worker(
         client,
         task_queue=task_queue,
         workflows=[SessionWorkflow],
+        interceptors=[*INTERCEPTORS, *options.pop("interceptors", [])],
         activities=[LlmActivities().llm_call, tools.list_tools, tools.call_tool, run_command],
         **options,
     )

@@ -111,7 +111,8 @@ def session_config(turns: int) -> dict:
 
 async def drive(client: Client, tq: str, turns: int, poll_s: float) -> str:
     sid = f"s-bench{uuid.uuid4().hex[:10]}"
-    inp = SessionInput.model_validate({"session_id": sid, "config": session_config(turns)})
+    inp = SessionInput.model_validate({"session_id": sid, "config": session_config(turns),
+                                       "journal_in_header": True})  # as the API starts it
     h = await client.start_workflow("SessionWorkflow", inp, id=sid, task_queue=tq)
     for i in range(turns):
         while True:

@@ -170,7 +170,8 @@ async def worker_restart(up: Up, client: Client) -> Restart:
         sid = f"restart-{uuid.uuid4().hex[:8]}"
         handle = await client.start_workflow(  # as POST /api/sessions does, on this queue
             "SessionWorkflow", SessionInput.model_validate(
-                {"session_id": sid, "config": session_body(1)}), id=sid, task_queue=tq,
+                {"session_id": sid, "config": session_body(1), "journal_in_header": True}),
+            id=sid, task_queue=tq,
             search_attributes=TypedSearchAttributes([SearchAttributePair(SESSION_STATUS,
                                                                          "queued")]))
         follower = StepFollower(handle, long_poll=False, poll_s=0.05)

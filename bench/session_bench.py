@@ -76,7 +76,8 @@ class Result:
 
 async def start(client: Client, kind: str, tq: str, turns: int) -> WorkflowHandle:
     sid = f"{kind}-{uuid.uuid4().hex[:10]}"
-    inp = SessionInput.model_validate({"session_id": sid, "config": session_body(turns)})
+    inp = SessionInput.model_validate({"session_id": sid, "config": session_body(turns),
+                                       "journal_in_header": True})  # as the API starts it
     extra = ({"search_attributes": TypedSearchAttributes(
         [SearchAttributePair(SESSION_STATUS, "queued")])}
         if kind == "hitlflow" else {})  # as POST /api/sessions starts it

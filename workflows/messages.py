@@ -27,6 +27,10 @@ class SessionInput(BaseModel):
     continue_as_new_after_events: int | None = Field(default=None, ge=10)
     # Upsert SessionStatus/WaitingSince (off only where a server cannot hold them).
     search_attributes: bool = True
+    # The journal before an activity rides in its header (``journal_carrier``): set
+    # for sessions started (or continued) by this version. Absent in older
+    # histories, which upsert a memo there and replay as they ran.
+    journal_in_header: bool = False
 
     @model_validator(mode="after")
     def _has_config(self) -> SessionInput:
@@ -39,7 +43,8 @@ class SessionInput(BaseModel):
         the scripted responses already played (DESIGN invariant 7)."""
         state = state.carried()
         state.config = state.config.carried(state.llm_calls)
-        return self.model_copy(update={"config": None, "state": state})
+        return self.model_copy(update={"config": None, "state": state,
+                                       "journal_in_header": True})
 
 
 class SessionResult(BaseModel):

@@ -81,6 +81,7 @@ class SessionWorkflow(AgentTurn, PlanTurn):
         self._end: EndInput | None = None
         self._recover = False
         self._published: SessionStatus | None = None
+        self._journal_for_activity: list[dict[str, Any]] | None = None
 
     @property
     def _s(self) -> SessionState:
@@ -119,14 +120,25 @@ class SessionWorkflow(AgentTurn, PlanTurn):
             self._s.turns += 1
         workflow.set_current_details(agent.waiting_details(self._s))
 
-    def _flush(self) -> None:
+    def _flush(self, *, before_activity: bool = False) -> None:
         """Before every await: publish the status (search attributes, once per task)
-        and write the journal into history (a memo upsert), so the exporter maps
-        history alone, in order, with the right times."""
+        and write the journal into history, so the exporter maps history alone, in
+        order, with the right times: in the next activity's header when one is
+        about to start (``journal_carrier``), else in a memo upsert."""
         self._publish()
         entries = self._book.take_journal()
-        if entries:
-            workflow.upsert_memo({JOURNAL_MEMO_KEY: [e.model_dump(mode="json") for e in entries]})
+        if not entries:
+            return
+        dumped = [e.model_dump(mode="json") for e in entries]
+        if before_activity and self._input.journal_in_header:
+            self._journal_for_activity = dumped
+        else:
+            workflow.upsert_memo({JOURNAL_MEMO_KEY: dumped})
+
+    def journal_for_activity(self) -> list[dict[str, Any]] | None:
+        """Taken by ``journal_carrier``'s interceptor as the activity starts."""
+        out, self._journal_for_activity = self._journal_for_activity, None
+        return out
 
     async def _activity(self, name: str, arg: Any, result_type: type, *,
                         contract: ExecutionContract | None = None, **options: Any) -> Any:
@@ -135,10 +147,13 @@ class SessionWorkflow(AgentTurn, PlanTurn):
         CancelledError): turn it back into the session's, or the caller would take it
         for an ordinary failure and carry on. ``contract`` is the one the activity
         works for: it ends CANCELLED, saying whether its outcome is unknown."""
-        self._flush()
+        self._flush(before_activity=True)
+        handle = workflow.start_activity(name, arg, result_type=result_type, **options)
+        if self._journal_for_activity is not None:
+            raise RuntimeError("the journal was not carried: build the worker with "
+                               "workflows.journal_carrier.INTERCEPTORS")
         try:
-            return await workflow.execute_activity(name, arg, result_type=result_type,
-                                                   **options)
+            return await handle
         except ActivityError as err:
             if not is_cancelled_exception(err):
                 raise

@@ -6,13 +6,16 @@ validated before they name a path, so nothing escapes it.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Query
-from fastapi.responses import FileResponse
+from fastapi import APIRouter, Query, Response
+from fastapi.responses import FileResponse, PlainTextResponse
 
 from api.deps import SessionIdDep, SettingsDep
 from api.errors import ApiError
+from observation.exporter.checkpoint import CHECKPOINT_NAME
+from observation.exporter.keys import VERIFIER_NAME
 from observation.exporter.verify import LOG_NAME
 from observation.telemetry import (
     JOB_TYPES,
@@ -36,6 +39,36 @@ async def session_log(session_id: SessionIdDep, settings: SettingsDep) -> FileRe
         raise ApiError(404, "log_not_found", f"no exported log for session {session_id} "
                        "(is the exporter running? `hitlflow log export` writes it)")
     return FileResponse(path, media_type="application/x-ndjson")
+
+
+def _text_file(path: Path, code: str, message: str) -> PlainTextResponse:
+    try:
+        data = path.read_bytes()
+    except OSError:
+        raise ApiError(404, code, message) from None
+    return PlainTextResponse(data, media_type="text/plain; charset=utf-8")
+
+
+# response_class Response: a PlainTextResponse there would document the errors as text too.
+@router.get("/api/sessions/{session_id}/checkpoint", response_class=Response,
+            responses={200: {"content": {"text/plain": {}}}})
+async def session_checkpoint(session_id: SessionIdDep, settings: SettingsDep
+                             ) -> PlainTextResponse:
+    """The signed checkpoint of the session's log (C2SP tlog-checkpoint: origin, size,
+    root hash, Ed25519 signature), byte for byte as the exporter wrote it."""
+    return _text_file(settings.data_dir / "runs" / session_id / CHECKPOINT_NAME,
+                      "checkpoint_not_found", f"no signed checkpoint for session "
+                      f"{session_id} (is the exporter running? `hitlflow log export` signs it)")
+
+
+@router.get("/api/checkpoint-key", response_class=Response,
+            responses={200: {"content": {"text/plain": {}}}})
+async def checkpoint_key(settings: SettingsDep) -> PlainTextResponse:
+    """The verifier key of the checkpoints (`NAME+KEYID+BASE64`), as the exporter
+    published it. Pin it out of band: a key served next to the logs proves nothing."""
+    return _text_file(settings.data_dir / VERIFIER_NAME, "checkpoint_key_not_found",
+                      "no checkpoint key published yet (the exporter publishes it when it "
+                      "starts)")
 
 
 @router.get("/api/telemetry/runs")

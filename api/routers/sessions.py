@@ -124,7 +124,7 @@ async def start_session(
     sid = session_id or f"s-{uuid.uuid4().hex[:12]}"
     with temporal_errors(sid):
         await client.start_workflow(
-            "SessionWorkflow", SessionInput(session_id=sid, config=config),
+            "SessionWorkflow", SessionInput(session_id=sid, config=config, journal_in_header=True),
             id=sid, task_queue=settings.task_queue,
             id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
             search_attributes=TypedSearchAttributes(

@@ -21,6 +21,7 @@ from observation.exporter.chain import (
     seed_hash,
 )
 from observation.exporter.decode import MappingError
+from observation.exporter.feed import LogFeed
 from observation.exporter.follower import (
     ExportResult,
     LogDivergedError,
@@ -53,7 +54,8 @@ from observation.exporter.verify import ChainBrokenError, Verified, verify_dir, 
 __all__ = [
     "GENESIS", "HASH_PREFIX", "LOG_VERSION", "SEED_TYPES", "SSE_TYPES", "Artifact", "Chain",
     "ChainBrokenError", "ExportResult", "Exporter", "LogCorruptError", "LogDivergedError",
-    "LogError", "LogEvent", "LogLockedError", "LogWriteError", "LogWriter", "MappedEvent",
+    "LogError", "LogEvent", "LogFeed", "LogLockedError", "LogWriteError", "LogWriter",
+    "MappedEvent",
     "MappingError", "ReplayError", "SessionExport", "SessionMapper", "Snapshot", "Verified",
     "Wakeups",
     "export_history", "export_session", "hash_body", "history_events", "is_sse",

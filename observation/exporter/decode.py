@@ -9,6 +9,9 @@ from typing import Any
 from temporalio.api.common.v1 import Payload
 from temporalio.api.history.v1 import HistoryEvent
 
+from workflows.journal_carrier import JOURNAL_HEADER
+from workflows.session_state import JOURNAL_MEMO_KEY
+
 
 class MappingError(ValueError):
     """History that the mapping cannot map exactly (it never guesses)."""
@@ -39,6 +42,25 @@ def payload_value(p: Payload) -> Any:
 
 def first_value(payloads: Any) -> Any:
     return payload_value(payloads.payloads[0]) if payloads.payloads else None
+
+
+def journal_of(event: HistoryEvent) -> list[dict[str, Any]]:
+    """The journal entries a history event carries: a memo upsert's
+    ``hitlflow.journal``, or an ActivityTaskScheduled's ``hitlflow-journal`` header
+    (``workflows.journal_carrier``); none for any other event."""
+    if event.HasField("workflow_properties_modified_event_attributes"):
+        fields = event.workflow_properties_modified_event_attributes.upserted_memo.fields
+        found = fields.get(JOURNAL_MEMO_KEY)
+    elif event.HasField("activity_task_scheduled_event_attributes"):
+        found = event.activity_task_scheduled_event_attributes.header.fields.get(JOURNAL_HEADER)
+    else:
+        return []
+    entries = payload_value(found) if found is not None else None
+    if entries is None:
+        return []
+    if not isinstance(entries, list):
+        raise MappingError(f"history event {event.event_id}: the journal is not a list")
+    return entries
 
 
 def load_history(data: str | bytes) -> tuple[str, list[HistoryEvent]]:

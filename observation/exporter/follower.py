@@ -25,6 +25,7 @@ from observation.exporter.chain import Chain
 from observation.exporter.log import LogError, LogObserver, LogWriter
 from observation.exporter.mapping import SessionMapper
 from observation.exporter.model import LogEvent, is_sse
+from observation.exporter.note import Signer
 from observation.exporter.verify import SNAPSHOT_NAME
 
 SESSION_QUERY = 'WorkflowType="SessionWorkflow"'
@@ -141,9 +142,10 @@ class SessionExport:
 
 
 def export_history(session_id: str, events: Iterable[HistoryEvent], runs_dir: Path,
-                   observer: LogObserver | None = None) -> ExportResult:
+                   observer: LogObserver | None = None, signer: Signer | None = None
+                   ) -> ExportResult:
     """Export a history already at hand (e.g. a saved JSON history) the same way."""
-    with LogWriter(runs_dir / session_id, observer) as w:
+    with LogWriter(runs_dir / session_id, observer, signer) as w:
         export = SessionExport(w, session_id)
         for event in events:
             export.feed(event)
@@ -165,16 +167,18 @@ async def _in_thread(fn: Callable[..., T], *args: object) -> T:
 async def export_session(
     client: Client, session_id: str, runs_dir: Path, *, follow: bool = False,
     observer: LogObserver | None = None, park: Park | None = None,
+    signer: Signer | None = None,
 ) -> ExportResult:
     """Mirror a session's history into ``runs_dir/<session_id>/`` (until its last
     run closes when ``follow``), resuming after the lines already there;
     ``observer`` (telemetry) is told each line and commit. With ``park``, a
     follower stops once everything up to a wait for the person is written and
-    ``park`` agrees (the result says ``parked``)."""
-    w = LogWriter(runs_dir / session_id, observer)
+    ``park`` agrees (the result says ``parked``). With ``signer``, each commit signs
+    the head (``checkpoint``); a finished log without one is re-mapped and signed."""
+    w = LogWriter(runs_dir / session_id, observer, signer)
     await _in_thread(w.open)
     try:
-        if w.finished:
+        if w.finished and not w.checkpoint_due:
             return ExportResult(session_id, 0, w.last_seq, True)
         export, page = SessionExport(w, session_id), []
         async for event, page_end in history_events(client, session_id, follow=follow):

@@ -17,6 +17,8 @@ its first line, given by the caller's :class:`Chain`); a line of another
 version is refused (:class:`LogError`), so a file is never mixed.
 Any write or fsync error stops the writer for good (:class:`LogWriteError`).
 An optional :class:`LogObserver` (telemetry) is told every line and every commit.
+With a :class:`Signer`, each commit that follows appended or re-mapped lines ends
+with ``checkpoint`` (``checkpoint.py``), written after ``head``; opening never signs.
 """
 
 from __future__ import annotations
@@ -32,8 +34,10 @@ from typing import Any, Protocol
 
 from observation.exporter import files
 from observation.exporter.chain import GENESIS, LOG_VERSION, Chain, line_bytes
+from observation.exporter.checkpoint import CHECKPOINT_NAME, checkpoint_bytes
 from observation.exporter.files import atomic_write, cut_torn_tail, fsync_dir
 from observation.exporter.model import Artifact, LogEvent
+from observation.exporter.note import Signer
 from observation.exporter.snapshot import ReplayError, Snapshot
 from observation.exporter.verify import (
     HEAD_NAME,
@@ -78,9 +82,11 @@ class LogObserver(Protocol):
 
 
 class LogWriter:
-    def __init__(self, run_dir: Path, observer: LogObserver | None = None) -> None:
+    def __init__(self, run_dir: Path, observer: LogObserver | None = None,
+                 signer: Signer | None = None) -> None:
         self.run_dir = run_dir
         self.observer = observer
+        self.signer = signer  # signs the head in ``checkpoint`` at each commit
         self.snapshot = Snapshot(run_dir.name)
         self.last_seq, self.last_hash, self.last_type = 0, GENESIS, ""
         self.last_line_hash: str | None = None  # v2 lines only
@@ -141,7 +147,7 @@ class LogWriter:
         fsync_dir(self.run_dir)
         if not self._on_disk(HEAD_NAME, self._head_bytes()) or not self._on_disk(
                 SNAPSHOT_NAME, self.snapshot.to_bytes()):
-            self.commit()
+            self.commit(sign=False)  # lines not yet checked against history: unsigned
 
     def _note_lost_tail(self) -> None:
         """A head beyond the log means lines were lost: they are re-exported from
@@ -251,9 +257,22 @@ class LogWriter:
         head = {"last_hash": self.last_hash, "last_seq": self.last_seq}
         return (json.dumps(head, indent=2, sort_keys=True) + "\n").encode()
 
-    def commit(self) -> None:
-        """Make the new lines durable (one fsync), then write ``snapshot.json`` then
-        ``head`` (both atomically)."""
+    def _checkpoint_bytes(self) -> bytes | None:
+        if self.signer is None:
+            return None
+        return checkpoint_bytes(self.signer, self.run_dir.name, self.last_seq,
+                                self.last_line_hash or self.last_hash)
+
+    @property
+    def checkpoint_due(self) -> bool:
+        """A signer is given and ``checkpoint`` does not sign the head yet."""
+        data = self._checkpoint_bytes()
+        return data is not None and not self._on_disk(CHECKPOINT_NAME, data)
+
+    def commit(self, sign: bool = True) -> None:
+        """Make the new lines durable (one fsync), then write ``snapshot.json``, then
+        ``head``, then (``sign`` and a signer given) ``checkpoint``, each atomically.
+        The caller signs only lines it checked against history."""
         self._guard()
         try:
             if self._unsynced:
@@ -261,6 +280,9 @@ class LogWriter:
                 self._unsynced = False
             atomic_write(self.run_dir / SNAPSHOT_NAME, self.snapshot.to_bytes())
             atomic_write(self.run_dir / HEAD_NAME, self._head_bytes())
+            checkpoint = self._checkpoint_bytes() if sign else None
+            if checkpoint is not None and not self._on_disk(CHECKPOINT_NAME, checkpoint):
+                atomic_write(self.run_dir / CHECKPOINT_NAME, checkpoint)
         except OSError as err:
             self._failed = err
             raise LogWriteError(f"{self.run_dir}: writing the head failed: {err}") from err

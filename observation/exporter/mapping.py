@@ -21,10 +21,9 @@ from temporalio.api.history.v1 import HistoryEvent
 from observation.exporter import ids
 from observation.exporter.activities import ActivityMapper
 from observation.exporter.chain import jsonable
-from observation.exporter.decode import MappingError, first_value, format_ts, payload_value
+from observation.exporter.decode import MappingError, first_value, format_ts, journal_of
 from observation.exporter.journal import JournalMapper
 from observation.exporter.model import Artifact, MappedEvent
-from workflows.session_state import JOURNAL_MEMO_KEY
 
 __all__ = ["MappingError", "SessionMapper", "map_history"]
 
@@ -93,9 +92,11 @@ class SessionMapper(ActivityMapper, JournalMapper):
             "created_at": self._ts})
 
     def _memo(self, e: HistoryEvent) -> None:
-        fields = e.workflow_properties_modified_event_attributes.upserted_memo.fields
-        if JOURNAL_MEMO_KEY in fields:
-            self.journal(payload_value(fields[JOURNAL_MEMO_KEY]) or [])
+        self.journal(journal_of(e))
+
+    def _act_scheduled(self, e: HistoryEvent) -> None:
+        self.journal(journal_of(e))  # what happened before the activity, first
+        self._scheduled(e)
 
     def _cancel_requested(self, e: HistoryEvent) -> None:
         a = e.workflow_execution_cancel_requested_event_attributes
@@ -146,7 +147,7 @@ _HANDLERS = {
     ET.EVENT_TYPE_WORKFLOW_EXECUTION_TERMINATED: SessionMapper._terminated,
     ET.EVENT_TYPE_WORKFLOW_EXECUTION_TIMED_OUT: SessionMapper._timed_out,
     ET.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW: SessionMapper._continued,
-    ET.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED: ActivityMapper._scheduled,
+    ET.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED: SessionMapper._act_scheduled,
     ET.EVENT_TYPE_ACTIVITY_TASK_STARTED: ActivityMapper._act_started,
     ET.EVENT_TYPE_ACTIVITY_TASK_COMPLETED: ActivityMapper._act_completed,
     ET.EVENT_TYPE_ACTIVITY_TASK_FAILED: ActivityMapper._act_failed,

@@ -24,8 +24,11 @@ from pathlib import Path
 from temporalio.client import Client, WorkflowExecution, WorkflowExecutionStatus
 
 from observation.exporter import follower
+from observation.exporter.feed import LogFeed
 from observation.exporter.follower import SESSION_QUERY, finished_on_disk
+from observation.exporter.keys import publish_verifier
 from observation.exporter.log import LogLockedError, LogObserver, LogWriteError
+from observation.exporter.note import Signer
 from observation.read_model import ReadModelError, ReadStore, open_store
 from observation.read_model.sync import ReadModelObserver, Tee, sync_store
 from workflows.search_attributes import SESSION_STATUS, WAITING_SINCE
@@ -75,8 +78,10 @@ class Exporter:
     def __init__(self, client: Client, runs_dir: Path, *, query: str = SESSION_QUERY,
                  discover_every_s: float = 1.0, retry_after_s: float = 5.0,
                  rescan_every: int = 60, sweep_every_s: float = 300.0, park: bool = True,
-                 observers: Callable[[str], LogObserver | None] | None = None) -> None:
+                 observers: Callable[[str], LogObserver | None] | None = None,
+                 signer: Signer | None = None) -> None:
         self.client, self.runs_dir, self.query = client, runs_dir, query
+        self.signer = signer  # signs each log's head (``checkpoint``)
         self.observers = observers  # session id -> its log's observer (telemetry)
         self.discover_every_s, self.retry_after_s = discover_every_s, retry_after_s
         self.sweep_every_s, self.park = sweep_every_s, park
@@ -171,6 +176,14 @@ class Exporter:
             self.tasks[session_id] = asyncio.create_task(
                 self._follow(session_id), name=f"export {session_id}")
 
+    def want(self, session_id: str) -> None:
+        """Someone streams the session: follow it now (woken if parked, started if
+        discovery has not seen it yet)."""
+        if session_id in self.parked:
+            self.wake(session_id)
+        else:
+            self.follow(session_id)
+
     def wake(self, session_id: str) -> None:
         """Something may have changed the session: follow it again if it was parked."""
         if session_id in self.tasks:
@@ -210,7 +223,8 @@ class Exporter:
                 try:
                     hook = {"observer": self.observers(session_id)} if self.observers else {}
                     result = await follower.export_session(
-                        self.client, session_id, self.runs_dir, follow=True, park=park, **hook)
+                        self.client, session_id, self.runs_dir, follow=True, park=park,
+                        signer=self.signer, **hook)
                     self.errors.pop(session_id, None)
                     if not result.parked:
                         self.done.add(session_id)
@@ -238,30 +252,39 @@ class Exporter:
 
 async def run_exporter(client: Client, data_dir: Path, stop: asyncio.Event, *,
                        wakeups: Wakeups | None = None, read_model_url: str | None = None,
+                       feed: LogFeed | None = None, signer: Signer | None = None,
                        **options: object) -> None:
     """The exporter as a service (``hitlflow up``, ``hitlflow exporter``):
     ``<data_dir>/runs/<session_id>/``, telemetry runs in ``<data_dir>/telemetry.sqlite``
     (and OTLP when configured), and the read model (SQLite in ``data_dir``, or
-    PostgreSQL at ``read_model_url``). The entry point builds the client; ``options``
-    go to :class:`Exporter`."""
+    PostgreSQL at ``read_model_url``); ``feed`` hears every committed batch (SSE in
+    ``up``); ``signer`` signs each log's head (``checkpoint``; its verifier key goes
+    to ``<data_dir>/checkpoint.pub``). The entry point builds the client and loads
+    the key; ``options`` go to :class:`Exporter`."""
     from observation.telemetry.hook import start_telemetry
 
     runs = data_dir / "runs"
+    if signer is not None:
+        await asyncio.to_thread(publish_verifier, data_dir, signer.verifier())
     telemetry = await asyncio.to_thread(start_telemetry, data_dir)
     store = await asyncio.to_thread(start_read_model, data_dir, runs, read_model_url)
 
     def observers(session_id: str) -> LogObserver | None:
         found = [telemetry.observer(session_id),
-                 ReadModelObserver(session_id, store) if store is not None else None]
+                 ReadModelObserver(session_id, store) if store is not None else None,
+                 feed.observer(session_id) if feed is not None else None]
         return Tee(found) if any(found) else None
 
+    exporter = Exporter(client, runs, observers=observers, signer=signer,
+                        **options)  # type: ignore[arg-type]
+    if feed is not None:
+        feed.want = exporter.want
     try:
-        exporter = Exporter(client, runs, observers=observers, **options)  # type: ignore[arg-type]
         await exporter.run(stop, wakeups)
     finally:
+        if feed is not None:
+            feed.want = LogFeed.nobody
         await asyncio.to_thread(telemetry.close)
-        if store is not None:
-            await asyncio.to_thread(store.close)
         if store is not None:
             await asyncio.to_thread(store.close)
 

@@ -7,6 +7,7 @@ import contextlib
 import os
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import uuid
@@ -154,6 +155,8 @@ async def run_up_until_ready_then_interrupt(
         assert f"http://127.0.0.1:{ui}" in out
         assert "API:" in out
         assert (data_dir / "temporal.sqlite").is_file()
+        # The exporter's checkpoint key, made at the first start, readable by its owner only.
+        assert stat.S_IMODE((data_dir / "checkpoint.key").stat().st_mode) == 0o600
         await frontend_answers(f"127.0.0.1:{temporal}")
         if "--no-worker" not in extra:
             await wait_for_pollers(await Client.connect(f"127.0.0.1:{temporal}"), TASK_QUEUE)
@@ -208,6 +211,16 @@ def test_up_rejects_invalid_input_and_starts_nothing(
         assert fragment in r.stderr, r.stderr
     assert not data_dir.exists()
     assert "Traceback" not in r.stderr
+
+
+def test_up_with_a_broken_checkpoint_key_fails_clearly(tmp_path: Path) -> None:
+    (tmp_path / "bad.key").write_text("PRIVATE+KEY+x+00000000+AA==\n")
+    for given in (str(tmp_path / "missing.key"), str(tmp_path / "bad.key")):
+        r = run_cli(tmp_path, "up", "--data-dir", str(tmp_path / "stack"),
+                    HITLFLOW_CHECKPOINT_KEY=given)
+        assert r.returncode == 1, (r.stdout, r.stderr)
+        assert f"checkpoint key {given}" in r.stderr and "Traceback" not in r.stderr
+        assert not (tmp_path / "stack").exists()
 
 
 def test_up_on_a_used_port_fails_clearly(tmp_path: Path, free_port: Callable[[], int]) -> None:

@@ -2,12 +2,23 @@
 
 from __future__ import annotations
 
+import json
+
 import httpx
 
 from api.app import create_app
 from observation.exporter import export_session
+from observation.exporter.checkpoint import Checkpoint, root_of
+from observation.exporter.note import Verifier, open_note
 from observation.telemetry.hook import rebuild_store
-from tests.api.http_support import HttpStack, confirm_body, error_of, serve, session_until
+from tests.api.http_support import (
+    HttpStack,
+    confirm_body,
+    error_of,
+    eventually,
+    serve,
+    session_until,
+)
 
 
 async def test_log_and_telemetry_runs_of_a_session(http_stack: HttpStack, tmp_path, free_port):
@@ -37,3 +48,30 @@ async def test_log_and_telemetry_runs_of_a_session(http_stack: HttpStack, tmp_pa
         (tmp_path / "telemetry.sqlite").write_bytes(b"not a database")
         r = await http.get("/api/telemetry/runs")
         assert r.status_code == 409 and error_of(r)["code"] == "telemetry_unavailable"
+
+
+async def test_a_sessions_signed_checkpoint_and_the_key_to_check_it(
+        http_stack: HttpStack, tmp_path, free_port):
+    """What an auditor fetches to keep elsewhere: the checkpoint the exporter signed,
+    the verifier key, and the log the checkpoint's root is found in."""
+    http = http_stack.http
+    r = await http.post("/api/sessions", json=confirm_body())
+    sid = r.json()["session_id"]
+    await session_until(http, sid, lambda s: s["status"] == "waiting_user")
+    r = await eventually(lambda: http.get(f"/api/sessions/{sid}/checkpoint"),
+                         lambda r: r.status_code == 200, what="a signed checkpoint")
+    assert r.headers["content-type"] == "text/plain; charset=utf-8"
+    key = await http.get("/api/checkpoint-key")
+    assert key.status_code == 200 and key.headers["content-type"].startswith("text/plain")
+    cp = Checkpoint.parse(open_note(r.content, Verifier.parse(key.text)))
+    assert cp.origin == f"hitlflow.local/{sid}" and cp.size > 0
+    lines = (await http.get(f"/api/sessions/{sid}/log")).content.splitlines()
+    assert root_of(json.loads(lines[cp.size - 1])) == cp.root  # the log holds what was signed
+    r = await http.get("/api/sessions/s-000000000000/checkpoint")
+    assert r.status_code == 404 and error_of(r)["code"] == "checkpoint_not_found"
+    assert (await http.get("/api/sessions/..%2Fetc/checkpoint")).status_code in (404, 422)
+    settings = http_stack.settings.model_copy(update={"data_dir": tmp_path})
+    async with serve(create_app(settings), free_port()) as server, \
+            httpx.AsyncClient(base_url=server.url, timeout=30) as bare:
+        r = await bare.get("/api/checkpoint-key")  # no exporter has started here
+        assert r.status_code == 404 and error_of(r)["code"] == "checkpoint_key_not_found"

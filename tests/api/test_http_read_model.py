@@ -75,3 +75,47 @@ async def test_every_read_answers_with_the_worker_stopped(dev_env: WorkflowEnvir
         r = await http.get(f"/api/sessions/{sid}", params={"consistency": "live"})
         assert r.status_code == 200 and r.json()["status"] == "waiting_user"
     await dev_env.client.get_workflow_handle(sid).terminate("test cleanup")
+
+
+async def test_sse_in_up_streams_the_exporters_lines_and_reads_see_them_at_once(
+        dev_env: WorkflowEnvironment, free_port, tmp_path: Path):
+    """`hitlflow up` wires SSE to the exporter's feed: no follower of its own (the
+    session is parked while it is watched), and each streamed line is in the read
+    model already, so a read with `min_seq` = its id is fresh without waiting."""
+    from api.sse import aparse_lines
+    from observation.exporter import LogFeed
+
+    settings = HitlflowSettings(
+        temporal_address=dev_env.client.service_client.config.target_host,
+        task_queue=f"tq-feed-{uuid.uuid4().hex[:8]}", data_dir=tmp_path)
+    feed = LogFeed(tmp_path / "runs")
+    app = create_app(settings, tuning=ApiTuning(freshness_wait_s=0),
+                     event_provider=lambda _c, sid, after: feed.events(sid, after))
+    steps = [{"ecs_request": {"kind": "confirm", "prompt": f"step {i}?"}} for i in range(3)]
+    async with running_exporter(dev_env.client, tmp_path, settings.task_queue, feed), \
+            running_worker(dev_env.client, settings.task_queue), \
+            serve(app, free_port()) as server, \
+            httpx.AsyncClient(base_url=server.url, timeout=30) as http:
+        sid = (await http.post("/api/sessions", json=confirm_body(*steps))).json()["session_id"]
+        seen: list[tuple[str, int]] = []
+        async with http.stream("GET", f"/api/sessions/{sid}/events") as stream:
+            async for msg in aparse_lines(stream.aiter_lines()):
+                seen.append((msg.event, int(msg.id)))
+                if msg.event != "conversation.state.changed" or \
+                        msg.json()["to"] != "waiting_user":
+                    continue
+                r = await http.get(f"/api/sessions/{sid}", params={"min_seq": msg.id})
+                assert r.status_code == 200 and "x-hitlflow-stale" not in r.headers, r.text
+                s = r.json()
+                assert s["status"] == "waiting_user" and s["seq"] >= int(msg.id)
+                assert feed.watchers(sid) == 1
+                assert (await http.post(f"/api/sessions/{sid}/reply", json={
+                    "request_id": s["pending"]["request_id"], "approve": True})
+                        ).status_code == 202
+        # The stream ended with the session; its ids are the log's seqs, in order.
+        assert feed.watchers(sid) == 0
+        ids = [i for _, i in seen]
+        assert ids == sorted(ids) and len(set(ids)) == len([e for e, _ in seen if e != "ecs"])
+        assert sum(1 for e, _ in seen if e == "ecs") == 4
+        final = (await http.get(f"/api/sessions/{sid}", params={"min_seq": ids[-1]})).json()
+        assert final["status"] == "succeeded" and not final["stale"]

@@ -30,6 +30,7 @@ from temporalio.worker import Worker  # noqa: E402
 from api.app import ApiServer, create_app  # noqa: E402
 from api.deps import ApiTuning  # noqa: E402
 from api.settings import HitlflowSettings  # noqa: E402
+from workflows.journal_carrier import INTERCEPTORS  # noqa: E402
 from workflows.session import SessionWorkflow  # noqa: E402
 
 START_TIMEOUT_S = 60
@@ -63,7 +64,8 @@ class ThreadedApi:
         client = await Client.connect(self.settings.target,
                                       data_converter=pydantic_data_converter)
         async with Worker(client, task_queue=self.settings.task_queue,
-                          workflows=[SessionWorkflow], activities=[refuse]):
+                          workflows=[SessionWorkflow], activities=[refuse],
+                          interceptors=INTERCEPTORS):
             app = create_app(self.settings, client,
                              tuning=ApiTuning(query_timeout_s=10, update_timeout_s=10))
             server = ApiServer(app, "127.0.0.1", self.port)

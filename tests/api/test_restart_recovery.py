@@ -5,6 +5,7 @@ starts next to a live one sends nothing."""
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import uuid
 from datetime import UTC, datetime, timedelta
@@ -19,9 +20,9 @@ from temporalio.service import WorkflowService
 from api.recovery import live_pollers, other_workers
 from api.settings import HitlflowSettings
 from api.worker import run_worker
+from observation.exporter.decode import journal_of
 from tests.support.sessions import running_worker, start_session, until_status
 from workflows.config import SessionConfig
-from workflows.session_state import JOURNAL_MEMO_KEY
 from workflows.statechart import SessionStatus
 
 SESSIONS = 20
@@ -86,9 +87,8 @@ async def recover_signals(client: Client, session_id: str) -> int:
 
 async def preserved(client: Client, session_id: str) -> bool:
     history = await client.get_workflow_handle(session_id).fetch_history()
-    return any(b"restart.preserve_waiting" in e.workflow_properties_modified_event_attributes
-               .upserted_memo.fields[JOURNAL_MEMO_KEY].data for e in history.events
-               if e.HasField("workflow_properties_modified_event_attributes"))
+    return any(entry["kind"] == "session.status" and "restart.preserve_waiting" in
+               json.dumps(entry) for e in history.events for entry in journal_of(e))
 
 
 async def eventually(check, what: str, limit_s: float = 60) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 import uuid
 from pathlib import Path
@@ -15,6 +16,8 @@ from typer.testing import CliRunner
 from api import cli_log
 from observation.exporter import export_history
 from observation.exporter.decode import load_history
+from observation.exporter.keys import write_signer
+from observation.exporter.note import Signer
 from tests.support.sessions import running_worker, start_session
 from workflows.config import SessionConfig
 
@@ -107,18 +110,22 @@ async def test_export_writes_the_same_bytes_again(app, dev_env, tmp_path):
         h = await start_session(dev_env.client, cfg, tq)
         await h.result()
     address = dev_env.client.service_client.config.target_host
+    key = tmp_path / "operator.key"  # one operator key: the checkpoints are equal too
+    write_signer(key, signer := Signer.generate("test.example"))
     outputs = []
     for name in ("a", "b"):
         args = ["log", "export", h.id, "--data-dir", str(tmp_path / name),
                 "--temporal-address", address]
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-c", CLI, *args, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT)
+            stderr=asyncio.subprocess.STDOUT,
+            env={**os.environ, "HITLFLOW_CHECKPOINT_KEY": str(key)})
         out, _ = await proc.communicate()
         assert proc.returncode == 0, out.decode()
         assert b"complete" in out
         d = tmp_path / name / "runs" / h.id
         outputs.append({p.name: p.read_bytes() for p in d.iterdir() if p.is_file()})
-        r = runner.invoke(app, ["log", "verify", h.id, "--data-dir", str(tmp_path / name)])
+        r = runner.invoke(app, ["log", "verify", h.id, "--data-dir", str(tmp_path / name),
+                                "--key", signer.verifier().text()])
         assert r.exit_code == 0, r.output
-    assert outputs[0] == outputs[1]
+    assert "checkpoint" in outputs[0] and outputs[0] == outputs[1]

@@ -24,7 +24,7 @@ from observation.exporter import (
     line_bytes,
     map_history,
 )
-from observation.exporter.decode import first_value, load_history, payload_value
+from observation.exporter.decode import first_value, journal_of, load_history
 from observation.projections import ExecutionStateEvent
 from observation.schemas import load
 from workflows.io import LLMCallFailed, LLMCallFinished, LLMCallInput, LLMCallResult, LLMCallStarted
@@ -49,9 +49,7 @@ def mapped(name: str) -> list[MappedEvent]:
 def journal(name: str) -> list[dict]:
     out = []
     for e in history(name)[1]:
-        fields = e.workflow_properties_modified_event_attributes.upserted_memo.fields
-        if JOURNAL_MEMO_KEY in fields:
-            out += payload_value(fields[JOURNAL_MEMO_KEY])
+        out += journal_of(e)
     return out
 
 
@@ -285,3 +283,21 @@ def test_history_it_cannot_map_exactly_is_refused():
     continued.workflow_execution_started_event_attributes.continued_execution_run_id = "r0"
     with pytest.raises(MappingError, match="every run from the first one"):
         SessionMapper(sid).feed(continued)
+
+
+def test_the_journal_in_activity_headers_maps_as_the_memo_did():
+    """Sessions started since the journal rides in activity headers: one memo event
+    fewer per activity, and the same log (types, journal-derived payloads)."""
+    _, by_memo = history("demo")
+    _, by_header = history("demo_journal_header")
+
+    def count(events, kind):
+        return sum(1 for e in events if e.event_type == kind)
+
+    activities = count(by_header, ET.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED)
+    assert activities == count(by_memo, ET.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED) > 0
+    memos = ET.EVENT_TYPE_WORKFLOW_PROPERTIES_MODIFIED
+    assert count(by_header, memos) <= count(by_memo, memos) - activities + 1
+    assert journal("demo_journal_header") and [e["kind"] for e in journal("demo")] == [
+        e["kind"] for e in journal("demo_journal_header")]
+    assert [m.type for m in mapped("demo")] == [m.type for m in mapped("demo_journal_header")]

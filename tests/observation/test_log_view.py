@@ -13,12 +13,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from observation.exporter import Chain, line_bytes, map_history
-from observation.exporter.decode import load_history, payload_value
+from observation.exporter.decode import journal_of, load_history
 from observation.log_pages import contract_page, fact_page, history_page, history_tail
 from observation.log_view import fold
 from observation.projections import execution_fact, snapshot
 from workflows.contract import ExecutionContract, TransitionRecord
-from workflows.session_state import JOURNAL_MEMO_KEY, StatusChange
+from workflows.session_state import StatusChange
 
 HISTORIES = Path(__file__).parents[1] / "workflows" / "histories"
 SCENARIOS = ("demo", "rejected", "auto_timeout", "canceled")
@@ -38,9 +38,7 @@ def recorded(name: str):
     contracts: dict[str, ExecutionContract] = {}
     facts, history = [], []
     for e in events:
-        fields = e.workflow_properties_modified_event_attributes.upserted_memo.fields
-        for entry in payload_value(fields[JOURNAL_MEMO_KEY]) if JOURNAL_MEMO_KEY in fields \
-                else []:
+        for entry in journal_of(e):
             d = entry["data"]
             if entry["kind"] == "contract.created":
                 contracts[d["execution_id"]] = ExecutionContract(**d, session_id=sid)

@@ -197,16 +197,11 @@ def test_a_broken_log_is_reported_and_skipped(make_store, tmp_path):
 
 
 def test_the_journal_position_counts_the_journal(tmp_path):
-    from observation.exporter.decode import payload_value
-    from workflows.session_state import JOURNAL_MEMO_KEY
+    from observation.exporter.decode import journal_of
 
     for name in SCENARIOS:
         sid, events = history(name)
-        entries = 0
-        for e in events:
-            fields = e.workflow_properties_modified_event_attributes.upserted_memo.fields
-            if JOURNAL_MEMO_KEY in fields:
-                entries += len(payload_value(fields[JOURNAL_MEMO_KEY]) or [])
+        entries = sum(len(journal_of(e)) for e in events)
         runs = tmp_path / name
         store = open_store(runs)
         view = export(sid, events, runs / "runs", store).view

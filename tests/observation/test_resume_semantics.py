@@ -16,6 +16,7 @@ from observation.exporter import export_session
 from observation.exporter.snapshot import Snapshot
 from observation.exporter.verify import read_lines, verify_lines
 from tests.support.sessions import running_worker, start_session, until, until_status
+from workflows.journal_carrier import INTERCEPTORS
 from workflows.messages import ReplyInput
 from workflows.session import SessionWorkflow
 from workflows.statechart import SessionStatus
@@ -91,7 +92,8 @@ async def test_forced_full_replay_reexecutes_nothing_cached(dev_env, tmp_path):
     assert [json.loads(x)["tool"] for x in calls.splitlines()] == [
         "write_note", "write_note", "delete_note"]
     history = await h.fetch_history()
-    replayer = Replayer(workflows=[SessionWorkflow], data_converter=pydantic_data_converter)
+    replayer = Replayer(workflows=[SessionWorkflow], interceptors=INTERCEPTORS,
+                        data_converter=pydantic_data_converter)
     result = await replayer.replay_workflow(history, raise_on_replay_failure=True)
     assert result.replay_failure is None
     assert (notes / ".calls.log").read_bytes() == calls  # no tool ran again

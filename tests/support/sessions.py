@@ -11,11 +11,13 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
+from typing import Any
 
 from temporalio.client import Client, WorkflowHandle
 
 from activities.mcp_pool import McpClientPool
 from api.worker import build_worker
+from observation.exporter.note import Signer
 from workflows.config import SessionConfig
 from workflows.messages import SessionInput, SessionResult, SessionSnapshot
 from workflows.statechart import SessionStatus
@@ -41,7 +43,8 @@ async def start_session(
     session_id = f"s-{uuid.uuid4().hex[:12]}"
     return await client.start_workflow(
         "SessionWorkflow",
-        SessionInput(session_id=session_id, config=config, **input_kw),
+        SessionInput(session_id=session_id, config=config,
+                     **{"journal_in_header": True, **input_kw}),
         id=session_id,
         task_queue=task_queue,
         result_type=SessionResult,
@@ -93,18 +96,28 @@ async def until_file(path: Path, limit_s: float = 60) -> None:
 
 @asynccontextmanager
 async def running_exporter(client: Client, data_dir: Path, task_queue: str | None = None,
-                           ) -> AsyncIterator[object]:
+                           feed: Any = None, signer: Signer | None = None
+                           ) -> AsyncIterator[Any]:
     """The exporter with its read model (SQLite in ``data_dir``), following the
-    sessions of ``task_queue`` (default: all), as ``hitlflow up`` runs it."""
+    sessions of ``task_queue`` (default: all), as ``hitlflow up`` runs it (with
+    ``feed``, a ``LogFeed``, told every committed batch after the read model; with
+    ``signer``, signing each log's checkpoint, its verifier key published)."""
     from observation.exporter.follower import SESSION_QUERY
+    from observation.exporter.keys import publish_verifier
     from observation.exporter.service import Exporter, start_read_model
-    from observation.read_model.sync import ReadModelObserver
+    from observation.read_model.sync import ReadModelObserver, Tee
 
     store = await asyncio.to_thread(start_read_model, data_dir, data_dir / "runs")
     assert store is not None
     query = SESSION_QUERY + (f' AND TaskQueue = "{task_queue}"' if task_queue else "")
+    if signer is not None:
+        publish_verifier(data_dir, signer.verifier())
     exporter = Exporter(client, data_dir / "runs", query=query, discover_every_s=0.2,
-                        observers=lambda sid: ReadModelObserver(sid, store))
+                        observers=lambda sid: Tee([ReadModelObserver(sid, store),
+                                                   feed.observer(sid) if feed else None]),
+                        signer=signer)
+    if feed is not None:
+        feed.want = exporter.want
     stop = asyncio.Event()
     task = asyncio.create_task(exporter.run(stop))
     try:

@@ -3,7 +3,7 @@
 Run by hand, and only when a change is *meant* to be incompatible with running
 sessions (then say so in the commit):
 
-    .venv/bin/python -m tests.workflows.record_histories
+    .venv/bin/python -m tests.workflows.record_histories [NAME ...]
 
 Each scenario runs on the real dev server (search attributes on, as in
 production) with the real activities; its final history is saved as
@@ -49,8 +49,10 @@ async def answer(h: WorkflowHandle, **kw) -> None:
     await h.execute_update("reply", ReplyInput(request_id=snap.pending.request_id, **kw))
 
 
-async def demo(client: Client, tq: str, d: Path) -> WorkflowHandle:
-    h = await start_session(client, demo_config(d), tq, search_attributes=True)
+async def demo(client: Client, tq: str, d: Path, *, journal_in_header: bool = False
+               ) -> WorkflowHandle:
+    h = await start_session(client, demo_config(d), tq, search_attributes=True,
+                            journal_in_header=journal_in_header)
     await answer(h, approve=True)
     await until(h, lambda s: s.pending is not None and s.pending.kind == "confirm")
     await answer(h, approve=True)
@@ -62,7 +64,8 @@ async def rejected(client: Client, tq: str, d: Path) -> WorkflowHandle:
     (d / "a").write_text("x")
     h = await start_session(client, scripted(d, [
         {"tool_calls": [{"tool": "delete_note", "arguments": {"name": "a"}}]},
-        {"text": "kept it", "end": True}]), tq, search_attributes=True)
+        {"text": "kept it", "end": True}]), tq, search_attributes=True,
+        journal_in_header=False)
     await answer(h, approve=False)
     await h.result()
     return h
@@ -72,14 +75,16 @@ async def auto_timeout(client: Client, tq: str, d: Path) -> WorkflowHandle:
     h = await start_session(client, scripted(d, [
         {"ecs_request": {"kind": "choose", "prompt": "which?", "options": ["a", "b"]}},
         {"text": "took a"}], mode="auto", interactive_require_user_reply=False,
-        reply_timeout_s=1, auto_decision="approve"), tq, search_attributes=True)
+        reply_timeout_s=1, auto_decision="approve"), tq, search_attributes=True,
+        journal_in_header=False)
     await h.result()
     return h
 
 
 async def canceled(client: Client, tq: str, d: Path) -> WorkflowHandle:
     h = await start_session(client, scripted(d, [
-        {"ecs_request": {"kind": "confirm", "prompt": "sure?"}}]), tq, search_attributes=True)
+        {"ecs_request": {"kind": "confirm", "prompt": "sure?"}}]), tq, search_attributes=True,
+        journal_in_header=False)
     await until_status(h, W)
     await h.cancel()
     with contextlib.suppress(WorkflowFailureError):  # a cancelled session fails its result
@@ -87,12 +92,20 @@ async def canceled(client: Client, tq: str, d: Path) -> WorkflowHandle:
     return h
 
 
+async def demo_journal_header(client: Client, tq: str, d: Path) -> WorkflowHandle:
+    """The demo as sessions started since the journal rides in activity headers."""
+    return await demo(client, tq, d, journal_in_header=True)
+
+
+# All but `demo_journal_header` as sessions ran before the journal moved into activity
+# headers (a memo before every await): running sessions of that kind must replay too.
 SCENARIOS: dict[str, Callable[[Client, str, Path], Awaitable[WorkflowHandle]]] = {
     "demo": demo, "rejected": rejected, "auto_timeout": auto_timeout, "canceled": canceled,
+    "demo_journal_header": demo_journal_header,
 }
 
 
-async def main() -> None:
+async def main(names: list[str]) -> None:
     HISTORIES.mkdir(exist_ok=True)
     env = await WorkflowEnvironment.start_local(
         dev_server_existing_path=str(temporal_cli_path()), ip="127.0.0.1",
@@ -101,6 +114,8 @@ async def main() -> None:
     )
     try:
         for name, scenario in SCENARIOS.items():
+            if names and name not in names:
+                continue
             with tempfile.TemporaryDirectory() as tmp:
                 tq = f"record-{name}"
                 async with running_worker(env.client, tq):
@@ -113,4 +128,4 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    asyncio.run(main(sys.argv[1:]))

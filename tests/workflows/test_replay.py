@@ -14,6 +14,7 @@ from temporalio.client import WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer, UnsandboxedWorkflowRunner
 
+from workflows.journal_carrier import INTERCEPTORS
 from workflows.session import SessionWorkflow
 
 HISTORIES = sorted((Path(__file__).parent / "histories").glob("*.json"))
@@ -27,7 +28,8 @@ def test_histories_are_recorded():
 async def test_saved_history_replays(path: Path):
     data = json.loads(path.read_text())
     history = WorkflowHistory.from_json(f"replay-{path.stem}", data)
-    replayer = Replayer(workflows=[SessionWorkflow], data_converter=pydantic_data_converter)
+    replayer = Replayer(workflows=[SessionWorkflow], interceptors=INTERCEPTORS,
+                        data_converter=pydantic_data_converter)
     result = await replayer.replay_workflow(history, raise_on_replay_failure=True)
     assert result.replay_failure is None
 
@@ -41,9 +43,22 @@ async def test_a_changed_workflow_fails_replay(monkeypatch):
 
     monkeypatch.setattr(SessionWorkflow, "_ensure_catalog", no_catalog)
     data = json.loads((Path(__file__).parent / "histories" / "demo.json").read_text())
-    replayer = Replayer(workflows=[SessionWorkflow], data_converter=pydantic_data_converter,
+    replayer = Replayer(workflows=[SessionWorkflow], interceptors=INTERCEPTORS,
+                        data_converter=pydantic_data_converter,
                         workflow_runner=UnsandboxedWorkflowRunner())
     result = await replayer.replay_workflow(
         WorkflowHistory.from_json("replay-changed", data), raise_on_replay_failure=False
     )
     assert result.replay_failure is not None
+
+
+async def test_a_worker_without_the_journal_carrier_fails_loudly():
+    """A session that carries its journal in activity headers, on a worker built
+    without the interceptor: the workflow task fails (retried once fixed), it never
+    runs on and loses the journal silently."""
+    data = json.loads((Path(__file__).parent / "histories" / "demo_journal_header.json"
+                       ).read_text())
+    replayer = Replayer(workflows=[SessionWorkflow], data_converter=pydantic_data_converter)
+    result = await replayer.replay_workflow(
+        WorkflowHistory.from_json("replay-no-carrier", data), raise_on_replay_failure=False)
+    assert "the journal was not carried" in str(result.replay_failure)

@@ -13,6 +13,7 @@ from temporalio.worker import Replayer
 
 from tests.support.sessions import running_worker, start_session, until_status
 from workflows.config import SessionConfig
+from workflows.journal_carrier import INTERCEPTORS
 from workflows.messages import Ack, RecoverInput, ReplyInput
 from workflows.session import SessionWorkflow
 from workflows.statechart import SessionStatus
@@ -62,6 +63,7 @@ async def test_a_reply_in_the_same_task_as_recovery_is_taken_once_and_replays(
     accepted = kinds.index("workflow_execution_update_accepted_event_attributes")
     # The recovery signal and the reply were handled in one workflow task.
     assert kinds[signaled:accepted].count("workflow_task_completed_event_attributes") == 1
-    replayer = Replayer(workflows=[SessionWorkflow], data_converter=pydantic_data_converter)
+    replayer = Replayer(workflows=[SessionWorkflow], interceptors=INTERCEPTORS,
+                        data_converter=pydantic_data_converter)
     replay = await replayer.replay_workflow(history, raise_on_replay_failure=False)
     assert replay.replay_failure is None, replay.replay_failure

@@ -14,6 +14,7 @@ from temporalio.client import Client
 
 from api.settings import HitlflowSettings
 from api.worker import run_worker
+from observation.exporter.decode import journal_of
 from tests.support.sessions import (
     running_worker,
     start_session,
@@ -25,7 +26,7 @@ from tests.support.sessions import (
 from workflows.config import SessionConfig
 from workflows.messages import ReplyInput, SessionResult
 from workflows.search_attributes import SESSION_STATUS, WAITING_SINCE
-from workflows.session_state import JOURNAL_MEMO_KEY, SessionState
+from workflows.session_state import SessionState
 from workflows.statechart import SessionStatus
 
 W = SessionStatus.WAITING_USER
@@ -56,12 +57,8 @@ async def recorded(h, text: str) -> None:
     """Wait (bounded) until ``text`` appears in the session's history."""
     deadline = asyncio.get_running_loop().time() + 30
     while True:
-        journal = b"".join(
-            e.workflow_properties_modified_event_attributes.upserted_memo.fields[
-                JOURNAL_MEMO_KEY].data
-            for e in (await h.fetch_history()).events
-            if e.HasField("workflow_properties_modified_event_attributes"))
-        if text.encode() in journal:
+        journal = json.dumps([journal_of(e) for e in (await h.fetch_history()).events])
+        if text in journal:
             return
         assert asyncio.get_running_loop().time() < deadline, f"{text} never recorded"
         await asyncio.sleep(0.05)
