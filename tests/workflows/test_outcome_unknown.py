@@ -148,7 +148,7 @@ async def test_killed_worker_retries_a_never_sent_call_and_asks_about_a_maybe_se
         assert snap.pending.prompt.startswith("It may have happened: Call tool delete")
         (c,) = snap.contracts
         assert c.current_status.value == "waiting"
-        await recorded(b, '"reason_code":"outcome_unknown"')
+        await recorded(b, '"reason_code": "outcome_unknown"')
         await b.execute_update("reply", ReplyInput(request_id=snap.pending.request_id,
                                                    choice="try again"))
         assert (await b.result()).status is SessionStatus.SUCCEEDED
