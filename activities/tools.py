@@ -78,20 +78,30 @@ class McpToolActivities:
 
 
 HEARTBEAT_EVERY_S = 2.0
+# The SDK's heartbeat starts this long into an attempt: well within the heartbeat
+# timeout (15 s, whose expiry the worker enforces locally too), and late enough that a
+# call sent in its first seconds has only precise heartbeats before its mark.
+SDK_BEAT_AFTER_S = 8.0
 
 
 class SentMarks:
-    """The heartbeats of one attempt, each one stored by Temporal before the next
-    step (an RPC awaited through the worker's client, one at a time), so a "sent"
-    mark is durable before the request leaves and is never overwritten by an older
-    heartbeat. Cancellation arrives in a heartbeat's answer: the activity's task is
-    cancelled then."""
+    """The heartbeats of one attempt.
+
+    The precise ones go through the worker's client (an RPC awaited, one at a time),
+    so each is stored by Temporal before the next step: ``sent: null`` until the
+    "sent" mark, which is stored before the request leaves. The SDK's own heartbeat
+    (which the worker's local heartbeat timeout needs) starts only after
+    ``SDK_BEAT_AFTER_S`` and, before the mark, says ``sent: "maybe"``: the SDK sends
+    it on its own schedule, so it must never be the one that says "not sent". A
+    call is provably not sent only when the last stored details say ``sent: null``.
+    Cancellation arrives in either heartbeat's answer."""
 
     def __init__(self, execution_id: str, attempt_id: str) -> None:
         self.details = ToolCallBeat(execution_id=execution_id, attempt_id=attempt_id)
         self._lock = asyncio.Lock()
         self.sent = False  # the mark was stored: the request may leave now
         self._task = asyncio.current_task()
+        self._since = asyncio.get_running_loop().time()
         try:
             info = activity.info()
             self._handle = activity.client().get_async_activity_handle(
@@ -105,6 +115,8 @@ class SentMarks:
             if self._handle is None:
                 activity.heartbeat(details)
                 return
+            if asyncio.get_running_loop().time() - self._since >= SDK_BEAT_AFTER_S:
+                activity.heartbeat(details if self.sent else {**details, "sent": "maybe"})
             try:
                 await self._handle.heartbeat(details)
             except AsyncActivityCancelledError:

@@ -37,7 +37,8 @@ CallOutcome = Literal["not_sent", "maybe_sent"]
 
 class ToolCallBeat(BaseModel):
     """The heartbeat details of ``call_tool``: which attempt, and whether its MCP
-    request left (``sent`` names the attempt once it is about to)."""
+    request left: ``sent`` is None until the mark (then the attempt's id, stored
+    before the request leaves); ``"maybe"`` in a heartbeat that cannot tell."""
 
     execution_id: str
     attempt_id: str
@@ -67,9 +68,9 @@ def failed_call_outcome(
     beat = _beat(heartbeat_details)
     if heartbeat_details and beat is None:
         return "maybe_sent"  # details of another shape (an older worker): conservative
-    if beat is not None and beat.attempt_id != attempt_id:
-        return "maybe_sent"
-    return "maybe_sent" if beat is not None and beat.sent == attempt_id else "not_sent"
+    if beat is not None and (beat.attempt_id != attempt_id or beat.sent is not None):
+        return "maybe_sent"  # the mark, or the SDK's own heartbeat ("maybe")
+    return "not_sent"  # no heartbeat yet, or the last one stored says `sent: null`
 
 
 def _beat(details: Sequence[Any] | None) -> ToolCallBeat | None:

@@ -8,7 +8,8 @@ or die at the two points that matter for "outcome unknown":
 - ``<dir>/crash-call``: it records the call, removes the file and exits (the
   connection is lost after the request arrived: it may have run);
 - ``<dir>/fail-start`` present when it starts: it exits at once (a server that
-  cannot start; the file stays).
+  cannot start; the file stays);
+- ``<dir>/slow-call`` holds a number of seconds ``delete`` takes before answering.
 
 Every ``delete`` call it receives is one JSON line in ``<dir>/calls.log`` (name and
 idempotency key), written before anything else happens; ``<dir>/start-hung``
@@ -52,6 +53,9 @@ def build_server(root: Path) -> MCPServer:
             f.write(json.dumps({"name": name, "key": key}) + "\n")
         if _take(root / "crash-call"):
             os._exit(1)
+        slow = root / "slow-call"
+        if slow.exists():
+            await anyio.sleep(float(slow.read_text()))
         if _take(root / "hang-call"):
             await anyio.sleep_forever()
         return f"deleted {name}"

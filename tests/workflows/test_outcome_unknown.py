@@ -26,6 +26,7 @@ from tests.support.sessions import (
     worker_process,
 )
 from tests.workflows.test_session_devserver import recorded
+from workflows.agent_turn import TOOL_HEARTBEAT
 from workflows.config import SessionConfig
 from workflows.messages import ReplyInput, SessionResult
 from workflows.outcome import (
@@ -89,6 +90,7 @@ def beat(sent: bool, attempt: str = "e/2.1") -> list[dict]:
     (None, [], "e/2.1", "not_sent"),  # lost before its first heartbeat
     (None, beat(sent=True), "e/2.1", "maybe_sent"),  # lost after the mark
     (None, beat(sent=True, attempt="e/2.2"), "e/2.1", "maybe_sent"),  # not this attempt's
+    (None, [{**beat(sent=False)[0], "sent": "maybe"}], "e/2.1", "maybe_sent"),  # the SDK's
     (None, ["e"], "e/2.1", "maybe_sent"),  # an older worker's details: conservative
     (None, [], None, "maybe_sent"),  # a call made without marks
     ("ToolCallNotSent", None, "e/2.1", "not_sent"),
@@ -215,3 +217,17 @@ async def test_a_call_that_never_reaches_its_server_fails_as_not_sent(
     assert (c.status.value, c.reason_code) == ("failed", NOT_SENT)
     assert c.error_message.startswith("not sent: the call never reached the tool server in 3")
     assert received(tmp_path) == []
+
+
+async def test_a_call_longer_than_the_heartbeat_timeout_completes(
+        dev_worker, task_queue, tmp_path):
+    """The precise heartbeats go through the client; the SDK's own heartbeat must go
+    on too, or the worker's local heartbeat timeout (15 s) cancels a long call."""
+    (tmp_path / "slow-call").write_text(str(TOOL_HEARTBEAT.total_seconds() + 3))
+    h = await start_session(dev_worker.client, delete_then_end(tmp_path), task_queue)
+    await approve(h)
+    assert (await h.result()).status is SessionStatus.SUCCEEDED
+    state = await h.query("state", result_type=SessionState)
+    (c,) = state.contracts
+    assert (c.status.value, c.reason_code) == ("completed", None)
+    assert len(received(tmp_path)) == 1
