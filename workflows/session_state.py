@@ -285,8 +285,8 @@ class SessionBook:
         outcome: dict[str, Any] = {}
         if contract.is_terminal:
             outcome = {"result": _clip(contract.result), "error_message": contract.error_message}
-        if reason_code is not None:  # only when given: older journals stay as they were
-            outcome["reason_code"] = reason_code
+        if contract.reason_code is not None and (reason_code or contract.is_terminal):
+            outcome["reason_code"] = contract.reason_code  # only when set: older journals
         self.note("contract.transition", now, {**record.model_dump(mode="json"), **outcome})
         if contract.is_terminal:
             self._closed(contract, now)
