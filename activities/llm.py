@@ -3,9 +3,15 @@
 ``llm_call`` returns the model's answer in our terms (text, tool calls, a request
 to the person, end of conversation) together with the binding LLM_CALL_STARTED and
 LLM_CALL_FINISHED payloads. A failure is raised as an ``ApplicationError`` whose
-single detail is the LLM_CALL_FAILED payload (``LLMCallFailed``) and whose
-``non_retryable`` flag follows the one classification table below, so that
-Temporal's retry policy, not the SDK, decides when to try again.
+single detail is the LLM_CALL_FAILED payload (``LLMCallFailed``), whose
+``non_retryable`` flag follows the one classification table below and whose
+``next_retry_delay`` is the provider's own delay (``retry-after-ms`` /
+``Retry-After``) when it gave one: the workflow, not the SDK, decides when to try
+again (``workflows/provider_wait.py``).
+
+A tool call whose arguments are not a JSON object or do not fit the tool's input
+schema (an invalid ``ask_user`` too) is a model mistake, not a failure: it comes
+back with ``arguments_error`` set, and the workflow tells the model.
 
 Providers:
 
@@ -30,8 +36,11 @@ import time
 import traceback
 import typing
 from dataclasses import dataclass, field
+from datetime import timedelta
+from email.utils import parsedate_to_datetime
 from typing import Any
 
+import jsonschema
 import openai
 from pydantic import ValidationError
 from temporalio import activity
@@ -61,10 +70,12 @@ __all__ = [
     "ScriptedProviderError",
     "ToolNames",
     "api_cost_usd",
+    "check_arguments",
     "classify_error",
     "llm_call_started",
     "openai_messages",
     "openai_tools",
+    "retry_after_s",
     "retryable_status",
     "sha256_json",
 ]
@@ -115,10 +126,12 @@ def sha256_json(value: Any) -> str:
 class LLMError(Exception):
     """A failure this module detects itself (not the SDK's)."""
 
-    def __init__(self, message: str, *, http_status: int | None = None, retryable: bool = False):
+    def __init__(self, message: str, *, http_status: int | None = None, retryable: bool = False,
+                 retry_after_s: float | None = None):
         super().__init__(message)
         self.http_status = http_status
         self.retryable = retryable
+        self.retry_after_s = retry_after_s
 
 
 class LLMConfigError(LLMError):
@@ -126,7 +139,9 @@ class LLMConfigError(LLMError):
 
 
 class LLMResponseError(LLMError):
-    """The model answered something we cannot use (bad JSON arguments, bad ask_user)."""
+    """The model answered something we cannot use at all (no choice, a non-function
+    tool call). Unusable tool-call arguments are not this: they are model mistakes,
+    returned as calls with ``arguments_error`` set, which go back to the model."""
 
 
 class ScriptedProviderError(LLMError):
@@ -152,6 +167,43 @@ def classify_error(exc: BaseException) -> tuple[int | None, bool]:
     if isinstance(exc, openai.APIConnectionError | TimeoutError | ConnectionError):
         return None, True  # includes openai.APITimeoutError
     return None, False
+
+
+RETRY_AFTER_MAX_S = 7 * 24 * 3600  # a provider's delay is capped (a week is "give up")
+
+
+def retry_after_s(headers: Any, now: float | None = None) -> float | None:
+    """The provider's delay from a response's headers: ``retry-after-ms`` (OpenAI,
+    Azure), else ``Retry-After`` in seconds or as an HTTP date; None without one
+    (or with one that is not a delay: negative, not a number)."""
+    seconds: float | None = None
+    try:
+        ms = headers.get("retry-after-ms")
+        if ms is not None and float(ms) >= 0:
+            seconds = float(ms) / 1000
+    except (TypeError, ValueError):
+        pass
+    value = headers.get("retry-after")
+    if seconds is None and value is not None:
+        try:
+            seconds = float(value)
+        except (TypeError, ValueError):
+            try:
+                at = parsedate_to_datetime(value)
+                seconds = max(0.0, at.timestamp() - (time.time() if now is None else now))
+            except (TypeError, ValueError, IndexError, OverflowError):
+                return None
+    if seconds is None or not seconds >= 0:  # also NaN
+        return None
+    return min(seconds, RETRY_AFTER_MAX_S)
+
+
+def _retry_after(exc: BaseException) -> float | None:
+    if isinstance(exc, LLMError):
+        return exc.retry_after_s
+    if isinstance(exc, openai.APIStatusError):
+        return retry_after_s(exc.response.headers)
+    return None
 
 
 def _summary(exc: BaseException) -> str:
@@ -189,11 +241,14 @@ def _failure(
         error_details=details,
         http_status=http_status,
     )
+    delay = _retry_after(exc) if retryable else None
     return ApplicationError(
         summary,
         failed.model_dump(mode="json"),
         type=failed.error_class,
         non_retryable=not retryable,
+        # The provider's own delay (Retry-After): the workflow waits at least that long.
+        next_retry_delay=timedelta(seconds=delay) if delay is not None else None,
     )
 
 
@@ -354,20 +409,60 @@ def openai_messages(messages: list[ChatMessage], names: ToolNames) -> list[dict[
     return out
 
 
-def _parse_arguments(function_name: str, raw: str | None) -> dict[str, Any]:
+def _parse_arguments(function_name: str, raw: str | None) -> tuple[dict[str, Any], str | None]:
+    """The arguments as an object, or ``({}, why not)``: a model mistake that goes
+    back to the model, not a failure of the call."""
     if raw is None or not raw.strip():
-        return {}
+        return {}, None
     try:
         value = json.loads(raw)
     except json.JSONDecodeError as exc:
-        raise LLMResponseError(
-            f"the model called {function_name!r} with arguments that are not valid JSON ({exc})"
-        ) from None
+        sent = raw if len(raw) <= 200 else raw[:200] + "…"
+        return {}, f"the arguments of {function_name} are not valid JSON ({exc}): {sent}"
     if not isinstance(value, dict):
-        raise LLMResponseError(
-            f"the model called {function_name!r} with arguments that are not a JSON object"
-        )
-    return value
+        return {}, f"the arguments of {function_name} are not a JSON object"
+    return value, None
+
+
+def _schema_problem(function_name: str, schema: dict[str, Any],
+                    arguments: dict[str, Any]) -> str | None:
+    """Why ``arguments`` do not fit the tool's input schema, or None (also when the
+    server's schema is itself invalid: then the server judges the call)."""
+    try:
+        cls = jsonschema.validators.validator_for(schema)
+        cls.check_schema(schema)
+        error = jsonschema.exceptions.best_match(cls(schema).iter_errors(arguments))
+    except jsonschema.exceptions.SchemaError:
+        return None
+    if error is None:
+        return None
+    where = "/".join(str(p) for p in error.absolute_path)
+    return (f"the arguments of {function_name} do not fit its input schema"
+            f"{f' at {where}' if where else ''}: {error.message}")
+
+
+def check_arguments(calls: list[ToolCallRequest], tools: list[ToolSpec],
+                    names: ToolNames) -> list[ToolCallRequest]:
+    """Each call with ``arguments_error`` set where its arguments do not fit the
+    input schema of the tool it names (calls already marked, and calls to tools
+    not offered, are left as they are: the workflow judges those)."""
+    out = []
+    for call in calls:
+        specs = [t for t in tools if t.name == call.tool
+                 and (call.server is None or t.server == call.server)]
+        server = specs[0].server if len(specs) == 1 else call.server
+        fname = names.function_name(server, call.tool)  # the name the model knows
+        if call.arguments_error is None and call.raw_arguments is not None:
+            arguments, problem = _parse_arguments(fname, call.raw_arguments)
+            call = call.model_copy(update={"arguments": arguments, "arguments_error": problem,
+                                           "raw_arguments": call.raw_arguments if problem
+                                           else None})
+        if call.arguments_error is None and len(specs) == 1:
+            problem = _schema_problem(fname, specs[0].input_schema, call.arguments)
+            if problem is not None:
+                call = call.model_copy(update={"arguments_error": problem})
+        out.append(call)
+    return out
 
 
 @dataclass
@@ -380,16 +475,25 @@ class _Answer:
     end: bool = False
 
     def output_hash(self) -> str:
-        return sha256_json(
-            {
-                "text": self.text,
-                "tool_calls": [c.model_dump(mode="json") for c in self.tool_calls],
-                "ecs_request": self.ecs_request.model_dump(mode="json")
-                if self.ecs_request
-                else None,
-                "end": self.end,
-            }
-        )
+        """sha256 of the answer's canonical JSON. An answer that is not Unicode text (a
+        lone surrogate, e.g. ``\\ud800`` in a tool call's JSON arguments) has no UTF-8
+        bytes: it cannot be hashed, recorded or logged, so it is refused."""
+        try:
+            return sha256_json(
+                {
+                    "text": self.text,
+                    "tool_calls": [c.model_dump(mode="json") for c in self.tool_calls],
+                    "ecs_request": self.ecs_request.model_dump(mode="json")
+                    if self.ecs_request
+                    else None,
+                    "end": self.end,
+                }
+            )
+        except UnicodeEncodeError:
+            raise LLMResponseError(
+                "the model's answer is not Unicode text: it holds a lone surrogate "
+                "(a \\ud800-\\udfff escape without its pair), which UTF-8 cannot carry"
+            ) from None
 
 
 def _answer_from_function_calls(
@@ -398,15 +502,26 @@ def _answer_from_function_calls(
     """``calls`` are ``(id, function name, raw JSON arguments)`` as the model sent them."""
     answer = _Answer(text=text)
     for call_id, fname, raw in calls:
-        arguments = _parse_arguments(fname, raw)
+        arguments, problem = _parse_arguments(fname, raw)
+        bad_raw = raw if problem is not None else None
         if fname == ASK_USER:
+            if problem is None:
+                try:
+                    request = EcsRequest.model_validate(arguments)
+                except ValidationError as exc:
+                    reasons = "; ".join(
+                        f"{'.'.join(str(p) for p in e['loc']) or 'request'}: {e['msg']}"
+                        for e in exc.errors())
+                    problem = f"the ask_user request is invalid ({reasons})"
+            if problem is not None:  # a mistake: it goes back to the model
+                answer.tool_calls.append(ToolCallRequest(
+                    id=call_id, tool=ASK_USER, arguments=arguments, arguments_error=problem,
+                    raw_arguments=bad_raw))
+                continue
             if answer.ecs_request is not None:
                 activity.logger.warning("the model called ask_user twice; keeping the first")
                 continue
-            try:
-                answer.ecs_request = EcsRequest.model_validate(arguments)
-            except ValidationError as exc:
-                raise LLMResponseError(f"the model's ask_user request is invalid: {exc}") from None
+            answer.ecs_request = request
         elif fname == END_CONVERSATION:
             answer.end = True
             final = arguments.get("final_message")
@@ -414,9 +529,9 @@ def _answer_from_function_calls(
                 answer.text = final
         else:
             server, tool = names.resolve(fname)
-            answer.tool_calls.append(
-                ToolCallRequest(id=call_id, tool=tool, server=server, arguments=arguments)
-            )
+            answer.tool_calls.append(ToolCallRequest(
+                id=call_id, tool=tool or "(no name)", server=server, arguments=arguments,
+                arguments_error=problem, raw_arguments=bad_raw))
     return answer
 
 
@@ -484,6 +599,7 @@ class LlmActivities:
             else:
                 secret = _read_api_key(input.llm)
                 answer, usage, finish_reason, cost = await self._openai(input, secret)
+            output_hash = answer.output_hash()
         except Exception as exc:
             error = _failure(exc, input.call_id, _elapsed_ms(t0), secret)
             log.warning("LLM call %s failed: %s", input.call_id, error.message)
@@ -495,7 +611,7 @@ class LlmActivities:
             latency_ms=_elapsed_ms(t0),
             token_usage=usage,
             finish_reason=finish_reason,
-            output_hash=answer.output_hash(),
+            output_hash=output_hash,
             api_cost_usd=cost,
             tool_calls_count=len(answer.tool_calls),
         )
@@ -528,13 +644,15 @@ class LlmActivities:
         r = responses[input.call_index - offset].played(input.outcomes)
         if r.error is not None:
             raise ScriptedProviderError(
-                r.error, http_status=r.http_status, retryable=retryable_status(r.http_status)
+                r.error, http_status=r.http_status, retryable=retryable_status(r.http_status),
+                retry_after_s=r.retry_after_s,
             )
         # Scripted calls get stable ids where the script left them out.
         tool_calls = [
             c if c.id else c.model_copy(update={"id": f"{input.call_id}-{i}"})
             for i, c in enumerate(r.tool_calls)
         ]
+        tool_calls = check_arguments(tool_calls, input.tools, ToolNames.build(input.tools))
         answer = _Answer(text=r.text, tool_calls=tool_calls, ecs_request=r.ecs_request, end=r.end)
         # A deterministic estimate: words in, words out.
         words_in = sum(len(m.content.split()) for m in input.messages)
@@ -574,6 +692,7 @@ class LlmActivities:
             calls.append((call.id, call.function.name, call.function.arguments))
         text = message.content if message.content is not None else message.refusal
         answer = _answer_from_function_calls(text, calls, names)
+        answer.tool_calls = check_arguments(answer.tool_calls, input.tools, names)
         if response.usage is not None:
             usage = TokenUsage(
                 input_tokens=response.usage.prompt_tokens,

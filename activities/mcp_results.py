@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import mcp_types as types
 
 from workflows.config import McpServerConfig
@@ -26,6 +28,21 @@ def tool_spec(server: McpServerConfig, tool: types.Tool) -> ToolSpec:
     )
 
 
+def content_block(block: types.ContentBlock) -> dict[str, Any]:
+    """One MCP content block as data, without its binary payload: the base64 ``data``
+    of an image or audio block and the ``blob`` of a resource become ``size`` (the
+    decoded length in bytes), so a picture never travels through history."""
+    data = block.model_dump(mode="json", by_alias=True, exclude_none=True)
+    for holder in (data, data.get("resource")):
+        if isinstance(holder, dict):
+            for key in ("data", "blob"):
+                encoded = holder.get(key)
+                if isinstance(encoded, str):
+                    del holder[key]
+                    holder["size"] = len(encoded) * 3 // 4 - encoded[-2:].count("=")
+    return data
+
+
 def tool_result(result: types.CallToolResult) -> ToolCallResult:
     parts: list[str] = []
     for block in result.content:
@@ -35,8 +52,10 @@ def tool_result(result: types.CallToolResult) -> ToolCallResult:
             parts.append(f"[{block.type} content]")
     text = "\n".join(parts)
     structured = result.structured_content if isinstance(result.structured_content, dict) else None
+    content = [content_block(block) for block in result.content]
     if result.is_error:
         return ToolCallResult(
-            is_error=True, text=text, structured=structured, error_message=text or "tool failed"
+            is_error=True, text=text, structured=structured, error_message=text or "tool failed",
+            content=content,
         )
-    return ToolCallResult(text=text, structured=structured)
+    return ToolCallResult(text=text, structured=structured, content=content)

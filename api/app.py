@@ -5,7 +5,8 @@
   need Temporal answer 503 ``temporal_unavailable`` until it is back.
 * Every error is ``{"error": {"code", "message"}}`` (``api.errors``).
 * Request bodies are bounded (413); with ``HITLFLOW_API_TOKEN`` set, everything but
-  ``/healthz`` needs ``Authorization: Bearer <token>`` (401), docs included.
+  ``/healthz`` and the inbox's static page (``api.routers.inbox``, which holds no data)
+  needs ``Authorization: Bearer <token>`` (401), docs included.
 * OpenAPI docs at ``/docs``.
 """
 
@@ -29,16 +30,16 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 
 from api import errors
 from api.deps import ApiTuning, OnChange
-from api.routers import audit, events, execution, health, past, sessions
+from api.routers import audit, events, execution, health, inbox, past, sessions
 from api.settings import HitlflowSettings
-from api.sse import EventProvider
+from api.sse import EventProvider, HeadProvider
 from api.stuck import StuckWatch
 from observation.log_reader import LogViews
 from observation.read_model import ReadModelError, ReadStore, open_store
 
 log = logging.getLogger("hitlflow.api")
 
-OPEN_PATHS = frozenset({"/healthz"})
+OPEN_PATHS = frozenset({"/healthz", *inbox.PATHS})
 
 
 class _BodyTooLarge(StarletteHTTPException):
@@ -81,7 +82,7 @@ class BodyLimit:
 
 
 class BearerAuth:
-    """``Authorization: Bearer <token>`` on every path but ``/healthz``."""
+    """``Authorization: Bearer <token>`` on every path but ``OPEN_PATHS``."""
 
     def __init__(self, app: ASGIApp, token: str) -> None:
         self.app, self.token = app, token.encode()
@@ -125,11 +126,13 @@ def create_app(
     *,
     tuning: ApiTuning | None = None,
     event_provider: EventProvider | None = None,
+    stream_head: HeadProvider | None = None,
     read_model: ReadStore | None = None,
     on_change: OnChange | None = None,
 ) -> FastAPI:
     """The HTTP service. Without ``client``, the lifespan connects one to
-    ``settings.target``; ``event_provider`` replaces the SSE source (tests);
+    ``settings.target``; ``event_provider`` replaces the SSE source (tests), and
+    ``stream_head`` says how far it goes (without it, resume points are not checked);
     ``on_change(session_id)`` hears of every accepted write (``up`` wakes the exporter)."""
     settings = settings or HitlflowSettings()
     tuning = tuning or ApiTuning()
@@ -161,7 +164,7 @@ def create_app(
         "means Temporal is unreachable or no worker answered in time.",
     )
     app.state.settings, app.state.tuning, app.state.client = settings, tuning, client
-    app.state.event_provider = event_provider
+    app.state.event_provider, app.state.stream_head = event_provider, stream_head
     app.state.on_change = on_change or _nobody
     app.state.log_views = LogViews(settings.data_dir / "runs")
     app.state.read_model = read_model
@@ -169,6 +172,7 @@ def create_app(
     app.state.stopping = asyncio.Event()  # set first on shutdown: SSE streams end
     errors.install(app)
     app.include_router(health.router)
+    app.include_router(inbox.router)
     for router in (sessions.router, past.router, events.router, execution.router,
                    audit.router):
         app.include_router(router, responses=errors.ERROR_RESPONSES)

@@ -9,7 +9,8 @@ from pathlib import Path
 import typer
 
 from api.checkpoint_key import verifier_key
-from api.cli_log import DATA_DIR, _fail, _settings, run_dir
+from api.cli_log import _fail, run_dir
+from api.cli_options import Stack, stack_options
 from observation.exporter.checkpoint import CHECKPOINT_NAME, verify_checkpoint
 from observation.exporter.keys import read_verifier, write_signer
 from observation.exporter.note import NoteKeyError, Signer
@@ -46,12 +47,13 @@ def checkpoint_check(key: str | None, since: Path | None) -> Check | None:
     return check
 
 
+@stack_options
 def checkpoint_command(
     target: str = typer.Argument(..., help="A session id or a run directory."),
-    data_dir: Path | None = DATA_DIR,
+    *, stack: Stack,
 ) -> None:
     """Print the session's signed checkpoint (to publish or keep elsewhere)."""
-    path = run_dir(target, data_dir) / CHECKPOINT_NAME
+    path = run_dir(target, stack.data_dir) / CHECKPOINT_NAME
     try:
         data = path.read_bytes()
     except OSError as err:
@@ -60,10 +62,11 @@ def checkpoint_command(
     typer.echo(data.decode(errors="replace"), nl=False)
 
 
-def key_command(data_dir: Path | None = DATA_DIR) -> None:
+@stack_options
+def key_command(*, stack: Stack) -> None:
     """Print the verifier key of the checkpoints (for `log verify --key`)."""
     try:
-        typer.echo(verifier_key(_settings(data_dir)).text())
+        typer.echo(verifier_key(stack.settings()).text())
     except NoteKeyError as err:
         _fail(f"error: {err}")
 

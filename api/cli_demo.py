@@ -18,10 +18,10 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from api.cli_options import Stack, stack_options
 from api.cli_session import follow_events, tool_label
 from api.demo import demo_config
-from api.http_client import ApiClient, ApiClientError, default_api_url
-from api.settings import HitlflowSettings
+from api.http_client import ApiClient, ApiClientError
 from api.sse import SseMessage
 
 console = Console(highlight=False)
@@ -102,31 +102,17 @@ def run_demo(api: ApiClient, data_dir: Path, auto_approve: bool) -> str:
 
 def register(app: typer.Typer) -> None:
     @app.command("demo")
+    @stack_options
     def demo(
         auto_approve: Annotated[bool, typer.Option(
             "--auto-approve", help="Answer yes for the person (scripts, CI).")] = False,
-        api_url: Annotated[str | None, typer.Option(
-            "--api-url", envvar="HITLFLOW_API_URL", show_envvar=False,
-            help="The API's base URL (env HITLFLOW_API_URL; default: where `hitlflow up` "
-            "serves it, from --api-port / HITLFLOW_API_PORT).")] = None,
-        api_port: Annotated[int | None, typer.Option(
-            "--api-port", min=1, max=65535, help="The port of `hitlflow up`'s API.")] = None,
-        token: Annotated[str | None, typer.Option(
-            "--token", envvar="HITLFLOW_API_TOKEN", show_envvar=False,
-            help="Bearer token (env HITLFLOW_API_TOKEN).")] = None,
-        data_dir: Annotated[Path | None, typer.Option(
-            help="The stack's data directory (the demo's notes go under it).")] = None,
-        temporal_port: Annotated[int | None, typer.Option(
-            min=1, max=65535, hidden=True, help="Ignored: the demo talks to the API.")] = None,
+        *, stack: Stack,
     ) -> None:
-        """Run the scripted demo session against `hitlflow up` (through its HTTP API)."""
-        overrides = {k: v for k, v in {"data_dir": data_dir, "api_port": api_port}.items()
-                     if v is not None}
-        settings = HitlflowSettings(**overrides)
-        url = api_url or default_api_url(settings)
-        with ApiClient(url, token or settings.api_token) as api:
+        """Run the scripted demo session against `hitlflow up` (through its HTTP API);
+        the demo's notes go under the data directory."""
+        with stack.client() as api:
             try:
-                status = run_demo(api, settings.data_dir, auto_approve)
+                status = run_demo(api, stack.resolved_data_dir, auto_approve)
             except ApiClientError as err:
                 console.print(f"[red]error:[/] {err.code}: {err.message}")
                 raise typer.Exit(2) from None

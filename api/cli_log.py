@@ -15,10 +15,12 @@ from pathlib import Path
 import typer
 
 from api.checkpoint_key import exporter_signer
+from api.cli_options import Stack, stack_options
 from api.settings import HitlflowSettings
 from observation.exporter import (
     ChainBrokenError,
     LogError,
+    LogLockedError,
     LogWriter,
     ReplayError,
     Snapshot,
@@ -32,10 +34,6 @@ from workflows.config import valid_session_id
 
 log_app = typer.Typer(help="The audit log of sessions: verify, replay, export, checkpoints.",
                       no_args_is_help=True)
-
-DATA_DIR = typer.Option(None, "--data-dir", help="The stack's data directory "
-                        "(env HITLFLOW_DATA_DIR; default ./.hitlflow)")
-
 
 def _settings(data_dir: Path | None, **more: object) -> HitlflowSettings:
     given = {k: v for k, v in {"data_dir": data_dir, **more}.items() if v is not None}
@@ -61,43 +59,51 @@ def _fail(message: str) -> None:
 
 
 @log_app.command("verify")
+@stack_options
 def verify_command(
     target: str = typer.Argument(..., help="A session id or a run directory."),
-    data_dir: Path | None = DATA_DIR,
+    live: bool = typer.Option(False, "--live", help="The log may still be written: check "
+                              "it up to its head (read first), not beyond."),
     key: str | None = typer.Option(None, "--key", help="Also check the signed checkpoint "
                                    "with this verifier key (or a file holding it)."),
     since: Path | None = typer.Option(None, "--since", help="With --key: an older "
                                       "checkpoint file; check the log only grew from it."),
+    *, stack: Stack,
 ) -> None:
-    """Check every hash, prev_hash, seq, the head and the artifacts; EVENT_CHAIN_BROKEN
-    with the line number (exit 1) on the first failure. With --key, the signed
-    checkpoint too (CHECKPOINT_MISSING/INVALID/MISMATCH)."""
+    """Check every hash, prev_hash, seq, every field, the head and the artifacts;
+    EVENT_CHAIN_BROKEN with the line number (exit 1) on the first failure. With --key,
+    the signed checkpoint too (CHECKPOINT_MISSING/INVALID/MISMATCH)."""
     from api.cli_checkpoint import checkpoint_check
 
+    if live and key is not None:
+        raise typer.BadParameter("a checkpoint is checked on a log at rest, not with --live",
+                                 param_hint="--key")
     signed = checkpoint_check(key, since)
-    d = run_dir(target, data_dir)
+    d = run_dir(target, stack.data_dir)
     try:
-        v = verify_dir(d)
+        v = verify_dir(d, live=live)
         note = signed(d, v) if signed else None
     except ChainBrokenError as err:
         _fail(f"{err} ({d})")
     version = f"log format v{v.log_version}, " if v.log_version else ""
-    typer.echo(f"OK: {v.events} events, {version}chain head {v.last_hash} ({d})")
+    upto = " up to the head" if live else ""
+    typer.echo(f"OK: {v.events} events{upto}, {version}chain head {v.last_hash} ({d})")
     if note:
         typer.echo(note)
 
 
 @log_app.command("replay")
+@stack_options
 def replay_command(
     target: str = typer.Argument(..., help="A session id or a run directory."),
-    data_dir: Path | None = DATA_DIR,
     write: bool = typer.Option(False, "--write", help="Rewrite snapshot.json and head "
                                "from the log (seed 003's forced replay); takes the lock."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Do not print the snapshot."),
+    *, stack: Stack,
 ) -> None:
     """Rebuild the snapshot from the log alone and check it equals snapshot.json byte
     for byte: print it, or a diff (exit 1)."""
-    d = run_dir(target, data_dir)
+    d = run_dir(target, stack.data_dir)
     if write:
         try:
             LogWriter(d).open().close()
@@ -136,6 +142,11 @@ async def _export(settings: HitlflowSettings, session_id: str | None,
     for sid in ids:
         try:
             r = await export_session(client, sid, runs, signer=signer)
+        except LogLockedError as err:  # `hitlflow up`'s exporter writes this one live
+            failed += session_id is not None
+            typer.echo(f"{sid}: {'not exported' if session_id else 'skipped'}: {err}",
+                       err=True)
+            continue
         except Exception as err:
             failed += 1
             typer.echo(f"{sid}: {type(err).__name__}: {err}", err=True)
@@ -146,19 +157,24 @@ async def _export(settings: HitlflowSettings, session_id: str | None,
 
 
 @log_app.command("export")
+@stack_options
 def export_command(
     session_id: str | None = typer.Argument(None, help="The session to export."),
     all_sessions: bool = typer.Option(False, "--all", help="Every session."),
-    data_dir: Path | None = DATA_DIR,
     temporal_address: str | None = typer.Option(
-        None, "--temporal-address", help="host:port of Temporal (env HITLFLOW_TEMPORAL_ADDRESS)"),
+        None, "--temporal-address", help="host:port of Temporal (env HITLFLOW_TEMPORAL_ADDRESS;"
+        " default 127.0.0.1:<--temporal-port>, as `up` serves it)"),
+    *, stack: Stack,
 ) -> None:
-    """Write the log of one session (or of all) from history: the same bytes again."""
+    """Write the log of one session (or of all) from history: the same bytes again.
+    With --all, a log another exporter holds (a running `hitlflow up`) is skipped,
+    one line each on stderr; the exit code is 0 if every other one was exported."""
     if (session_id is None) == (not all_sessions):
         raise typer.BadParameter("give a session id or --all (not both)")
     if session_id is not None and not valid_session_id(session_id):
         raise typer.BadParameter(f"{session_id!r} is not a session id")
-    settings = _settings(data_dir, temporal_address=temporal_address)
+    settings = _settings(stack.data_dir, temporal_address=temporal_address,
+                         temporal_port=stack.temporal_port)
     try:
         signer = exporter_signer(settings)
     except (NoteKeyError, OSError) as err:
@@ -171,11 +187,12 @@ def export_command(
 
 
 @log_app.command("rebuild-read-model")
+@stack_options
 def rebuild_read_model_command(
-    data_dir: Path | None = DATA_DIR,
     read_model_url: str | None = typer.Option(
         None, "--read-model-url", help="postgresql://... (env HITLFLOW_READ_MODEL_URL; "
         "default: <data-dir>/read_model.sqlite)"),
+    *, stack: Stack,
 ) -> None:
     """Drop the read model and rebuild it from every runs/*/events.ndjson alone (each
     log verified first; a broken one is reported and skipped, exit 1). Stop the
@@ -183,7 +200,7 @@ def rebuild_read_model_command(
     from observation.read_model import ReadModelError, open_store
     from observation.read_model.sync import rebuild
 
-    settings = _settings(data_dir, read_model_url=read_model_url)
+    settings = _settings(stack.data_dir, read_model_url=read_model_url)
     try:
         store = open_store(settings.data_dir, settings.read_model_url)
         try:
@@ -230,6 +247,7 @@ def exporter_command(
         typer.echo(f"exporting sessions of {settings.target} into {settings.data_dir / 'runs'}")
         await run_exporter(await connect(settings), settings.data_dir, stop,
                            read_model_url=settings.read_model_url, park=settings.exporter_park,
+                           max_followers=settings.exporter_max_followers,
                            signer=signer)
 
     try:

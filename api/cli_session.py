@@ -1,8 +1,11 @@
 """``hitlflow session ...``: drive sessions through the HTTP API, and ``hitlflow api``.
 
-Every command talks HTTP to ``--api-url`` (env ``HITLFLOW_API_URL``; default the
-address ``hitlflow up`` serves on) with ``--token`` (env ``HITLFLOW_API_TOKEN``).
-An API error prints ``error: <code>: <message>`` and exits 1; bad arguments exit 2.
+Every command talks HTTP to the API of the stack named by the options ``up`` takes
+(``--data-dir``, ``--api-port``, or ``--api-url``; ``api.cli_options``) with
+``--token`` (env ``HITLFLOW_API_TOKEN``). An API error prints ``error: <code>:
+<message>`` and exits 1; bad arguments exit 2. Contracts are named by any unique
+prefix of their id (or of the part after ``<session id>.``, which ``tail`` and ``show``
+print). The commands printed as hints work when pasted, and stand on their own line.
 """
 
 from __future__ import annotations
@@ -24,22 +27,20 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from api.http_client import ApiClient, ApiClientError, default_api_url
-from api.sse import SseMessage
+from api.cli_options import Stack, command_line, stack_options
+from api.http_client import ApiClient, ApiClientError
+from api.sse import STREAM_COMPLETE, SseMessage
+from workflows.contract import actor_of
 
 console = Console(highlight=False)
 session_app = typer.Typer(name="session", no_args_is_help=True,
                           help="Start, list, show, answer, cancel and watch sessions (HTTP).")
 
-ApiUrl = Annotated[str | None, typer.Option(
-    "--api-url", envvar="HITLFLOW_API_URL", show_envvar=False,
-    help="The API's base URL (env HITLFLOW_API_URL; default http://127.0.0.1:8000).")]
-Token = Annotated[str | None, typer.Option(
-    "--token", envvar="HITLFLOW_API_TOKEN", show_envvar=False,
-    help="Bearer token (env HITLFLOW_API_TOKEN).")]
 AsJson = Annotated[bool, typer.Option("--json", help="Print the API's JSON.")]
 SessionArg = Annotated[str, typer.Argument(help="The session id.")]
 TAIL_RETRIES = 5
+READABLE_WITHIN_S = 30.0
+WAIT_POLL_S = 0.2
 
 
 def _fail(message: str, code: int = 1) -> typer.Exit:
@@ -48,8 +49,8 @@ def _fail(message: str, code: int = 1) -> typer.Exit:
 
 
 @contextmanager
-def _api(api_url: str | None, token: str | None) -> Iterator[ApiClient]:
-    client = ApiClient(api_url or default_api_url(), token)
+def _api(stack: Stack) -> Iterator[ApiClient]:
+    client = stack.client()
     try:
         yield client
     except ApiClientError as err:
@@ -69,29 +70,78 @@ def tool_label(summary: str) -> str:
     return summary
 
 
-def reply_hint(session_id: str, pending: dict) -> str:
-    rid, kind = pending["request_id"], pending["kind"]
-    base = f"hitlflow session reply {session_id} --request-id {rid}"
-    return {"approval": f"{base} --approve (or --reject)", "confirm": f"{base} --approve "
-            "(or --reject)", "choose": f"{base} --choice <one of {pending.get('options')}>",
-            "form": f"{base} --values '{{...}}'",
-            "message": f'hitlflow session message {session_id} "<text>"'}.get(kind, base)
+def short_id(execution_id: str) -> str:
+    """What ``tail`` and ``show`` print for a contract: the first 8 characters after
+    ``<session id>.``, a prefix any command takes back."""
+    unique = execution_id.partition(".")[2]
+    return (unique or execution_id)[:8]
 
 
-def render_pending(session_id: str, pending: dict) -> None:
+def reply_hints(session_id: str, pending: dict, stack: Stack | None = None
+                ) -> tuple[list[str], str | None]:
+    """The commands that answer ``pending`` (each works when pasted), and a note on
+    the other answers it takes."""
+    kind = pending["kind"]
+    # Contract ids go by prefix; a step's request without a contract (`<sid>.step2-7`)
+    # is found by its part after the dot as well.
+    target = short_id(pending["execution_id"] or pending["request_id"])
+
+    def cmd(*words: str) -> str:
+        return command_line("session", *words, stack=stack)
+
+    options = pending.get("options") or []
+    if kind in ("approval", "confirm"):
+        return [cmd("approve", session_id, target), cmd("reject", session_id, target)], None
+    if kind == "choose":
+        return [cmd("reply", session_id, "--choice", options[0])], \
+            f"--choice takes one of: {', '.join(options)}"
+    if kind == "form":
+        blank = {"string": "", "number": 0, "boolean": False}
+        values = {f["name"]: blank.get(f.get("type", "string"), "")
+                  for f in pending.get("fields") or []}
+        return [cmd("reply", session_id, "--values", json.dumps(values))], \
+            "fill in the values (a JSON object)"
+    if kind in ("step", "window"):
+        rest = [o for o in options if o != "approve"]
+        return [cmd("approve", session_id, target),
+                cmd("reply", session_id, "--choice", rest[0] if rest else "skip")], \
+            f"--choice takes one of: {', '.join(options)}" + (
+                "; reset takes --values '{\"to_step\": N}'" if "reset" in options else "")
+    if kind == "message":
+        return [cmd("message", session_id, "your message"), cmd("end", session_id)], None
+    return [cmd("reply", session_id, "--request-id", pending["request_id"])], None
+
+
+def print_command(line: str) -> None:
+    """A command on its own line, never wrapped (the terminal may fold it on screen;
+    a copy still pastes as one line)."""
+    console.print(f"    {line}", soft_wrap=True, markup=False, highlight=False)
+
+
+def render_pending(session_id: str, pending: dict, stack: Stack | None = None) -> None:
     console.print(f"  [yellow]waiting for you[/] ({pending['kind']}): "
                   f"{escape(pending.get('prompt', ''))}")
+    if pending.get("output"):
+        console.print("    the step's output:")
+        for line in str(pending["output"]).splitlines() or [""]:
+            console.print(f"    | {line}", soft_wrap=True, markup=False, highlight=False)
     if pending.get("options"):
         console.print(f"    options: {', '.join(pending['options'])}")
     if pending.get("fields"):
         console.print("    fields: " + ", ".join(f["name"] for f in pending["fields"]))
-    console.print(f"    [dim]{escape(reply_hint(session_id, pending))}[/]")
+    commands, note = reply_hints(session_id, pending, stack)
+    console.print("    [dim]answer with:[/]")
+    for line in commands:
+        print_command(line)
+    if note:
+        console.print(f"    [dim]({escape(note)})[/]")
 
 
 # -- commands ---------------------------------------------------------------------------
 
 
 @session_app.command("start")
+@stack_options
 def start(
     config: Annotated[str | None, typer.Argument(
         help="The session config: a JSON file, or - for standard input.")] = None,
@@ -99,13 +149,13 @@ def start(
         "--plan", help="A plan file (YAML or JSON): start a plan session driven by it.")] = None,
     session_id: Annotated[str | None, typer.Option("--id", help="The session id "
                                                    "(default: generated).")] = None,
-    api_url: ApiUrl = None, token: Token = None, as_json: AsJson = False,
+    as_json: AsJson = False, *, stack: Stack,
 ) -> None:
     """Start a session from a config file (JSON; see the README), or from a plan file."""
     if (config is None) == (plan is None):
         raise _fail("give a config file (or -) or --plan FILE, not both", 2)
     body = _plan_body(plan) if plan is not None else _config_body(config)
-    with _api(api_url, token) as api:
+    with _api(stack) as api:
         created = api.post("/api/sessions", body,
                            params={"session_id": session_id} if session_id else None)
     if as_json:
@@ -138,15 +188,16 @@ def _plan_body(plan: Path) -> dict[str, Any]:
 
 
 @session_app.command("list")
+@stack_options
 def list_sessions(
     status: Annotated[str | None, typer.Option("--status", help="queued, running, "
                       "waiting_user, succeeded, failed or canceled")] = None,
     limit: Annotated[int, typer.Option("--limit", min=1, max=1000)] = 100,
-    api_url: ApiUrl = None, token: Token = None, as_json: AsJson = False,
+    as_json: AsJson = False, *, stack: Stack,
 ) -> None:
     """List sessions, newest first (Temporal visibility)."""
     params: dict[str, Any] = {"limit": limit, **({"status": status} if status else {})}
-    with _api(api_url, token) as api:
+    with _api(stack) as api:
         page = api.get("/api/sessions", params=params)
     if as_json:
         _print_json(page)
@@ -161,22 +212,24 @@ def list_sessions(
 
 
 @session_app.command("show")
-def show(session_id: SessionArg, api_url: ApiUrl = None, token: Token = None,
-         as_json: AsJson = False) -> None:
+@stack_options
+def show(session_id: SessionArg, as_json: AsJson = False, *, stack: Stack) -> None:
     """Show a session: status, pending request, contracts."""
-    with _api(api_url, token) as api:
+    with _api(stack) as api:
         s = api.get(f"/api/sessions/{session_id}")
     if as_json:
         _print_json(s)
         return
-    live = "" if s["live"] else \
-        " [dim](no worker answered: status from Temporal, the rest from its log)[/]"
-    console.print(f"[bold]{s['session_id']}[/]: {s['status']}{live}")
+    # Reads come from the read model (`live` is false there by design): say only when
+    # the answer is behind the session.
+    note = " [dim](not exported yet: Temporal's record of it)[/]" if not s.get("seq") else \
+        " [dim](the read model had not caught up: an older view)[/]" if s.get("stale") else ""
+    console.print(f"[bold]{s['session_id']}[/]: {s['status']}{note}")
     if s.get("failure_reason"):
         console.print(f"  [red]failed:[/] {escape(s['failure_reason'])}")
     for c in s["contracts"]:
-        console.print(f"  contract {c['execution_id']}  {c['current_status']:<9}  "
-                      f"{escape(c['action_summary'])}")
+        console.print(f"  contract {short_id(c['execution_id'])}  "
+                      f"{c['current_status']:<9}  {escape(c['action_summary'])}")
     more = s.get("contracts_total", 0) - len(s["contracts"])
     if more > 0:  # GET session gives the first page; the timeline pages through all
         console.print(f"  [dim]… and {more} more contracts "
@@ -184,22 +237,100 @@ def show(session_id: SessionArg, api_url: ApiUrl = None, token: Token = None,
     if s.get("last_text"):
         console.print(f"  agent: {escape(s['last_text'])}")
     if s.get("pending"):
-        render_pending(session_id, s["pending"])
+        render_pending(session_id, s["pending"], stack)
 
 
-def _send_reply(api_url: str | None, token: str | None, session_id: str,
-                body: dict[str, Any]) -> None:
-    with _api(api_url, token) as api:
-        if not body.get("request_id"):
-            pending = api.get(f"/api/sessions/{session_id}").get("pending")
+def _contract_ids(api: ApiClient, session_id: str, first: dict[str, Any]) -> list[str]:
+    """Every contract id of the session (the pages after ``first``, the session's
+    answer), and the pending request's ids."""
+    ids = [c["execution_id"] for c in first.get("contracts") or []]
+    cursor = first.get("next_cursor")
+    while cursor:
+        page = api.get(f"/api/sessions/{session_id}",
+                       params={"cursor": cursor, "limit": 500})
+        ids += [c["execution_id"] for c in page.get("contracts") or []]
+        cursor = page.get("next_cursor")
+    pending = first.get("pending") or {}
+    ids += [x for x in (pending.get("execution_id"), pending.get("request_id")) if x]
+    return list(dict.fromkeys(ids))
+
+
+def resolve_id(given: str, known: list[str], what: str = "contract",
+               unknown_ok: bool = False) -> str:
+    """The one id in ``known`` that ``given`` starts (whole, or its part after
+    ``<session id>.``); a clear error when several do, or none (``unknown_ok``: then
+    ``given`` itself, for the API to say what became of it)."""
+    if given in known:
+        return given
+    found = [x for x in known if x.startswith(given) or x.partition(".")[2].startswith(given)]
+    if len(found) == 1:
+        return found[0]
+    if not found:
+        if unknown_ok:
+            return given
+        raise _fail(f"no {what} of this session starts with {given!r}")
+    shown = ", ".join(short_id(x) if x.partition(".")[2] else x for x in found[:6])
+    raise _fail(f"{given!r} is ambiguous: {len(found)} {what}s start with it ({shown}"
+                f"{', …' if len(found) > 6 else ''}); give more characters")
+
+
+def _send_reply(stack: Stack, session_id: str, body: dict[str, Any],
+                decide: bool | None = None) -> None:
+    """Answer the pending request. ``body["request_id"]`` may be a prefix, or absent
+    (the pending one). ``decide``: approve (True) or reject (False) whatever the
+    request's kind takes for it (``approve`` for approvals, ``choice`` for plan steps)."""
+    with _api(stack) as api:
+        s = api.get(f"/api/sessions/{session_id}")
+        pending = s.get("pending")
+        given = body.get("request_id")
+        if not given:
             if not pending:
                 raise _fail(f"nothing is pending in session {session_id}")
             body["request_id"] = pending["request_id"]
+        else:
+            rid = resolve_id(given, _contract_ids(api, session_id, s),
+                             "request" if decide is None else "contract",
+                             unknown_ok=decide is None)
+            if pending and rid in (pending["request_id"], pending.get("execution_id")):
+                rid = pending["request_id"]
+            body["request_id"] = rid
+        if decide is not None:
+            body.update(_decision(session_id, pending, body["request_id"], decide))
         ack = api.post(f"/api/sessions/{session_id}/reply", body)
+        _readable(api, session_id, ack)
     typer.echo(f"reply to {ack['request_id']} accepted")
 
 
+def _readable(api: ApiClient, session_id: str, ack: dict[str, Any] | None) -> None:
+    """Return once reads show the write (its ``journal_seq``), so the next command
+    (``wait``, ``show``, another reply) sees the session after it."""
+    seq = (ack or {}).get("journal_seq")
+    deadline = time.monotonic() + READABLE_WITHIN_S
+    while seq and time.monotonic() < deadline:  # the API waits up to 2 s per read
+        if not api.get(f"/api/sessions/{session_id}",
+                       params={"min_journal_seq": seq, "limit": 1}).get("stale"):
+            return
+
+
+def _decision(session_id: str, pending: dict | None, request_id: str,
+              approve: bool) -> dict[str, Any]:
+    """What approve / reject mean for the request that waits."""
+    if pending is None or pending["request_id"] != request_id or \
+            pending["kind"] in ("approval", "confirm"):
+        return {"approve": approve}  # the API says why a stale one is refused
+    if pending["kind"] in ("step", "window"):
+        if approve:
+            return {"choice": "approve"}
+        raise _fail(f"a plan step is approved, skipped or reset, not rejected: "
+                    f"{command_line('session', 'reply', session_id, '--choice', 'skip')} "
+                    "(or --choice reset, reset_task)", 2)
+    hints, _ = reply_hints(session_id, pending)
+    raise _fail(f"the session waits for {pending['kind']}, not an approval: "
+                f"{hints[0]}", 2)
+
+
 @session_app.command("reply")
+@stack_options
 def reply(
     session_id: SessionArg,
     request_id: Annotated[str | None, typer.Option(
@@ -212,9 +343,10 @@ def reply(
         "--values", help="For form requests: a JSON object.")] = None,
     comment: Annotated[str | None, typer.Option("--comment")] = None,
     by: Annotated[str, typer.Option("--by", help="Who answers.")] = "user",
-    api_url: ApiUrl = None, token: Token = None,
+    *, stack: Stack,
 ) -> None:
-    """Answer the session's pending request."""
+    """Answer the session's pending request (named by --request-id or any unique
+    prefix of it; default: the pending one)."""
     body: dict[str, Any] = {"request_id": request_id, "by": by}
     if approve is not None:
         body["approve"] = approve
@@ -229,21 +361,26 @@ def reply(
             raise _fail("--values must be a JSON object", 2)
     if comment is not None:
         body["comment"] = comment
-    _send_reply(api_url, token, session_id, body)
+    _send_reply(stack, session_id, body)
 
 
 def _decide(approved: bool) -> Callable[..., None]:
+    @stack_options
     def command(
         session_id: SessionArg,
-        execution_id: Annotated[str, typer.Argument(help="The contract that waits.")],
+        execution_id: Annotated[str | None, typer.Argument(
+            help="The contract that waits (any unique prefix of its id; default: the "
+            "pending request).")] = None,
         comment: Annotated[str | None, typer.Option("--comment")] = None,
         by: Annotated[str, typer.Option("--by")] = "user",
-        api_url: ApiUrl = None, token: Token = None,
+        *, stack: Stack,
     ) -> None:
-        body = {"request_id": execution_id, "approve": approved, "by": by,
+        body = {"request_id": execution_id, "by": by,
                 **({"comment": comment} if comment is not None else {})}
-        _send_reply(api_url, token, session_id, body)
-    command.__doc__ = f"{'Approve' if approved else 'Reject'} an action that waits for you."
+        _send_reply(stack, session_id, body, decide=approved)
+    command.__doc__ = (
+        "Approve an action (or a plan step: a gate, a verify) that waits for you."
+        if approved else "Reject an action that waits for you.")
     return command
 
 
@@ -252,37 +389,73 @@ session_app.command("reject")(_decide(False))
 
 
 @session_app.command("message")
+@stack_options
 def message(session_id: SessionArg, text: Annotated[str, typer.Argument()],
-            api_url: ApiUrl = None, token: Token = None) -> None:
+            *, stack: Stack) -> None:
     """Send the session a new message (starts a turn)."""
-    with _api(api_url, token) as api:
-        api.post(f"/api/sessions/{session_id}/messages", {"text": text})
+    with _api(stack) as api:
+        _readable(api, session_id, api.post(f"/api/sessions/{session_id}/messages",
+                                            {"text": text}))
     typer.echo("message accepted")
 
 
 @session_app.command("end")
+@stack_options
 def end(session_id: SessionArg, reason: Annotated[str, typer.Option("--reason")] = "",
-        api_url: ApiUrl = None, token: Token = None) -> None:
+        *, stack: Stack) -> None:
     """End the conversation while the session waits for you."""
-    with _api(api_url, token) as api:
-        api.post(f"/api/sessions/{session_id}/end", {"reason": reason})
+    with _api(stack) as api:
+        _readable(api, session_id, api.post(f"/api/sessions/{session_id}/end",
+                                            {"reason": reason}))
     typer.echo("ending the conversation")
 
 
 @session_app.command("cancel")
-def cancel(session_id: SessionArg, api_url: ApiUrl = None, token: Token = None) -> None:
+@stack_options
+def cancel(session_id: SessionArg, *, stack: Stack) -> None:
     """Cancel a session."""
-    with _api(api_url, token) as api:
+    with _api(stack) as api:
         answer = api.post(f"/api/sessions/{session_id}/cancel")
     already = (answer or {}).get("cancellation") == "already_requested"
     typer.echo("cancel already requested: the session is cancelling" if already
                else "cancel requested")
 
 
+TERMINAL = ("succeeded", "failed", "canceled")
+
+
+@session_app.command("wait")
+@stack_options
+def wait(
+    session_id: SessionArg,
+    timeout: Annotated[float, typer.Option("--timeout", min=0, help="Give up after this "
+                                           "many seconds (exit 1).")] = 600.0,
+    as_json: AsJson = False, *, stack: Stack,
+) -> None:
+    """Wait until the session waits for you (then print what for, and how to answer)
+    or has ended."""
+    deadline = time.monotonic() + timeout
+    with _api(stack) as api:
+        while True:
+            s = api.get(f"/api/sessions/{session_id}", params={"limit": 1})
+            if s["status"] in TERMINAL or (s["status"] == "waiting_user" and s["pending"]):
+                break
+            if time.monotonic() >= deadline:
+                raise _fail(f"session {session_id} is still {s['status']} after "
+                            f"{timeout:g} s")
+            time.sleep(WAIT_POLL_S)
+    if as_json:
+        _print_json(s)
+    elif s["status"] in TERMINAL:
+        console.print(f"session {session_id} ended: [bold]{s['status']}[/]")
+    else:
+        render_pending(session_id, s["pending"], stack)
+
+
 # -- tail -------------------------------------------------------------------------------
 
 
-def render_event(session_id: str, msg: SseMessage) -> None:
+def render_event(session_id: str, msg: SseMessage, stack: Stack | None = None) -> None:
     """One line per event; event types this version does not know are skipped."""
     try:
         d = msg.json() or {}
@@ -292,26 +465,34 @@ def render_event(session_id: str, msg: SseMessage) -> None:
         console.print(f"[bold]session[/] {d.get('from')} → {d.get('to')} "
                       f"[dim]({d.get('trigger')})[/]")
     elif msg.event == "execution_state":
-        console.print(f"  [cyan]contract[/] {str(d.get('execution_id', ''))[-8:]} "
+        actor = actor_of(str(d.get("actor_category")), str(d.get("trigger")))
+        console.print(f"  [cyan]contract[/] {short_id(str(d.get('execution_id', '')))} "
                       f"{escape(tool_label(d.get('action_summary', '')))}: "
                       f"{d.get('from_status')} → {d.get('to_status')} "
-                      f"[dim]({d.get('trigger')} by {d.get('actor_category')})[/]")
+                      f"[dim]({d.get('trigger')} by {actor})[/]")
     elif msg.event == "interaction.requested" and d.get("request_id"):
-        render_pending(session_id, d)
+        render_pending(session_id, d, stack)
+    elif msg.event == "interaction.reply.refused":
+        console.print(f"  [red]refused[/] {d.get('signal')}: {escape(str(d.get('reason')))}")
     elif msg.event == "text" and d.get("text"):
         console.print(f"  [green]agent:[/] {escape(d['text'])}")
     elif msg.event == "tool_result":
         what = d.get("error_message") if d.get("is_error") else d.get("text")
         console.print(f"  [magenta]tool {d.get('tool')}[/]: {escape(str(what or ''))[:200]}")
+    elif msg.event == "provider.waiting":
+        console.print(f"  [yellow]{escape(str(d.get('message', 'waiting for the model')))}[/]")
 
 
 def follow_events(api: ApiClient, session_id: str, on_event: Callable[[SseMessage], None],
                   retries: int = TAIL_RETRIES) -> None:
-    """Follow the stream until it ends; reconnect (Last-Event-ID) when it drops."""
+    """Follow the stream until it ends (its ``stream.complete`` event, not passed on);
+    reconnect (Last-Event-ID) when it drops."""
     last_id, failures = None, 0
     while True:
         try:
             for msg in api.events(session_id, last_id):
+                if msg.event == STREAM_COMPLETE:
+                    return
                 failures = 0
                 last_id = msg.id or last_id
                 on_event(msg)
@@ -324,8 +505,8 @@ def follow_events(api: ApiClient, session_id: str, on_event: Callable[[SseMessag
 
 
 @session_app.command("tail")
-def tail(session_id: SessionArg, api_url: ApiUrl = None, token: Token = None,
-         as_json: AsJson = False) -> None:
+@stack_options
+def tail(session_id: SessionArg, as_json: AsJson = False, *, stack: Stack) -> None:
     """Watch a session live until it ends (its SSE stream).
 
     Status changes, contract transitions and what the session waits for, as they
@@ -338,9 +519,9 @@ def tail(session_id: SessionArg, api_url: ApiUrl = None, token: Token = None,
         if as_json:
             typer.echo(json.dumps({"id": msg.id, "event": msg.event, "data": msg.json()}))
         else:
-            render_event(session_id, msg)
+            render_event(session_id, msg, stack)
 
-    with _api(api_url, token) as api:
+    with _api(stack) as api:
         try:
             follow_events(api, session_id, on_event)
         except KeyboardInterrupt:

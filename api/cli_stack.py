@@ -91,8 +91,9 @@ async def _start_api(settings: HitlflowSettings, stop: asyncio.Event,
     from api.app import ApiServer, ApiStartError, create_app
 
     provider = (lambda _client, sid, after: feed.events(sid, after)) if feed else None
-    server = ApiServer(create_app(settings, on_change=on_change, event_provider=provider),
-                       settings.api_host, settings.api_port)
+    head = (lambda _client, sid: feed.head(sid)) if feed else None
+    server = ApiServer(create_app(settings, on_change=on_change, event_provider=provider,
+                                  stream_head=head), settings.api_host, settings.api_port)
     try:
         await server.start()
     except ApiStartError as err:
@@ -218,6 +219,7 @@ async def _up(settings: HitlflowSettings, run_worker: RunWorker | None,
         exporter = asyncio.create_task(
             run_exporter(await connect(stack), stack.data_dir, exporter_stop, wakeups=wakeups,
                          read_model_url=stack.read_model_url, park=stack.exporter_park,
+                         max_followers=stack.exporter_max_followers,
                          feed=feed, signer=signer),
             name="exporter")
         await asyncio.sleep(0)  # let a worker that cannot even start fail before "up"
@@ -226,12 +228,16 @@ async def _up(settings: HitlflowSettings, run_worker: RunWorker | None,
         typer.echo(f"Temporal UI:       {server.ui_url}")
         if api is not None:
             typer.echo(f"API:               http://{settings.api_host}:{settings.api_port}")
+            typer.echo(f"Inbox:             http://{settings.api_host}:{settings.api_port}/ "
+                       "(answer waiting sessions in a browser)")
         else:
             typer.echo("API:               (not started: the HTTP service is not wired in yet)")
         where = f"task queue {settings.task_queue}" if worker else "not started (--no-worker)"
         typer.echo(f"Worker:            {where}")
         typer.echo(f"Data:              {server.data_dir} (server log {server.log_path.name})")
         typer.echo(f"Audit logs:        {server.data_dir / 'runs'} (hitlflow log verify <id>)")
+        # The client commands find this API from the data directory (api.cli_options).
+        recorded = _record_api_url(server.data_dir, stack) if api is not None else None
         typer.echo(f"{READY_LINE}; press Ctrl-C to stop.")
 
         watched: list[Awaitable[Any]] = [signals.stop.wait(), server.wait()]
@@ -254,6 +260,8 @@ async def _up(settings: HitlflowSettings, run_worker: RunWorker | None,
         errors += [err] if err else []
         if not signals.stop.is_set() and not errors:
             errors.append("a component stopped on its own")
+        if recorded is not None:
+            recorded.unlink(missing_ok=True)
         await server.stop()
         for err in errors:
             typer.echo(f"Error: {err}", err=True)
@@ -262,6 +270,18 @@ async def _up(settings: HitlflowSettings, run_worker: RunWorker | None,
     finally:
         await server.stop()
         signals.close()
+
+
+def _record_api_url(data_dir: Path, settings: HitlflowSettings) -> Path | None:
+    from api.cli_options import API_URL_FILE
+    from api.http_client import default_api_url
+
+    path = data_dir / API_URL_FILE
+    try:
+        path.write_text(default_api_url(settings) + "\n")
+    except OSError:
+        return None
+    return path
 
 
 def up_command(

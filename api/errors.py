@@ -16,8 +16,9 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 from temporalio.client import (
     RPCTimeoutOrCancelledError,
     WorkflowQueryFailedError,
@@ -149,8 +150,31 @@ async def _validation_error(_: Request, exc: Exception) -> JSONResponse:
     return error_response(422, "validation_error", validation_message(errors))
 
 
-async def _http_error(_: Request, exc: Exception) -> JSONResponse:
+_METHODS = ("DELETE", "GET", "HEAD", "PATCH", "POST", "PUT")
+
+
+def allowed_methods(request: Request) -> list[str]:
+    """Every method some route takes at this path, and OPTIONS, sorted. (Starlette's
+    405 names only the first route whose path matched; each method is asked of the
+    router as a request with it would be, so included routers count too.)"""
+    routes = request.app.router.routes
+    allowed = {"OPTIONS"}
+    for method in _METHODS:
+        scope = {**request.scope, "method": method}
+        if any(route.matches(scope)[0] == Match.FULL for route in routes):
+            allowed.add(method)
+    return sorted(allowed)
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, StarletteHTTPException)
+    if exc.status_code == 405:
+        allow = allowed_methods(request)
+        headers = {"Allow": ", ".join(allow)}
+        if request.method == "OPTIONS":  # what the path takes (RFC 9110, 9.3.7)
+            return Response(status_code=204, headers=headers)
+        return error_response(405, "method_not_allowed", f"{request.method} is not allowed "
+                              f"on {request.url.path}; it takes {', '.join(allow)}", headers)
     code = _STATUS_CODES.get(exc.status_code, "error")
     message = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
     status = exc.status_code if 400 <= exc.status_code < 500 else 503

@@ -13,7 +13,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from observation.projections import ExecutionFact, ExecutionSnapshot, ExecutionTimeline
 from workflows.config import SESSION_ID_RE
@@ -26,8 +26,31 @@ ExecutionStatusName = Literal[
 ]
 
 
+#: What a string with a lone surrogate is told (a JSON ``\\ud800`` escape without its
+#: pair is not Unicode text: UTF-8 cannot carry it, nor can the audit log).
+NOT_UNICODE = ("a string is not Unicode text: it holds a lone surrogate (a \\ud800-\\udfff "
+               "escape without its pair), which UTF-8 cannot carry")
+
+
+def lone_surrogate(value: Any) -> bool:
+    """Whether a string of ``value`` (keys included, at any depth) has a lone surrogate."""
+    if isinstance(value, str):
+        return not value.isascii() and any("\ud800" <= c <= "\udfff" for c in value)
+    if isinstance(value, dict):
+        return any(lone_surrogate(k) or lone_surrogate(v) for k, v in value.items())
+    if isinstance(value, list | tuple):
+        return any(lone_surrogate(v) for v in value)
+    return False
+
+
 class _Request(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+    @model_validator(mode="after")
+    def _unicode(self) -> _Request:
+        if lone_surrogate(self.model_dump()):
+            raise ValueError(NOT_UNICODE)
+        return self
 
 
 # -- errors ----------------------------------------------------------------------------
@@ -127,6 +150,8 @@ class PendingRequestView(BaseModel):
     reason_code: str | None = Field(default=None, description=(
         "Why the session asks, as a code: `outcome_unknown` when it asks whether a call "
         "that may have run happened (options done / not done / try again)."))
+    output: str | None = Field(default=None, description=(
+        "What the person must look at to decide: a `verify: human` plan step's output."))
 
 
 class FcmpEventView(BaseModel):
@@ -238,6 +263,9 @@ class SessionSummary(BaseModel):
     closed_at: datetime | None = None
     waiting_since: datetime | None = None
     task_queue: str | None = None
+    pending: PendingRequestView | None = Field(default=None, description=(
+        "What the session waits for (from the read model; null when listed through "
+        "Temporal visibility, i.e. with `stuck`)."))
     problems: list[str] = Field(
         default_factory=list,
         description="Temporal's `TemporalReportedProblems` search attribute (server 1.28+), "

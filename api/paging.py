@@ -1,20 +1,20 @@
 """Paged reads: the `limit` and `cursor` query parameters and opaque cursors.
 
 A cursor is an offset into an append-only list (see ``observation.log_pages``),
-tagged with what it pages and a digest of the session id, base64url-encoded. A
-cursor for another list or session, or one that does not decode, is a 400.
+tagged with what it pages and a digest of the session id, unpadded base64url
+(``observation.tokens``: one spelling per cursor). A cursor for another list or
+session, past the end, or one that does not decode is a 400; an empty one is none.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
 import hashlib
 from typing import Annotated, Literal
 
 from fastapi import Query
 
 from api.errors import ApiError
+from observation.tokens import decode_token, encode_token
 
 DEFAULT_LIMIT, MAX_LIMIT = 50, 500
 Listing = Literal["contracts", "memory", "history", "timeline"]
@@ -32,8 +32,7 @@ def _tag(listing: Listing, session_id: str) -> str:
 def encode_cursor(listing: Listing, session_id: str, offset: int | None) -> str | None:
     if offset is None:
         return None
-    raw = f"{_tag(listing, session_id)}:{offset}".encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+    return encode_token(f"{_tag(listing, session_id)}:{offset}".encode())
 
 
 def invalid_cursor(why: str) -> ApiError:
@@ -41,16 +40,17 @@ def invalid_cursor(why: str) -> ApiError:
 
 
 def decode_cursor(cursor: str | None, listing: Listing, session_id: str) -> int:
-    """The offset a cursor names (0 without one)."""
-    if cursor is None:
+    """The offset a cursor names (0 without one, or an empty one). A cursor decodes
+    only in the one spelling :func:`encode_cursor` gives it."""
+    if not cursor:
         return 0
     try:
-        raw = base64.urlsafe_b64decode(cursor.encode() + b"=" * (-len(cursor) % 4)).decode()
-        tag, _, offset = raw.rpartition(":")
-        value = int(offset)
-    except (binascii.Error, ValueError, UnicodeError):
+        tag, _, offset = decode_token(cursor).decode().rpartition(":")
+        value = int(offset) if offset.isascii() and offset.isdigit() else -1
+    except (ValueError, UnicodeError):
         raise invalid_cursor("it does not decode") from None
-    if tag != _tag(listing, session_id) or value < 0 or not offset.isdigit():
+    if tag != _tag(listing, session_id) or value < 0 \
+            or encode_cursor(listing, session_id, value) != cursor:
         raise invalid_cursor(f"it does not page this session's {listing}")
     return value
 

@@ -36,6 +36,10 @@ class HitlflowSettings(BaseSettings):
     # The exporter parks sessions that wait for a person (false: follow them all, as
     # before; for comparisons).
     exporter_park: bool = True
+    # At most this many sessions followed at once (each holds a history long-poll;
+    # Temporal caps them per namespace, 1,200 on a dev server): the others wait for
+    # a slot, which a session that parks or ends frees.
+    exporter_max_followers: int = Field(default=400, ge=1, le=100_000)
     # The key that signs each log's checkpoint: a file holding a signer key
     # (`hitlflow log keygen`) or the key itself (PRIVATE+KEY+...). Unset:
     # <data_dir>/checkpoint.key, created by the exporter's first start (api.checkpoint_key).

@@ -6,6 +6,11 @@ as ``event:`` and its payload as one line of JSON; a comment line goes out every
 ``keepalive_s`` while nothing happens. Event types are passed through as the
 provider names them, so a new type reaches clients without a change here, and
 clients that do not know it ignore it (seed 000).
+
+When the provider ends (the session ended and every event went out), a last
+``stream.complete`` event says so: a client closes its ``EventSource`` on it. One
+that does not reconnects with the id it carries and gets a 204, on which a
+standard ``EventSource`` stops for good (``api.routers.events``).
 """
 
 from __future__ import annotations
@@ -13,12 +18,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 from temporalio.client import Client
+
+if TYPE_CHECKING:  # the exporter is imported on first use (api.routers.events)
+    from observation.exporter.model import StreamHead
 
 PING = b": keep-alive\n\n"
 
@@ -28,6 +36,11 @@ PING = b": keep-alive\n\n"
 #: write), so resuming after that id continues after both. ``emotion`` is reserved
 #: and not produced; ``text`` and ``tool_result`` go out under their own names.
 ALIASES: dict[str, tuple[str, ...]] = {"interaction.requested": ("ecs",)}
+
+#: The last event of a stream whose session ended and whose every event was sent. Its
+#: ``id`` repeats the last event's (or the resume point's; 0 for none), so resuming
+#: after it is a 204; its data: ``{"last_id": <that id>}``.
+STREAM_COMPLETE = "stream.complete"
 
 
 @dataclass(frozen=True)
@@ -43,6 +56,10 @@ class StreamEvent:
 #: ``seq > after_seq`` (all of them for None), in order, live; the iterator ends when
 #: the session has ended and every event was yielded.
 EventProvider = Callable[[Client, str, int | None], AsyncIterator[Any]]
+
+#: ``stream_head(client, session_id)``: how far a session's stream goes now (its ids'
+#: meaning must be the provider's); what ``Last-Event-ID`` is checked against.
+HeadProvider = Callable[[Client, str], Awaitable["StreamHead"]]
 
 
 def _json_ready(value: Any) -> Any:
@@ -81,17 +98,24 @@ async def _next(it: AsyncIterator[Any]) -> Any:
     return await it.__anext__()
 
 
+def complete_frame(last_id: int) -> bytes:
+    return frame(StreamEvent(seq=last_id, event=STREAM_COMPLETE, data={"last_id": last_id}))
+
+
 async def sse_stream(
     events: AsyncIterator[Any], *, keepalive_s: float, retry_ms: int,
-    stopping: asyncio.Event | None = None,
+    stopping: asyncio.Event | None = None, after_seq: int | None = None,
 ) -> AsyncIterator[bytes]:
-    """SSE frames for ``events``, with keep-alive comments while it is quiet.
+    """SSE frames for ``events`` (those after ``after_seq``), with keep-alive
+    comments while it is quiet.
 
-    Ends when the provider ends, when ``stopping`` is set (the server shuts down),
-    or after one ``error`` event if the provider fails mid-stream.
+    Ends with a ``stream.complete`` event when the provider ends; without one when
+    ``stopping`` is set (the server shuts down: clients reconnect), or after one
+    ``error`` event if the provider fails mid-stream.
     """
     stop_task = asyncio.ensure_future((stopping or asyncio.Event()).wait())
     pending: asyncio.Future[Any] | None = None
+    last_id = after_seq or 0
     try:
         yield f"retry: {retry_ms}\n\n".encode()
         while True:
@@ -108,12 +132,14 @@ async def sse_stream(
             try:
                 item = coerce(task.result())
             except StopAsyncIteration:
+                yield complete_frame(last_id)
                 return
             except Exception as err:
                 yield frame(StreamEvent(seq=0, event="error", data={
                     "error": {"code": "stream_failed", "message": f"{type(err).__name__}: {err}"}
                 }), with_id=False)
                 return
+            last_id = item.seq
             yield b"".join([frame(item), *(
                 frame(StreamEvent(seq=item.seq, event=alias, data=item.data))
                 for alias in ALIASES.get(item.event, ()))])

@@ -63,7 +63,7 @@ from temporalio.common import SearchAttributePair, TypedSearchAttributes
 
 from api.settings import HitlflowSettings
 from api.worker import connect
-from workflows.messages import SessionInput
+from workflows.messages import CURRENT_BEHAVIOUR, SessionInput
 from workflows.search_attributes import SESSION_STATUS
 
 WAITING = 'WorkflowType = "SessionWorkflow" AND SessionStatus = "waiting_user"'
@@ -170,7 +170,7 @@ async def worker_restart(up: Up, client: Client) -> Restart:
         sid = f"restart-{uuid.uuid4().hex[:8]}"
         handle = await client.start_workflow(  # as POST /api/sessions does, on this queue
             "SessionWorkflow", SessionInput.model_validate(
-                {"session_id": sid, "config": session_body(1), "journal_in_header": True}),
+                {"session_id": sid, "config": session_body(1), "behaviour": CURRENT_BEHAVIOUR}),
             id=sid, task_queue=tq,
             search_attributes=TypedSearchAttributes([SearchAttributePair(SESSION_STATUS,
                                                                          "queued")]))

@@ -54,7 +54,7 @@ from temporalio.common import SearchAttributePair, TypedSearchAttributes
 from api.devserver import DevServer
 from api.settings import HitlflowSettings
 from api.worker import connect
-from workflows.messages import ReplyInput, SessionInput
+from workflows.messages import CURRENT_BEHAVIOUR, ReplyInput, SessionInput
 from workflows.search_attributes import SESSION_STATUS
 from workflows.session_state import PendingRequest
 
@@ -77,7 +77,7 @@ class Result:
 async def start(client: Client, kind: str, tq: str, turns: int) -> WorkflowHandle:
     sid = f"{kind}-{uuid.uuid4().hex[:10]}"
     inp = SessionInput.model_validate({"session_id": sid, "config": session_body(turns),
-                                       "journal_in_header": True})  # as the API starts it
+                                       "behaviour": CURRENT_BEHAVIOUR})  # as the API starts it
     extra = ({"search_attributes": TypedSearchAttributes(
         [SearchAttributePair(SESSION_STATUS, "queued")])}
         if kind == "hitlflow" else {})  # as POST /api/sessions starts it

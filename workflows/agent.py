@@ -6,6 +6,7 @@ No Temporal import: the workflow calls these and acts on their answers.
 
 from __future__ import annotations
 
+import json
 from typing import Any, Literal
 
 from pydantic import BaseModel
@@ -20,11 +21,12 @@ from workflows.contract import (
     already_done_reason,
 )
 from workflows.contract import idempotency_key_for as _key
-from workflows.io import ChatMessage, ToolSpec
+from workflows.io import ChatMessage, ToolCallResult, ToolSpec
 from workflows.messages import ReplyInput
 from workflows.safety import SafetyClass
 from workflows.session_state import PendingRequest, SessionState
 from workflows.statechart import SessionEvent
+from workflows.tool_messages import DEFAULT_MAX_CHARS, tool_message_content
 
 # -- what the reasoning step sees (invariant 4: consequences, never contracts) --
 
@@ -47,13 +49,17 @@ def build_messages(state: SessionState) -> list[ChatMessage]:
     return [ChatMessage(role="system", content=system), *state.conversation]
 
 
-def consequence_message(contract: ExecutionContract, tool_call_id: str | None) -> ChatMessage:
-    # Without a tool call to answer (an ECS request), the view goes in as a user turn.
-    return ChatMessage(
-        role="tool" if tool_call_id else "user",
-        content=render_for_prompt([consequence_view(contract)]),
-        tool_call_id=tool_call_id,
-    )
+def consequence_message(contract: ExecutionContract, tool_call_id: str | None,
+                        output: ToolCallResult | None = None, *,
+                        max_chars: int = DEFAULT_MAX_CHARS) -> ChatMessage:
+    """The answer to a tool call (``tool_message_content``: the server's output as
+    data, or the consequence view when nothing ran); without a tool call to answer
+    (an ECS request), the view goes in as a user turn."""
+    view = consequence_view(contract)
+    if tool_call_id is None:
+        return ChatMessage(role="user", content=render_for_prompt([view]))
+    return ChatMessage(role="tool", tool_call_id=tool_call_id,
+                       content=tool_message_content(view, output, max_chars=max_chars))
 
 
 def outcome_tags(contract: ExecutionContract) -> list[str]:
@@ -91,7 +97,7 @@ def script_outcomes(state: SessionState) -> dict[str, list[str]]:
 
 # -- tool calls -------------------------------------------------------------------
 
-ToolDecisionKind = Literal["run", "approve_first", "already_done", "unknown_server"]
+ToolDecisionKind = Literal["run", "approve_first", "already_done", "unknown_server", "mistake"]
 
 
 class ToolDecision(BaseModel):
@@ -117,17 +123,33 @@ def _find_server(config: SessionConfig, call: ToolCallRequest, catalog: list[Too
 
 
 def decide_tool_call(
-    state: SessionState, call: ToolCallRequest, catalog: list[ToolSpec]
+    state: SessionState, call: ToolCallRequest, catalog: list[ToolSpec],
+    *, unknown_tools: bool = False,
 ) -> ToolDecision:
     """Which safety class a call has, and whether it may run now, later or never.
 
-    A tool that its server did not list is sent anyway and runs at most once:
-    the server refuses it with its own message, which fails the contract.
+    A call whose arguments are unusable is a ``mistake``: it fails without reaching
+    a server, and the model is told why (``call_mistake``). With ``unknown_tools``
+    (sessions started since the agent loop's patch) so is a call to a tool or
+    server that is not there. Without it (older sessions, as they ran), a tool that
+    its server did not list is sent anyway and runs at most once: the server
+    refuses it with its own message, which fails the contract.
     """
     server = _find_server(state.config, call, catalog)
     server_name = server.name if server else (call.server or "?")
     detail = {"server": server_name, "tool": call.tool, "arguments": call.arguments}
     key = _key({"session": state.session_id, **detail})
+    problem = call_mistake(state.config, call, catalog, unknown_tools=unknown_tools)
+    if problem is not None:
+        listed = server is not None and any(
+            t.server == server.name and t.name == call.tool for t in catalog)
+        detail = {**detail, "server": server_name if listed else (call.server or "?"),
+                  "mistake": True}  # ask_user, or a tool no server has: on no server
+        if call.raw_arguments is not None:
+            detail["raw_arguments"] = call.raw_arguments
+        return ToolDecision(kind="mistake", server=server if listed else None,
+                            tool=call.tool, idempotency_key=key, detail=detail,
+                            message=problem)
     if server is None:
         return ToolDecision(
             kind="unknown_server", tool=call.tool, idempotency_key=key, detail=detail,
@@ -144,13 +166,59 @@ def decide_tool_call(
             kind="already_done", server=server, tool=call.tool, safety=safety,
             idempotency_key=key, detail=detail,
             message=f"{already_done_reason(done.execution_id)}; its result was: "
-                    f"{done.result!r}",
+                    f"{json.dumps(done.result, ensure_ascii=False, default=str)}",
         )
     kind: ToolDecisionKind = "approve_first" if safety is SafetyClass.IRREVERSIBLE else "run"
     return ToolDecision(
         kind=kind, server=server, tool=call.tool, safety=safety, idempotency_key=key,
         detail=detail,
     )
+
+
+# -- model mistakes ----------------------------------------------------------------
+
+
+def call_mistake(config: SessionConfig, call: ToolCallRequest, catalog: list[ToolSpec],
+                 *, unknown_tools: bool = True) -> str | None:
+    """Why a tool call of the model cannot be made, in words the model can act on,
+    or None when it can: unusable arguments (the LLM activity checked them against
+    the tool's input schema), and with ``unknown_tools`` a server that is not
+    configured or a tool its server did not list."""
+    if call.arguments_error is not None:
+        return f"{call.arguments_error}. Call the tool again with arguments that fit its schema."
+    if not unknown_tools:
+        return None
+    server = _find_server(config, call, catalog)
+    if server is None:
+        where = f" (there is no tool server {call.server!r})" if call.server else ""
+        return f"there is no tool {call.tool!r}{where}. Call one of the tools you were given."
+    if not any(t.server == server.name and t.name == call.tool for t in catalog):
+        return (f"there is no tool {call.tool!r} on {server.name!r}. "
+                "Call one of the tools you were given.")
+    return None
+
+
+class MistakeVerdict(BaseModel):
+    """What an answer's mistakes make of the session: the count of answers in a row
+    with a mistake, and the reason to fail when that is past the bound."""
+
+    consecutive: int
+    fail_reason: str | None = None
+
+
+def judge_mistakes(consecutive: int, problems: list[str], limit: int) -> MistakeVerdict:
+    """One model answer's mistakes (``problems``, one per bad tool call) against the
+    session's bound: an answer without a mistake resets the count; an answer with
+    some adds one, and past ``limit`` answers in a row the session fails. Up to the
+    bound, each mistake goes back to the model as a failed tool result."""
+    if not problems:
+        return MistakeVerdict(consecutive=0)
+    count = consecutive + 1
+    if count <= limit:
+        return MistakeVerdict(consecutive=count)
+    return MistakeVerdict(consecutive=count, fail_reason=(
+        f"the model made mistakes in {count} answers in a row (max_consecutive_mistakes "
+        f"is {limit}); the last: {problems[-1]}"))
 
 
 # -- replies ------------------------------------------------------------------------
@@ -258,27 +326,4 @@ def recovery_check(state: SessionState) -> RecoveryDecision:
     return RecoveryDecision(
         event=event, waiting_contracts=len(waiting), expected_waiting=expected,
         warnings=warnings, reason=problem or "pending request and its contract are valid",
-    )
-
-
-def waiting_details(state: SessionState) -> str:
-    """``set_current_details`` text: what the session waits for, in words."""
-    p = state.pending
-    if state.status.value == "waiting_user" and p is not None:
-        verbs = {
-            "approval": "approval of an irreversible action",
-            "confirm": "a confirmation",
-            "choose": "a choice",
-            "form": "a form to be filled in",
-            "message": "the next message",
-            "step": "a decision on a plan step",
-            "window": "an in-window step (or a decision on it)",
-        }
-        return f"Waiting for the person: {verbs[p.kind]} — {p.prompt} (request {p.request_id})"
-    if state.status.value == "running":
-        return "Running: the agent is working"
-    if state.status.value == "queued":
-        return "Queued: a turn is about to start"
-    return f"Session {state.status.value}" + (
-        f": {state.failure_reason}" if state.failure_reason else ""
     )

@@ -34,6 +34,7 @@ with workflow.unsafe.imports_passed_through():
         ToolCallResult,
         ToolCatalog,
     )
+    from workflows.messages import Behaviour, SessionInput
     from workflows.outcome import (
         CONFIRMED_DONE,
         CONFIRMED_NOT_DONE,
@@ -50,6 +51,12 @@ with workflow.unsafe.imports_passed_through():
         outcome_request_id,
         unknown_message,
     )
+    from workflows.provider_wait import (
+        ProviderFailure,
+        ProviderWaits,
+        decide_provider_retry,
+        waiting_text,
+    )
     from workflows.safety import SafetyClass, at_most_once
     from workflows.session_state import PendingRequest, QueuedAction
     from workflows.statechart import SessionEvent, SessionStatus
@@ -60,6 +67,9 @@ RETRY_FREELY = RetryPolicy(
     maximum_attempts=5,
 )
 AT_MOST_ONCE = RetryPolicy(maximum_attempts=1)
+# One attempt per LLM activity: the workflow waits and tries again itself
+# (workflows/provider_wait.py), so the wait is in history and says so.
+ONE_ATTEMPT = RetryPolicy(maximum_attempts=1)
 TOOL_TIMEOUT = timedelta(minutes=5)
 TOOL_HEARTBEAT = timedelta(seconds=15)
 
@@ -90,11 +100,28 @@ def _cause(err: BaseException) -> str:
     return str(getattr(inner, "message", None) or inner) or type(inner).__name__
 
 
+def provider_failure(err: ActivityError) -> ProviderFailure:
+    """A failed LLM attempt in the provider-wait rules' terms. The activity's own
+    failures carry the LLM_CALL_FAILED payload and the provider's delay; anything
+    else (a timeout: the worker was lost) may pass."""
+    cause = err.cause
+    if isinstance(cause, ApplicationError):
+        detail = cause.details[0] if cause.details and isinstance(cause.details[0], dict) \
+            else {}
+        delay = cause.next_retry_delay
+        return ProviderFailure(
+            summary=_cause(err), retryable=not cause.non_retryable,
+            http_status=detail.get("http_status"),
+            retry_after_s=delay.total_seconds() if delay is not None else None)
+    return ProviderFailure(summary=_cause(err), retryable=True)
+
+
 class AgentTurn:
     """Mixin for SessionWorkflow; relies on its ``_s``, ``_book``, ``_fire``,
-    ``_close``, ``_ask``, ``_activity`` and ``_new_execution_id``."""
+    ``_close``, ``_ask``, ``_activity``, ``_sleep`` and ``_new_execution_id``."""
 
     _s: Any
+    _input: SessionInput
     _book: Any
 
     async def _run_agent(self) -> None:
@@ -105,6 +132,8 @@ class AgentTurn:
                 return
             answer = await self._think()
             if answer is None:
+                return
+            if self._judge_mistakes(answer.tool_calls):
                 return
             self._s.queued_actions = [QueuedAction(tool_call=c) for c in answer.tool_calls]
             if answer.ecs_request is not None:
@@ -118,6 +147,26 @@ class AgentTurn:
                 request_id=f"message-{self._s.llm_calls}", kind="message",
                 prompt=answer.text or "", created_at=workflow.now(),
             ))
+
+    def _loop_v2(self) -> bool:
+        """Sessions started before the agent loop learned provider waits, model
+        mistakes and unknown tools as mistakes keep the behaviour they had."""
+        return self._input.does(Behaviour.AGENT_LOOP_V2)
+
+    def _judge_mistakes(self, calls: list[ToolCallRequest]) -> bool:
+        """Count the answer's mistakes; past the bound, record them and fail (True)."""
+        s, v2 = self._s, self._loop_v2()
+        problems = [(c, p) for c in calls if (p := agent.call_mistake(
+            s.config, c, s.tool_catalog or [], unknown_tools=v2)) is not None]
+        verdict = agent.judge_mistakes(s.consecutive_mistakes, [p for _, p in problems],
+                                       s.config.agent.max_consecutive_mistakes)  # type: ignore[union-attr]
+        s.consecutive_mistakes = verdict.consecutive
+        if verdict.fail_reason is None:
+            return False
+        for call, _ in problems:
+            self._start_tool_call(call)  # each one a failed contract, as the model is told
+        self._close(E.RUN_FAILED, verdict.fail_reason, Actor.REASONING)
+        return True
 
     async def _ensure_catalog(self) -> bool:
         servers = self._s.config.agent.tools if self._s.config.agent else []
@@ -148,22 +197,37 @@ class AgentTurn:
             self._book.say(ChatMessage(role="user", content=text))
             self._book.note("message.accepted", workflow.now(), {"text": text})
         s.inbox = []
-        try:
-            answer = await self._activity(
-                "llm_call",
-                LLMCallInput(
-                    session_id=s.session_id, call_id=f"{s.session_id}-llm-{s.llm_calls}",
-                    call_index=s.llm_calls, llm=llm.script_from(s.llm_calls, 1),
-                    messages=agent.build_messages(s),
-                    tools=s.tool_catalog or [], outcomes=agent.script_outcomes(s),
-                ),
-                result_type=LLMCallResult,
-                start_to_close_timeout=timedelta(seconds=llm.timeout_s + 30),
-                retry_policy=RETRY_FREELY,
-            )
-        except ActivityError as err:
-            self._close(E.RUN_FAILED, f"LLM call failed: {_cause(err)}", Actor.REASONING)
-            return None
+        v2, waits, attempt = self._loop_v2(), ProviderWaits(), 0
+        while True:
+            call_id = f"{s.session_id}-llm-{s.llm_calls}" + (f"-retry{attempt}" if attempt else "")
+            try:
+                answer = await self._activity(
+                    "llm_call",
+                    LLMCallInput(
+                        session_id=s.session_id, call_id=call_id,
+                        call_index=s.llm_calls, llm=llm.script_from(s.llm_calls, 1),
+                        messages=agent.build_messages(s),
+                        tools=s.tool_catalog or [], outcomes=agent.script_outcomes(s),
+                    ),
+                    result_type=LLMCallResult,
+                    start_to_close_timeout=timedelta(seconds=llm.timeout_s + 30),
+                    retry_policy=ONE_ATTEMPT if v2 else RETRY_FREELY,
+                )
+                break
+            except ActivityError as err:
+                if not v2:
+                    self._close(E.RUN_FAILED, f"LLM call failed: {_cause(err)}",
+                                Actor.REASONING)
+                    return None
+                failure = provider_failure(err)
+                retry = decide_provider_retry(failure, waits, llm)
+                if retry.fail_reason is not None:
+                    self._close(E.RUN_FAILED, retry.fail_reason, Actor.REASONING)
+                    return None
+                await self._wait_for_provider(call_id, failure, retry)
+                waits, attempt = retry.waits, attempt + 1
+        if attempt:
+            workflow.set_current_details(agent.waiting_details(s))
         s.llm_calls += 1
         s.turn_llm_calls += 1
         calls = [
@@ -179,6 +243,23 @@ class AgentTurn:
             "tool_calls": len(calls), "ecs_request": answer.ecs_request is not None,
             "end": answer.end})
         return answer
+
+    async def _wait_for_provider(self, call_id: str, failure: ProviderFailure,
+                                 retry: Any) -> None:
+        """Say what the session waits for (current details, the log, SSE), then wait."""
+        now = workflow.now()
+        retry_at = now + timedelta(seconds=retry.delay_s)
+        text = waiting_text(retry, retry_at, failure)
+        workflow.logger.warning("session %s: %s", self._s.session_id, text)
+        self._book.note("llm.waiting", now, {
+            "call_id": call_id, "reason": retry.reason, "http_status": failure.http_status,
+            "error_summary": failure.summary, "delay_s": retry.delay_s,
+            "retry_after_s": failure.retry_after_s,
+            "retry_at": retry_at.isoformat().replace("+00:00", "Z"),
+            "rate_limited_s": retry.waits.rate_limited_s, "errors": retry.waits.errors,
+            "message": text})
+        workflow.set_current_details(text)
+        await self._sleep(timedelta(seconds=retry.delay_s))
 
     async def _drain_actions(self) -> bool:
         """Run approved and queued actions in order; True once the session stopped."""
@@ -206,7 +287,7 @@ class AgentTurn:
         """Create the contract for a tool call: RUNNING to execute now, WAITING for
         approval, or None when it ends here (already done, no such server)."""
         s, now = self._s, workflow.now()
-        d = agent.decide_tool_call(s, call, s.tool_catalog or [])
+        d = agent.decide_tool_call(s, call, s.tool_catalog or [], unknown_tools=self._loop_v2())
         if d.kind == "already_done":
             self._book.say(ChatMessage(role="tool", content=d.message,
                                               tool_call_id=call.id))
@@ -217,7 +298,7 @@ class AgentTurn:
             irreversible=d.kind == "approve_first", idempotency_key=d.idempotency_key,
         )
         self._book.transition(c, Trigger.START, Actor.REASONING, now)
-        if d.kind == "unknown_server":
+        if d.kind in ("unknown_server", "mistake"):
             self._book.transition(c, Trigger.FAIL, Actor.TOOL_NODE, now,
                                   error_message=d.message)
             self._book.say(agent.consequence_message(c, call.id))
@@ -248,8 +329,9 @@ class AgentTurn:
             attempt += 1
             attempt_id = attempt_id_for(c.execution_id, len(c.transitions), attempt) \
                 if marks else None
+            output: ToolCallResult | None = None
             try:
-                result = await self._activity(
+                output = await self._activity(
                     "call_tool",
                     ToolCallInput(
                         session_id=s.session_id, execution_id=c.execution_id, server=server,
@@ -279,17 +361,19 @@ class AgentTurn:
                 self._book.transition(c, Trigger.FAIL, Actor.TOOL_NODE, workflow.now(),
                                       error_message=msg, reason_code=code)
             else:
-                if result.is_error:
+                if output.is_error:
                     self._book.transition(c, Trigger.FAIL, Actor.TOOL_NODE, workflow.now(),
-                                          error_message=result.error_message or result.text)
+                                          error_message=output.error_message or output.text)
                 else:
                     self._book.transition(
                         c, Trigger.SUCCEED, Actor.TOOL_NODE, workflow.now(),
-                        result=result.structured if result.structured is not None
-                        else result.text,
+                        result=output.structured if output.structured is not None
+                        else output.text,
                     )
             break
-        self._book.say(agent.consequence_message(c, d.get("tool_call_id")))
+        self._book.say(agent.consequence_message(
+            c, d.get("tool_call_id"), output,
+            max_chars=s.config.agent.context.max_tool_result_chars))  # type: ignore[union-attr]
 
     def _ask_outcome(self, c: ExecutionContract, cause: str) -> None:
         """An approved call that may have run: the person says whether it happened

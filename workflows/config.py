@@ -29,12 +29,35 @@ class _Strict(BaseModel):
 
 
 class ToolCallRequest(_Strict):
-    """A tool call as the LLM asks for it. ``server`` may be omitted when unambiguous."""
+    """A tool call as the LLM asks for it. ``server`` may be omitted when unambiguous.
+
+    ``arguments_error`` says why the model's arguments cannot be used (not JSON, not
+    an object, not what the tool's input schema asks for): the call is a model
+    mistake, sent back to the model as a failed tool result. ``raw_arguments`` is
+    the model's own text when it was not a JSON object (a script may set it to play
+    a malformed call). Both are left out of the JSON when unset.
+    """
+
+    @model_serializer(mode="wrap")
+    def _compact(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data = handler(self)
+        for key in ("arguments_error", "raw_arguments"):
+            if data.get(key) is None:
+                data.pop(key, None)
+        return data
 
     id: str = ""
     tool: str = Field(min_length=1)
     server: str | None = None
     arguments: dict[str, Any] = Field(default_factory=dict)
+    arguments_error: str | None = None
+    raw_arguments: str | None = None
+
+    @model_validator(mode="after")
+    def _one_way(self) -> ToolCallRequest:
+        if self.raw_arguments is not None and self.arguments:
+            raise ValueError("a tool call has `arguments` or `raw_arguments`, not both")
+        return self
 
 
 class FormField(_Strict):
@@ -94,6 +117,8 @@ class ScriptedResponse(_Strict):
     # Make this call fail as a provider error would (tests, demos).
     error: str | None = None
     http_status: int | None = None
+    # The delay the simulated provider asks for (its Retry-After), in seconds.
+    retry_after_s: float | None = Field(default=None, ge=0)
     # Set on an alternative only: when it plays instead of its response.
     when: ScriptCondition | None = None
     alternatives: list[ScriptedResponse] = Field(default_factory=list)
@@ -129,6 +154,11 @@ class LLMConfig(_Strict):
     max_tokens: int = Field(default=1024, ge=1, le=200_000)
     timeout_s: float = Field(default=120.0, gt=0, le=3600)
     responses: list[ScriptedResponse] = Field(default_factory=list)
+    # Waiting for the provider (README "Rate limits and provider errors"): the longest
+    # one model answer may wait on rate limits (429) in all, and how many times a
+    # provider error that may pass (5xx, 408, 409, a lost connection) is retried.
+    rate_limit_budget_minutes: float = Field(default=10.0, gt=0, le=24 * 60)
+    error_retries: int = Field(default=5, ge=0, le=100)
     # The script position of ``responses[0]``: a run (and each LLM call) carries only
     # the part of the script it still needs, never the whole of it.
     responses_offset: int = Field(default=0, ge=0)
@@ -189,6 +219,9 @@ class ContextPolicy(_Strict):
     max_messages: int = Field(default=60, ge=1, le=10_000)
     max_chars: int = Field(default=200_000, ge=1_000, le=10_000_000)
     max_facts: int = Field(default=50, ge=0, le=1_000)
+    # A tool result longer than this reaches the model cut, with a note saying so
+    # (the whole result stays in history and the log's tool artifact).
+    max_tool_result_chars: int = Field(default=20_000, ge=100, le=10_000_000)
 
 
 class AgentDriver(_Strict):
@@ -197,6 +230,10 @@ class AgentDriver(_Strict):
     tools: list[McpServerConfig] = Field(default_factory=list)
     # LLM calls allowed for one user turn before the session fails.
     max_turns: int = Field(default=20, ge=1, le=1000)
+    # Model mistakes in a row (malformed or schema-violating arguments, unknown
+    # tools) that go back to the model as failed tool results; one more fails the
+    # session.
+    max_consecutive_mistakes: int = Field(default=3, ge=0, le=100)
     context: ContextPolicy = Field(default_factory=ContextPolicy)
 
     @model_validator(mode="after")

@@ -71,6 +71,28 @@ ACTOR_CATEGORY: dict[Actor, str] = {
     Actor.WINDOW: "environment",
 }
 
+# Each category's actor where it has one only; ``system`` and ``machine`` have two.
+_ACTOR_OF_CATEGORY: dict[str, Actor] = {
+    "agent": Actor.REASONING, "tool": Actor.TOOL_NODE, "interaction": Actor.ECS_NODE,
+    "human": Actor.USER, "environment": Actor.WINDOW,
+}
+
+
+def actor_of(category: str, trigger: str, *, gate: bool | None = None) -> str:
+    """The actor (seed 001's names: ``tool_node``, ``reasoning``, ``user``...) of a
+    transition known by its category and trigger only, as seed 000's
+    ``execution_state`` carries it. The one mapping every reader uses (the log's
+    fold, the command line). ``system`` resumes and times out by its timer;
+    ``machine`` is the plan but for a ``verify: human`` suspension (``gate`` False;
+    None: not known, taken for the plan)."""
+    if category == "system":
+        return (Actor.TIMER if trigger in ("resume", "timeout") else Actor.SYSTEM).value
+    if category == "machine":
+        return (Actor.VERIFY if trigger == "suspend" and gate is False else Actor.PLAN).value
+    actor = _ACTOR_OF_CATEGORY.get(category)
+    return actor.value if actor is not None else category
+
+
 S, T = ExecutionStatus, Trigger
 
 CONTRACT_TABLE: TransitionTable[ExecutionStatus, Trigger] = TransitionTable(
@@ -285,6 +307,7 @@ __all__ = [
     "ResumeRefusedError",
     "TransitionRecord",
     "Trigger",
+    "actor_of",
     "check_idempotency",
     "idempotency_key_for",
     "summarize_action",

@@ -130,6 +130,10 @@ class ToolCallResult(BaseModel):
     text: str = ""
     structured: dict[str, Any] | None = None
     error_message: str | None = None
+    # The server's content blocks as MCP sends them (``type``, ``text``, ``mimeType``,
+    # ``uri``, ...), except binary data: an image's, audio's or blob's bytes are left
+    # out and their base64 length kept as ``size``. Empty in results of older workers.
+    content: list[dict[str, Any]] = Field(default_factory=list)
 
 
 # -- plan steps: shell commands -------------------------------------------------

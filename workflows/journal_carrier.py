@@ -5,9 +5,8 @@ into history before every await. Before an activity they travel in the activity'
 ``hitlflow-journal`` header (in ActivityTaskScheduled, the same workflow task
 completion, the same place in history), which saves one history event per activity
 against an ``upsert_memo``; before a wait they still go into the memo. Sessions
-whose input says ``journal_in_header`` do this (a flag, not ``workflow.patched``:
-a patch costs a marker and a search-attribute upsert per run, more than it saves
-in a short one); older histories upsert a memo there and replay unchanged. Python's SDK
+started at ``Behaviour.JOURNAL_IN_HEADER`` or later do this; older histories
+upsert a memo there and replay unchanged. Python's SDK
 sets headers only through an interceptor: every worker and replayer of
 ``SessionWorkflow`` takes :data:`INTERCEPTORS` (the workflow fails its task, loudly,
 without it: nothing is lost silently).

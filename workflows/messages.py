@@ -6,6 +6,7 @@ sessions keep working.
 
 from __future__ import annotations
 
+from enum import IntEnum
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -14,6 +15,21 @@ from observation.projections import ExecutionFact, ExecutionSnapshot
 from workflows.config import SessionConfig
 from workflows.session_state import PendingRequest, SessionState, StatusChange
 from workflows.statechart import SessionStatus
+
+
+class Behaviour(IntEnum):
+    """What a session does that sessions started by older code do not. The level is
+    fixed when a run starts (``POST /api/sessions``, or continue-as-new), so every
+    history replays as it ran, without the marker (and the search-attribute upsert
+    Temporal adds to it) that ``workflow.patched`` writes into every run."""
+
+    ORIGINAL = 0
+    JOURNAL_IN_HEADER = 1  # the journal before an activity rides in its header
+    AGENT_LOOP_V2 = 2  # provider waits in the workflow; model mistakes go back to it
+
+
+#: What sessions start with now.
+CURRENT_BEHAVIOUR = max(Behaviour)
 
 
 class SessionInput(BaseModel):
@@ -27,10 +43,9 @@ class SessionInput(BaseModel):
     continue_as_new_after_events: int | None = Field(default=None, ge=10)
     # Upsert SessionStatus/WaitingSince (off only where a server cannot hold them).
     search_attributes: bool = True
-    # The journal before an activity rides in its header (``journal_carrier``): set
-    # for sessions started (or continued) by this version. Absent in older
-    # histories, which upsert a memo there and replay as they ran.
-    journal_in_header: bool = False
+    # The session's :class:`Behaviour` (set to ``CURRENT_BEHAVIOUR`` by whoever starts
+    # it, and by continue-as-new). Absent in older histories: they replay as they ran.
+    behaviour: int = Behaviour.ORIGINAL
 
     @model_validator(mode="after")
     def _has_config(self) -> SessionInput:
@@ -44,7 +59,10 @@ class SessionInput(BaseModel):
         state = state.carried()
         state.config = state.config.carried(state.llm_calls)
         return self.model_copy(update={"config": None, "state": state,
-                                       "journal_in_header": True})
+                                       "behaviour": CURRENT_BEHAVIOUR})
+
+    def does(self, behaviour: Behaviour) -> bool:
+        return self.behaviour >= behaviour
 
 
 class SessionResult(BaseModel):

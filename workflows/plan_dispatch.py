@@ -84,6 +84,27 @@ def dispatch(step: int, action: Action, out: CommandResult | None, exit_code: in
     raise AssertionError(f"unhandled action {action!r}")
 
 
+OUTPUT_SHOWN = 2000  # characters of a step's output shown to the person who verifies it
+
+
+def step_output(events: list[PlanEvent]) -> dict[str, Any] | None:
+    """What a step's run produced (its ``StepCompleted``): the contract's result."""
+    done = next((e for e in events if isinstance(e, StepCompleted)), None)
+    if done is None:
+        return None
+    return {"exit_code": done.exit_code, "stdout": done.stdout or "",
+            "stderr": done.stderr or ""}
+
+
+def output_text(output: dict[str, Any] | None) -> str | None:
+    """The output as a person reads it: stdout, then stderr (its end, when long)."""
+    if output is None:
+        return None
+    text = "\n".join(x for x in (output["stdout"].rstrip(), output["stderr"].rstrip()) if x)
+    text = text or f"(no output; exit code {output['exit_code']})"
+    return text if len(text) <= OUTPUT_SHOWN else "…" + text[-OUTPUT_SHOWN:]
+
+
 def step_command_problem(state: PlanState, choice: str | None, values: dict[str, Any] | None
                          ) -> str | None:
     """Why a person's command cannot apply now (seed 002: no reset forward or out of

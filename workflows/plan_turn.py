@@ -35,7 +35,14 @@ with workflow.unsafe.imports_passed_through():
         replay,
         resolve,
     )
-    from workflows.plan_dispatch import STEP_CHOICES, Dispatch, dispatch, person_command
+    from workflows.plan_dispatch import (
+        STEP_CHOICES,
+        Dispatch,
+        dispatch,
+        output_text,
+        person_command,
+        step_output,
+    )
     from workflows.session_state import PendingRequest
     from workflows.statechart import SessionEvent, SessionStatus
 
@@ -122,13 +129,16 @@ class PlanTurn:
         """Carry out a dispatch: record its events, settle the contract, go on."""
         self._record(d.events)
         now = workflow.now()
+        output = step_output(d.events)
         if d.then == "advance":
-            self._book.transition(c, Trigger.SUCCEED, Actor.PLAN, now,
-                                  result=c.action_detail.get("output"))
+            self._book.transition(c, Trigger.SUCCEED, Actor.PLAN, now, result=output)
         elif d.then == "wait_verify_human":
-            self._book.transition(c, Trigger.SUSPEND, Actor.VERIFY, now)
+            # The person who verifies sees what the step did (the contract's result,
+            # and the request's `output`).
+            self._book.transition(c, Trigger.SUSPEND, Actor.VERIFY, now, result=output)
             self._ask_step(self._plan_state(), "verify_human", c,
-                           f"verify step {at.current_step} and approve it")
+                           f"verify step {at.current_step} and approve it",
+                           output=output_text(output))
         else:
             self._book.transition(c, Trigger.FAIL, Actor.PLAN, now, error_message=d.feedback)
             if d.then == "wait_on_fail_human":
@@ -221,8 +231,9 @@ class PlanTurn:
     # -- waiting_user: the person's commands --------------------------------------
 
     def _ask_step(self, at: PlanState, reason: str, c: ExecutionContract | None,
-                  prompt: str) -> None:
+                  prompt: str, output: str | None = None) -> None:
         self._ask(PendingRequest(
+            output=output,
             request_id=c.execution_id if c else f"{self._s.session_id}.step{at.current_step}"
             f"-{len(self._s.plan_events)}", kind="step",
             execution_id=c.execution_id if c else None, prompt=f"{reason}: {prompt}",

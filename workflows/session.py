@@ -41,6 +41,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.fsm import StateMachineTopology
     from workflows.messages import (
         Ack,
+        Behaviour,
         ContractQuery,
         EndInput,
         MessageInput,
@@ -50,6 +51,7 @@ with workflow.unsafe.imports_passed_through():
         SessionResult,
         SessionSnapshot,
     )
+    from workflows.operators import SIGNALS, refusal, signal_input, waiting_details
     from workflows.outcome import OUTCOME_UNKNOWN
     from workflows.plan import TaskStopped
     from workflows.plan_dispatch import step_command_problem
@@ -64,6 +66,10 @@ with workflow.unsafe.imports_passed_through():
     from workflows.statechart import SessionEvent, SessionStatus, is_terminal
 
 E, S = SessionEvent, SessionStatus
+# Signals refused from here on are recorded (`interaction.reply.refused`), not only logged.
+REFUSAL_PATCH = "record-refused-signals"
+# A wait that follows another in the same task publishes its WaitingSince.
+REWAIT_PATCH = "publish-each-wait"
 
 
 @workflow.defn(name="SessionWorkflow")
@@ -82,6 +88,7 @@ class SessionWorkflow(AgentTurn, PlanTurn):
         self._recover = False
         self._published: SessionStatus | None = None
         self._journal_for_activity: list[dict[str, Any]] | None = None
+        self._published_since: Any = None
 
     @property
     def _s(self) -> SessionState:
@@ -91,7 +98,7 @@ class SessionWorkflow(AgentTurn, PlanTurn):
 
     @workflow.run
     async def run(self, input: SessionInput) -> SessionResult:
-        workflow.set_current_details(agent.waiting_details(self._s))
+        workflow.set_current_details(waiting_details(self._s))
         try:
             while not is_terminal(self._s.status):
                 match self._s.status:
@@ -118,7 +125,7 @@ class SessionWorkflow(AgentTurn, PlanTurn):
         change = self._book.fire(event, workflow.now(), detail)
         if change.to_status == S.RUNNING and change.from_status == S.QUEUED:
             self._s.turns += 1
-        workflow.set_current_details(agent.waiting_details(self._s))
+        workflow.set_current_details(waiting_details(self._s))
 
     def _flush(self, *, before_activity: bool = False) -> None:
         """Before every await: publish the status (search attributes, once per task)
@@ -130,7 +137,7 @@ class SessionWorkflow(AgentTurn, PlanTurn):
         if not entries:
             return
         dumped = [e.model_dump(mode="json") for e in entries]
-        if before_activity and self._input.journal_in_header:
+        if before_activity and self._input.does(Behaviour.JOURNAL_IN_HEADER):
             self._journal_for_activity = dumped
         else:
             workflow.upsert_memo({JOURNAL_MEMO_KEY: dumped})
@@ -167,19 +174,39 @@ class SessionWorkflow(AgentTurn, PlanTurn):
         self._flush()
         await workflow.wait_condition(condition, timeout=timeout)
 
+    async def _sleep(self, delay: timedelta) -> None:
+        """A durable timer (a cancel of the session ends it at once)."""
+        self._flush()
+        await workflow.sleep(delay)
+
     def _new_execution_id(self) -> str:
         return execution_id_for(self._s.session_id, workflow.uuid4().hex[:16])
 
     def _publish(self) -> None:
         """Search attributes, so operators can filter sessions by status."""
         waiting = self._s.status == S.WAITING_USER
-        if self._input.search_attributes and self._published != self._s.status:
-            self._published = self._s.status
+        since = self._wait_began()
+        # A new wait within one task (a plan step answered, the next one asks) moves
+        # WaitingSince, which is what wakes the exporter's parked follower.
+        rewait = (waiting and self._published == self._s.status and since is not None
+                  and since != self._published_since and workflow.patched(REWAIT_PATCH))
+        if self._input.search_attributes and (self._published != self._s.status or rewait):
+            self._published, self._published_since = self._s.status, since
             workflow.upsert_search_attributes([
                 SESSION_STATUS.value_set(self._s.status.value),
                 WAITING_SINCE.value_set(self._s.status_history[-1].at)
                 if waiting and self._s.status_history else WAITING_SINCE.value_unset(),
             ])
+
+    def _wait_began(self) -> Any:
+        """When the current wait for the person began (None: not waiting, or not known
+        here: a restart check keeps the wait it finds)."""
+        for change in reversed(self._s.status_history):
+            if change.to_status != S.WAITING_USER:
+                return None
+            if change.from_status != S.WAITING_USER:
+                return change.at
+        return None
 
     def _close(self, event: SessionEvent, reason: str, actor: Actor) -> None:
         now = workflow.now()
@@ -219,7 +246,10 @@ class SessionWorkflow(AgentTurn, PlanTurn):
 
     def _ask(self, pending: PendingRequest) -> None:
         self._book.request(pending)
-        self._fire(E.INTERACTION_REQUESTED, pending.model_dump(mode="json"))
+        # `output` only when there is one: the events of every other request keep
+        # their shape
+        self._fire(E.INTERACTION_REQUESTED, pending.model_dump(
+            mode="json", exclude=None if pending.output else {"output"}))
 
     def _reply_deadline(self) -> timedelta | None:
         s, pending = self._s, self._s.pending
@@ -317,11 +347,27 @@ class SessionWorkflow(AgentTurn, PlanTurn):
 
     # -- signals and updates (operators can send the signals from the Temporal UI) --
 
-    @workflow.signal(name="submit_reply")
-    def submit_reply(self, reply: ReplyInput) -> None:
-        problem = self._reply_problem(reply)
-        if problem:
-            workflow.logger.warning("reply ignored: %s", problem)
+    def _refuse(self, signal: str, args: tuple[Any, ...], reason: str) -> None:
+        """A stale or malformed signal: one log line, and (from REFUSAL_PATCH on) an
+        ``interaction.reply.refused`` event in the log and the stream. The session
+        is unchanged; the workflow task does not fail."""
+        workflow.logger.warning("session %s: signal %s refused: %s", self._s.session_id,
+                                signal, reason)
+        if is_terminal(self._s.status) or not workflow.patched(REFUSAL_PATCH):
+            return
+        self._book.refuse(refusal(signal, args, reason), workflow.now())
+        self._flush()  # the main coroutine may wait on: write it into history now
+
+    # Signals take their payload raw and validate it here: the SDK would drop a payload
+    # that does not convert to the input type (with a traceback, and nothing recorded).
+
+    @workflow.signal(name="submit_reply", description=SIGNALS["submit_reply"])
+    def submit_reply(self, *args: Any) -> None:
+        reply, problem = signal_input(ReplyInput, args)
+        if reply is not None:
+            problem = self._reply_problem(reply)
+        if problem or reply is None:
+            self._refuse("submit_reply", args, problem or "no reply")
             return
         self._reply = reply
 
@@ -361,10 +407,13 @@ class SessionWorkflow(AgentTurn, PlanTurn):
             problem = step_command_problem(self._plan_state(), reply.choice, reply.values)
         return problem
 
-    @workflow.signal(name="submit_message")
-    def submit_message(self, message: MessageInput) -> None:
-        if is_terminal(self._s.status):
-            workflow.logger.warning("message ignored: the session is %s", self._s.status.value)
+    @workflow.signal(name="submit_message", description=SIGNALS["submit_message"])
+    def submit_message(self, *args: Any) -> None:
+        message, problem = signal_input(MessageInput, args)
+        if message is not None and is_terminal(self._s.status):
+            problem = f"the session is {self._s.status.value}: it takes no messages"
+        if problem or message is None:
+            self._refuse("submit_message", args, problem or "no message")
             return
         self._s.inbox.append(message.text)
 
@@ -378,10 +427,20 @@ class SessionWorkflow(AgentTurn, PlanTurn):
         if is_terminal(self._s.status):
             raise ValueError(f"the session is {self._s.status.value}: it takes no messages")
 
-    @workflow.signal(name="end_conversation")
-    def end_conversation_signal(self, end: EndInput) -> None:
-        if self._s.status == S.WAITING_USER:
-            self._end = end
+    @workflow.signal(name="end_conversation", description=SIGNALS["end_conversation"])
+    def end_conversation_signal(self, *args: Any) -> None:
+        end, problem = signal_input(EndInput, args)
+        problem = problem or self._end_problem()
+        if problem or end is None:
+            self._refuse("end_conversation", args, problem or "no input")
+            return
+        self._end = end
+
+    def _end_problem(self) -> str | None:
+        if self._s.status != S.WAITING_USER:
+            return (f"the session is {self._s.status.value}: it can be ended while it "
+                    "waits for the person (cancel it otherwise)")
+        return None
 
     @workflow.update(name="end")
     def end(self, end: EndInput) -> Ack:
@@ -390,11 +449,9 @@ class SessionWorkflow(AgentTurn, PlanTurn):
 
     @end.validator
     def _validate_end(self, end: EndInput) -> None:
-        if self._s.status != S.WAITING_USER:
-            raise ValueError(
-                f"the session is {self._s.status.value}: it can be ended while it waits "
-                "for the person (cancel it otherwise)"
-            )
+        problem = self._end_problem()
+        if problem:
+            raise ValueError(problem)
 
     @workflow.signal(name="recover")
     def recover(self, input: RecoverInput) -> None:

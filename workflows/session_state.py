@@ -54,6 +54,8 @@ class PendingRequest(BaseModel):
     options: list[str] = Field(default_factory=list)
     fields: list[FormField] = Field(default_factory=list)
     created_at: datetime
+    # What the person must look at to decide (a plan step's output for `verify: human`).
+    output: str | None = None
     # Why the session asks, as a code: ``outcome_unknown`` when it asks whether a
     # call that may have run did happen (``workflows.outcome``). Left out when None.
     reason_code: str | None = None
@@ -107,7 +109,7 @@ class QueuedAction(BaseModel):
 
 JournalKind = Literal[
     "session.status", "contract.created", "contract.transition", "reply.accepted",
-    "message.accepted", "assistant.text", "plan.event",
+    "message.accepted", "assistant.text", "plan.event", "llm.waiting", "reply.refused",
 ]
 
 
@@ -157,6 +159,8 @@ class SessionState(BaseModel):
     llm_calls: int = 0
     turn_llm_calls: int = 0
     turns: int = 0
+    # Model answers in a row with a mistake (AgentDriver.max_consecutive_mistakes).
+    consecutive_mistakes: int = 0
     failure_reason: str | None = None
     continued_runs: int = 0
     # Totals of the whole session (the lists above keep only a recent window).
@@ -328,6 +332,11 @@ class SessionBook:
             self.transition(c, Trigger.CANCEL, actor, now, error_message=reason)
 
     # -- the person ------------------------------------------------------------
+
+    def refuse(self, refusal: dict[str, Any], now: datetime) -> None:
+        """A signal that could not be taken (stale or malformed): recorded, nothing
+        else changes (``interaction.reply.refused`` in the log)."""
+        self.note("reply.refused", now, refusal)
 
     def request(self, pending: PendingRequest) -> None:
         self.state.pending = pending

@@ -78,7 +78,7 @@ async def telemetry_runs(
     job_type: JobType | None = None,
     status: RunStatus | None = None,
     limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Annotated[int, Query(ge=0, le=2**31 - 1)] = 0,
 ) -> dict[str, Any]:
     """Telemetry runs (one parent per session, children per reasoning step, LLM call,
     work item and gate), filtered by session, job type and status."""

@@ -6,7 +6,14 @@ after_seq)`` (``api.sse.EventProvider``):
 * THE PLUG POINT — ``observation.exporter.session_events``: the exporter's mapped
   history (DESIGN: one pipeline, no second source of truth). Its events' ``seq`` (the
   log's line number) is the SSE ``id``; ``api.sse.coerce`` turns each into a frame.
-* tests inject their own with ``create_app(..., event_provider=...)``.
+* tests inject their own with ``create_app(..., event_provider=...)`` (and, for the
+  ``Last-Event-ID`` checks, ``stream_head=...``; without it they are skipped).
+
+A resume point (``Last-Event-ID`` or ``after``) is checked against the stream's head
+(``observation.exporter.stream_head``: one pass over the history as it is now): past
+its last id is a 400 ``invalid_last_event_id`` (never sent: waiting for it would
+wait forever or skip events); on a finished session with no event after it, a 204
+(a standard ``EventSource`` stops reconnecting on it).
 """
 
 from __future__ import annotations
@@ -14,21 +21,33 @@ from __future__ import annotations
 import inspect
 from typing import Annotated
 
-from fastapi import APIRouter, Header, Query, Request
+from fastapi import APIRouter, Header, Query, Request, Response
 from fastapi.responses import StreamingResponse
 
 from api.deps import ClientDep, SessionIdDep, TuningDep
 from api.errors import ApiError, temporal_errors
-from api.sse import EventProvider, sse_stream
+from api.sse import EventProvider, HeadProvider, sse_stream
 
 router = APIRouter(prefix="/api/sessions", tags=["events"])
 
 
-def default_event_provider() -> EventProvider:
+def default_event_provider() -> tuple[EventProvider, HeadProvider]:
     # THE PLUG POINT: the exporter's live, mapped history (imported on first use).
-    from observation.exporter import session_events
+    from observation.exporter import session_events, stream_head
 
-    return session_events
+    return session_events, stream_head
+
+
+def _providers(state: object) -> tuple[EventProvider, HeadProvider | None]:
+    injected: EventProvider | None = getattr(state, "event_provider", None)
+    if injected is not None:
+        return injected, getattr(state, "stream_head", None)
+    return default_event_provider()
+
+
+def _past_the_end(given: int, last: int) -> ApiError:
+    return ApiError(400, "invalid_last_event_id", f"Last-Event-ID (or after) {given} is past "
+                    f"the stream's last event id, {last}: it is not an id this stream sent")
 
 
 def _resume_point(last_event_id: str | None, after: int | None) -> int | None:
@@ -45,7 +64,9 @@ def _resume_point(last_event_id: str | None, after: int | None) -> int | None:
     "/{session_id}/events",
     response_class=StreamingResponse,
     responses={200: {"content": {"text/event-stream": {}},
-                     "description": "The session's events as server-sent events"}},
+                     "description": "The session's events as server-sent events"},
+               204: {"description": "The session ended and the resume point is past its "
+                     "last event: nothing more will come"}},
 )
 async def session_events(
     request: Request,
@@ -58,23 +79,33 @@ async def session_events(
     after: Annotated[int | None, Query(
         ge=0, le=10**15, description="Resume after this event id (for clients that "
         "cannot set headers); Last-Event-ID wins.")] = None,
-) -> StreamingResponse:
+) -> Response:
     """Server-sent events: `execution_state` per contract transition (seed 000),
     `conversation.state.changed` and `interaction.*` per status change (seed 004),
     `text` and `tool_result` for the conversation; seed 000's `ecs` repeats each
     `interaction.requested` (same payload, same `id`; `emotion` is not produced). Every
     event has an `id`; a
     reconnect with `Last-Event-ID` continues after it, without gaps or duplicates.
-    Comment lines keep the connection alive. The stream ends after the session ends.
-    Clients ignore event types they do not know."""
+    Comment lines keep the connection alive. Once the session ended and every event
+    went out, a last `stream.complete` event (data `{"last_id"}`, the `id` of the last
+    event) ends the stream; a resume after a finished session's last event is a 204
+    (a standard `EventSource` then stops); a resume point past the stream's last id
+    is a 400 `invalid_last_event_id`. Clients ignore event types they do not know."""
     after_seq = _resume_point(last_event_id, after)
     with temporal_errors(session_id):
         await client.get_workflow_handle(session_id).describe()
-    provider: EventProvider = request.app.state.event_provider or default_event_provider()
+    provider, head_of = _providers(request.app.state)
+    if after_seq is not None and head_of is not None:
+        with temporal_errors(session_id):
+            head = await head_of(client, session_id)
+        if after_seq > head.last_seq:
+            raise _past_the_end(after_seq, head.last_seq)
+        if head.finished and after_seq >= head.last_event_seq:
+            return Response(status_code=204, headers={"Cache-Control": "no-cache"})
     events = provider(client, session_id, after_seq)
     if inspect.isawaitable(events):  # `async def` returning an iterator, not a generator
         events = await events
-    stream = sse_stream(events, keepalive_s=tuning.keepalive_s,
-                        retry_ms=tuning.retry_ms, stopping=request.app.state.stopping)
+    stream = sse_stream(events, keepalive_s=tuning.keepalive_s, retry_ms=tuning.retry_ms,
+                        stopping=request.app.state.stopping, after_seq=after_seq)
     return StreamingResponse(stream, media_type="text/event-stream", headers={
         "Cache-Control": "no-cache", "X-Accel-Buffering": "no"})

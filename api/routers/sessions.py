@@ -6,15 +6,20 @@ one is a 409 that says why, and it never reaches history (the session is unchang
 
 from __future__ import annotations
 
-import base64
-import binascii
+import hashlib
 import uuid
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Body, Path, Query, Request, Response
-from temporalio.client import Client, WorkflowExecutionDescription, WorkflowExecutionStatus
+from temporalio.api.workflowservice.v1 import ListWorkflowExecutionsRequest
+from temporalio.client import (
+    Client,
+    WorkflowExecution,
+    WorkflowExecutionDescription,
+    WorkflowExecutionStatus,
+)
 from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDReusePolicy
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -33,6 +38,7 @@ from api.deps import (
 )
 from api.errors import SESSION_STUCK, ApiError, temporal_errors
 from api.models import (
+    NOT_UNICODE,
     SESSION_ID_PATTERN,
     Accepted,
     CancelAccepted,
@@ -44,6 +50,7 @@ from api.models import (
     SessionSummary,
     SessionView,
     StepActionRequest,
+    lone_surrogate,
 )
 from api.paging import (
     DEFAULT_LIMIT,
@@ -67,9 +74,18 @@ from observation.log_view import SessionLogView
 from observation.projections import ExecutionSnapshot
 from observation.read_model import ReadStore
 from observation.read_model.store import InvalidPageToken
+from observation.tokens import TokenError, decode_token, encode_token
 from workflows.config import SessionConfig
-from workflows.messages import Ack, EndInput, MessageInput, ReplyInput, SessionInput
+from workflows.messages import (
+    CURRENT_BEHAVIOUR,
+    Ack,
+    EndInput,
+    MessageInput,
+    ReplyInput,
+    SessionInput,
+)
 from workflows.messages import SessionSnapshot as WorkflowSnapshot
+from workflows.operators import static_details, static_summary
 from workflows.plan import replay
 from workflows.search_attributes import SESSION_STATUS, WAITING_SINCE
 from workflows.session_state import SessionState
@@ -114,34 +130,79 @@ def _execution_status(status: WorkflowExecutionStatus | None) -> str | None:
 @router.post("", status_code=201, response_model=SessionCreated)
 async def start_session(
     config: Annotated[SessionConfig, Body(description="The session config (DESIGN.md).")],
-    response: Response, client: ClientDep, settings: SettingsDep,
+    response: Response, client: ClientDep, settings: SettingsDep, on_change: OnChangeDep,
     session_id: Annotated[str | None, Query(
         pattern=SESSION_ID_PATTERN, max_length=128,
         description="The new session's id (default: generated). Never reused.")] = None,
 ) -> SessionCreated:
     """Start a session. Its `SessionStatus` search attribute is `queued` from the
     start, so it is listed before any worker picks it up."""
+    if lone_surrogate(config.model_dump()):
+        raise ApiError(422, "validation_error", f"body: {NOT_UNICODE}")
     sid = session_id or f"s-{uuid.uuid4().hex[:12]}"
     with temporal_errors(sid):
         await client.start_workflow(
-            "SessionWorkflow", SessionInput(session_id=sid, config=config, journal_in_header=True),
+            "SessionWorkflow", SessionInput(session_id=sid, config=config,
+                                        behaviour=CURRENT_BEHAVIOUR),
             id=sid, task_queue=settings.task_queue,
             id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
             search_attributes=TypedSearchAttributes(
                 [SearchAttributePair(SESSION_STATUS, SessionStatus.QUEUED.value)]),
+            # What the Temporal UI's list and detail pages say the session is.
+            static_summary=static_summary(config), static_details=static_details(config),
         )
+    on_change(sid)  # in `up`: the exporter follows it now, not at its next discovery
     response.headers["Location"] = f"/api/sessions/{sid}"
     return SessionCreated(session_id=sid, status=SessionStatus.QUEUED)
 
 
-def _decode_token(token: str | None) -> bytes | None:
-    if not token:
+_VISIBILITY_TAG = b"v1"
+
+
+def _invalid_page_token(why: str) -> ApiError:
+    return ApiError(400, "invalid_page_token", f"page_token is not one this API gave out: {why}")
+
+
+def _visibility_token(token: bytes) -> str:
+    """The page token of a list through visibility (``stuck=``): Temporal's own, with a
+    digest in front, so a token the API did not give out never reaches Temporal
+    (which refuses one it cannot parse only after seconds of retries)."""
+    return encode_token(_VISIBILITY_TAG + hashlib.sha256(_VISIBILITY_TAG + token).digest()[:8]
+                        + token)
+
+
+def _temporal_token(page_token: str | None) -> bytes | None:
+    if not page_token:
         return None
     try:
-        return base64.urlsafe_b64decode(token.encode() + b"=" * (-len(token) % 4))
-    except (binascii.Error, ValueError):
-        raise ApiError(400, "invalid_page_token", "page_token is not one this API gave out"
-                       ) from None
+        raw = decode_token(page_token)
+    except TokenError as err:
+        raise _invalid_page_token(str(err)) from None
+    tag, digest, token = raw[:2], raw[2:10], raw[10:]
+    if tag != _VISIBILITY_TAG or not token or \
+            hashlib.sha256(_VISIBILITY_TAG + token).digest()[:8] != digest:
+        raise _invalid_page_token("it does not page a list with `stuck`")
+    return token
+
+
+async def _visibility_page(client: Client, query: str, limit: int, token: bytes | None
+                           ) -> tuple[list[WorkflowExecution], bytes | None]:
+    """One page of a visibility list. With a token: one attempt (a token Temporal
+    refuses is no reason to retry; it answers "Unknown" for one it cannot parse)."""
+    if token is None:
+        it = client.list_workflows(query, page_size=limit)
+        await it.fetch_next_page()
+        return list(it.current_page or []), it.next_page_token
+    try:
+        resp = await client.workflow_service.list_workflow_executions(
+            ListWorkflowExecutionsRequest(namespace=client.namespace, page_size=limit,
+                                          next_page_token=token, query=query), retry=False)
+    except RPCError as err:
+        if err.status in (RPCStatusCode.INVALID_ARGUMENT, RPCStatusCode.UNKNOWN):
+            raise _invalid_page_token(f"Temporal refused it ({err.message})") from None
+        raise
+    return [WorkflowExecution._from_raw_info(info, client.namespace, client.data_converter)
+            for info in resp.executions], resp.next_page_token or None
 
 
 @router.get("", response_model=SessionList)
@@ -176,15 +237,11 @@ async def list_sessions(
             query += ' AND ExecutionStatus = "Running"'
     if stuck is not None:
         query += f" AND {stuck_sessions.STUCK_QUERY if stuck else stuck_sessions.HEALTHY_QUERY}"
-    it = client.list_workflows(query, page_size=limit, next_page_token=_decode_token(page_token))
+    token = _temporal_token(page_token)
     try:
         with temporal_errors():
-            await it.fetch_next_page()
+            found, token = await _visibility_page(client, query, limit, token)
     except ApiError as err:
-        if isinstance(err.__cause__, RPCError) and \
-                err.__cause__.status == RPCStatusCode.INVALID_ARGUMENT and page_token:
-            raise ApiError(400, "invalid_page_token", "page_token is not one this API gave "
-                           "out") from None
         if isinstance(err.__cause__, RPCError) and \
                 err.__cause__.status == RPCStatusCode.INVALID_ARGUMENT and stuck is not None:
             raise ApiError(400, "unsupported_filter", "this Temporal server cannot filter by "
@@ -199,11 +256,10 @@ async def list_sessions(
             problems=wf.typed_search_attributes.get(stuck_sessions.REPORTED_PROBLEMS) or [],
             stuck=bool(wf.typed_search_attributes.get(stuck_sessions.REPORTED_PROBLEMS)),
         )
-        for wf in it.current_page or []
+        for wf in found
     ]
-    token = it.next_page_token
     return SessionList(sessions=sessions, next_page_token=(
-        base64.urlsafe_b64encode(token).decode().rstrip("=") if token else None))
+        _visibility_token(token) if token else None))
 
 
 async def _listed_from_read_model(store: ReadStore, status: SessionStatus | None, limit: int,
@@ -212,13 +268,12 @@ async def _listed_from_read_model(store: ReadStore, status: SessionStatus | None
         rows, token = await store_call(store, store.list_sessions,
                                        status.value if status else None, limit, page_token)
     except InvalidPageToken:
-        raise ApiError(400, "invalid_page_token", "page_token is not one this API gave out"
-                       ) from None
+        raise _invalid_page_token("it does not name a place in this list") from None
     return SessionList(sessions=[SessionSummary(
         session_id=r["session_id"], status=_status(r["status"]),
         execution_status=r["execution_status"], started_at=r["started_at"] or None,
         closed_at=r["closed_at"], waiting_since=r["waiting_since"], task_queue=r["task_queue"],
-        seq=r["last_seq"]) for r in rows], next_page_token=token)
+        pending=r["pending"], seq=r["last_seq"]) for r in rows], next_page_token=token)
 
 
 # -- one session -----------------------------------------------------------------------

@@ -30,6 +30,7 @@ from observation.exporter.follower import (
     export_session,
     history_events,
     session_events,
+    stream_head,
 )
 from observation.exporter.log import (
     LogCorruptError,
@@ -45,6 +46,7 @@ from observation.exporter.model import (
     Artifact,
     LogEvent,
     MappedEvent,
+    StreamHead,
     is_sse,
 )
 from observation.exporter.service import Exporter, Wakeups, run_exporter
@@ -55,11 +57,10 @@ __all__ = [
     "GENESIS", "HASH_PREFIX", "LOG_VERSION", "SEED_TYPES", "SSE_TYPES", "Artifact", "Chain",
     "ChainBrokenError", "ExportResult", "Exporter", "LogCorruptError", "LogDivergedError",
     "LogError", "LogEvent", "LogFeed", "LogLockedError", "LogWriteError", "LogWriter",
-    "MappedEvent",
-    "MappingError", "ReplayError", "SessionExport", "SessionMapper", "Snapshot", "Verified",
-    "Wakeups",
+    "MappedEvent", "MappingError", "ReplayError", "SessionExport", "SessionMapper", "Snapshot",
+    "StreamHead", "Verified", "Wakeups",
     "export_history", "export_session", "hash_body", "history_events", "is_sse",
     "line_bytes", "line_hash", "map_history", "run_exporter", "seed_hash", "session_events",
-    "snapshot_bytes",
+    "snapshot_bytes", "stream_head",
     "verify_dir", "verify_lines",
 ]

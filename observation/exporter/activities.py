@@ -22,7 +22,7 @@ from temporalio.api.history.v1 import HistoryEvent
 
 from activities.llm import canonical_json, llm_call_started
 from observation.exporter import ids
-from observation.exporter.chain import jcs
+from observation.exporter.chain import jcs, jsonable
 from observation.exporter.decode import event_ms, first_value, payload_value
 from observation.exporter.gates import GateMapper, is_gate
 from observation.exporter.model import Artifact, MappedEvent
@@ -128,7 +128,7 @@ class ActivityMapper(GateMapper):
         elif act.type == "call_tool":
             self._tool_result(act, result)
             self._artifact(f"artifacts/tool/{act.input['execution_id']}.json",
-                           jcs(result), TOOL_RESULT_SCHEMA, act, call_id=None,
+                           jcs(jsonable(result)), TOOL_RESULT_SCHEMA, act, call_id=None,
                            work_item_id=act.input["execution_id"])
         elif is_gate(act.type, act.input):
             self.gate_finished(act.input, result)

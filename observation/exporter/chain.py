@@ -20,6 +20,13 @@ A line of ``events.ndjson`` is ``JCS(event) + "\\n"``. Two format versions:
 In both, the first event's ``prev_hash`` is ``GENESIS``; each later one's is the
 previous line's ``event_hash``; ``seq`` is the 1-based line number. A log is one
 version from its first line to its last. Pure: no I/O.
+
+Numbers (both versions): JCS writes every number as the IEEE 754 double it is, in
+ECMAScript form, so a line is read back with every number as a double
+(:func:`read_json`; the float ``1e16`` is written ``10000000000000000``, which is that
+double again). Before a value is written, :func:`jsonable` makes it one that JCS
+writes exactly: integers outside +-(2**53 - 1) become strings of their decimal
+digits, and a lone surrogate (not Unicode; UTF-8 cannot carry it) becomes U+FFFD.
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -42,25 +50,61 @@ LOG_VERSION = 2
 LOG_VERSIONS = (1, 2)
 #: JCS (I-JSON) numbers: integers beyond this lose precision, so they become strings.
 MAX_SAFE_INT = 2**53 - 1
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _text(value: str) -> str:
+    """``value`` as Unicode text: a lone surrogate (which a JSON ``\\udXXX`` escape
+    can make, but UTF-8 cannot carry) becomes U+FFFD."""
+    if value.isascii() or not _SURROGATE.search(value):
+        return value
+    return _SURROGATE.sub("\ufffd", value)
 
 
 def jsonable(value: Any) -> Any:
-    """The same value in the subset JCS can encode exactly: dict keys as strings,
-    big integers and non-finite floats as strings, tuples as lists."""
+    """The value as the log holds it, which JCS writes exactly and :func:`read_json`
+    reads back equal: dict keys as strings, integers outside +-(2**53 - 1) and
+    non-finite floats as strings, a float that is a safe integer as that integer
+    (``1.0`` and ``-0.0`` are written ``1`` and ``0``), lone surrogates as U+FFFD,
+    tuples as lists."""
     if isinstance(value, dict):
-        return {str(k): jsonable(v) for k, v in value.items()}
+        return {_text(str(k)): jsonable(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [jsonable(v) for v in value]
-    if isinstance(value, bool) or value is None or isinstance(value, str):
+    if isinstance(value, bool) or value is None:
         return value
+    if isinstance(value, str):
+        return _text(value)
     if isinstance(value, int):
         return value if -MAX_SAFE_INT <= value <= MAX_SAFE_INT else str(value)
     if isinstance(value, float):
-        return value if math.isfinite(value) else str(value)
-    return str(value)
+        if not math.isfinite(value):
+            return str(value)
+        return int(value) if value.is_integer() and abs(value) <= MAX_SAFE_INT else value
+    return _text(str(value))
 
 
-def _plain(value: Any) -> bool:
+def _number(text: str) -> int | float:
+    """A JSON integer token as the double it denotes (an ``int`` while that is exact)."""
+    if len(text) < 16:  # at most 15 digits: below 2**53
+        return int(text)
+    value = float(text)
+    return int(text) if abs(value) <= MAX_SAFE_INT else value
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def read_json(data: bytes | str) -> Any:
+    """A line (or any JSON text of the log) with every number read as a double, as
+    RFC 8785 reads it: an integer token beyond +-(2**53 - 1) is a ``float``
+    (``10000000000000000`` is the double 1e16 that JCS wrote), one within stays an
+    ``int`` (the same number). ``NaN``/``Infinity`` are refused (``ValueError``)."""
+    return json.loads(data, parse_int=_number, parse_constant=_no_constant)
+
+
+def plain(value: Any) -> bool:
     """No floats, ASCII keys, safe integers: where JCS is ``json.dumps`` sorted."""
     t = type(value)
     if t is str or t is bool or value is None:
@@ -68,9 +112,9 @@ def _plain(value: Any) -> bool:
     if t is int:
         return -MAX_SAFE_INT <= value <= MAX_SAFE_INT
     if t is dict:
-        return all(type(k) is str and k.isascii() and _plain(v) for k, v in value.items())
+        return all(type(k) is str and k.isascii() and plain(v) for k, v in value.items())
     if t is list or t is tuple:
-        return all(_plain(v) for v in value)
+        return all(plain(v) for v in value)
     return False
 
 
@@ -81,7 +125,7 @@ def jcs(value: Any) -> bytes:
     ``json.dumps`` with sorted keys, no spaces and raw UTF-8 (same escapes; code point
     order is UTF-16 order for ASCII), several times faster than ``rfc8785``, which
     does the rest (floats, non-ASCII keys) and raises on what JCS cannot encode."""
-    if _plain(value):
+    if plain(value):
         try:
             return json.dumps(value, ensure_ascii=False, sort_keys=True,
                               separators=(",", ":")).encode()

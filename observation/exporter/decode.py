@@ -35,7 +35,10 @@ def payload_value(p: Payload) -> Any:
     if encoding == b"binary/null":
         return None
     if encoding == b"json/plain":
-        return json.loads(p.data)
+        try:  # surrogatepass: pydantic writes a lone surrogate in a dict key as its 3 bytes
+            return json.loads(p.data.decode("utf-8", "surrogatepass"))
+        except ValueError as err:
+            raise MappingError(f"a json/plain payload that is not UTF-8 JSON ({err})") from None
     raise MappingError(f"payload encoding {encoding!r} is not supported by the exporter "
                        "(a payload codec would need to be configured here too)")
 

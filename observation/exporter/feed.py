@@ -24,8 +24,9 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
+from observation.exporter.chain import read_json
 from observation.exporter.log import END_TYPES
-from observation.exporter.model import is_sse
+from observation.exporter.model import StreamHead, is_sse
 from observation.exporter.verify import LOG_NAME
 
 #: Batches a subscriber may have queued before it goes back to the disk.
@@ -97,6 +98,11 @@ class LogFeed:
         for sub in self._subscribers.get(session_id, ()):
             sub.put(batch)
 
+    async def head(self, session_id: str) -> StreamHead:
+        """How far :meth:`events` goes now: the log on disk (its ids are the log's
+        seqs, and a stream yields only lines already committed there)."""
+        return await asyncio.to_thread(log_head, self.runs_dir / session_id / LOG_NAME)
+
     def watchers(self, session_id: str) -> int:
         return len(self._subscribers.get(session_id, ()))
 
@@ -162,10 +168,36 @@ def read_after(path: Path, after_seq: int) -> list[dict[str, Any]]:
         data = f.read() if after_seq <= 0 else _tail_after(f, after_seq)
     out = []
     for raw in data.split(b"\n")[:-1]:  # a last piece without "\n" is still being written
-        line = json.loads(raw)
+        line = read_json(raw)  # as the writer hands its lines on: numbers as doubles
         if line["seq"] > after_seq:
             out.append(line)
     return out
+
+
+#: The tail :func:`log_head` reads first (grown until it holds an SSE line).
+HEAD_TAIL_BYTES = 16384
+
+
+def log_head(path: Path, only: Callable[[str], bool] = is_sse) -> StreamHead:
+    """The :class:`StreamHead` of a log's feed (a missing log: nothing yet), from its
+    tail: the last complete line, the last ``only`` line, and an end line."""
+    try:
+        f = path.open("rb")
+    except FileNotFoundError:
+        return StreamHead(0, 0, False)
+    with f:
+        end, size = f.seek(0, 2), HEAD_TAIL_BYTES
+        while True:
+            start = max(0, end - size)
+            f.seek(start)
+            pieces = f.read(end - start).split(b"\n")[:-1]  # without a line being written
+            lines = [json.loads(raw) for raw in (pieces[1:] if start else pieces)]
+            events = [line["seq"] for line in lines if only(line["type"])]
+            if events or start == 0:
+                return StreamHead(lines[-1]["seq"] if lines else 0,
+                                  events[-1] if events else 0,
+                                  any(line["type"] in END_TYPES for line in lines))
+            size *= 4
 
 
 def _seq_at(f: Any, offset: int) -> tuple[int, int] | None:

@@ -3,7 +3,8 @@
 * :func:`history_events` — a session's history, every run from the first, chained
   across continue-as-new, optionally waiting for new events.
 * :func:`session_events` — the chained log events of a session straight from
-  history, live (what the HTTP/SSE layer streams; the same events the log holds).
+  history, live (what the HTTP/SSE layer streams; the same events the log holds);
+  :func:`stream_head` — how far that stream goes now, and whether it is complete.
 * :func:`export_session` — mirror one session into ``runs/<session_id>/``,
   resuming after the last line already written (re-mapped and checked, not trusted).
 """
@@ -16,15 +17,15 @@ import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from temporalio.api.history.v1 import HistoryEvent
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowExecutionStatus
 
 from observation.exporter.chain import Chain
 from observation.exporter.log import LogError, LogObserver, LogWriter
 from observation.exporter.mapping import SessionMapper
-from observation.exporter.model import LogEvent, is_sse
+from observation.exporter.model import LogEvent, StreamHead, is_sse
 from observation.exporter.note import Signer
 from observation.exporter.verify import SNAPSHOT_NAME
 
@@ -71,7 +72,8 @@ async def session_events(
     The SSE feed (``api.sse.EventProvider``): by default only the SSE types
     (``execution_state``, ``conversation.state.changed``, ``interaction.*``, ``text``,
     ``tool_result``); ``seq`` (the log's line number) is the SSE id, strictly
-    increasing, so ``Last-Event-ID`` resumes. ``only=None``: every event;
+    increasing, so ``Last-Event-ID`` resumes (:func:`stream_head` says how far it
+    goes now). ``only=None``: every event;
     ``follow=False``: stop at the current end of history."""
     mapper, chain = SessionMapper(session_id), Chain()
     async for event, _ in history_events(client, session_id, follow=follow):
@@ -79,6 +81,21 @@ async def session_events(
             e = chain.link(m)
             if e.seq > (after_seq or 0) and (only is None or only(e.type)):
                 yield e
+
+
+async def stream_head(client: Client, session_id: str,
+                      only: Callable[[str], bool] | None = is_sse) -> StreamHead:
+    """The head of :func:`session_events`' stream: one pass over the history as it is
+    now. The status is read first, so a finished session's pass sees all of it."""
+    status = (await client.get_workflow_handle(session_id).describe()).status
+    finished = status not in (None, WorkflowExecutionStatus.RUNNING,
+                              WorkflowExecutionStatus.CONTINUED_AS_NEW)
+    last = last_event = 0
+    async for e in session_events(client, session_id, follow=False, only=None):
+        last = e.seq
+        if only is None or only(e.type):
+            last_event = e.seq
+    return StreamHead(last, last_event, finished)
 
 
 @dataclass(frozen=True)
@@ -181,19 +198,60 @@ async def export_session(
         if w.finished and not w.checkpoint_due:
             return ExportResult(session_id, 0, w.last_seq, True)
         export, page = SessionExport(w, session_id), []
-        async for event, page_end in history_events(client, session_id, follow=follow):
+        events = history_events(client, session_id, follow=follow).__aiter__()
+        # Where parking was refused (visibility not there yet, a task pending): asked
+        # again while no event comes, or the follower would hold its long-poll until
+        # the person answers.
+        refused: tuple[str, int] | None = None
+        while True:
+            nxt = asyncio.ensure_future(events.__anext__())
+            if refused is not None and park is not None \
+                    and await _park_while_quiet(nxt, park, *refused):
+                return replace(await _in_thread(export.finish), parked=True)
+            try:
+                event, page_end = await nxt
+            except StopAsyncIteration:
+                break
+            refused = None
             page.append(event)
             if page_end:
                 await _in_thread(export.feed_page, page)
                 page = []
+                run_id = export.mapper.run_id
                 if park is not None and export.mapper.open_issue is not None \
-                        and export.mapper.run_id is not None \
-                        and await park(export.mapper.run_id, event.event_id):
-                    return replace(await _in_thread(export.finish), parked=True)
+                        and run_id is not None:
+                    if await park(run_id, event.event_id):
+                        return replace(await _in_thread(export.finish), parked=True)
+                    refused = (run_id, event.event_id)
         await _in_thread(export.feed_page, page)
         return await _in_thread(export.finish)
     finally:
         w.close()
+
+
+#: Parking refused at a page end is asked again after this long, doubling up to
+#: ``PARK_RETRY_MAX_S``, while no new event comes.
+PARK_RETRY_S = 0.5
+PARK_RETRY_MAX_S = 30.0
+
+
+async def _park_while_quiet(nxt: asyncio.Future[Any], park: Park, run_id: str,
+                            last_event_id: int) -> bool:
+    """Ask ``park`` again now and then until ``nxt`` (the next history event) comes;
+    True (``nxt`` cancelled: its long-poll ends) once it agrees."""
+    delay = PARK_RETRY_S
+    while True:
+        done, _ = await asyncio.wait({nxt}, timeout=delay)
+        if done:
+            return False
+        if await park(run_id, last_event_id):
+            if not nxt.done():
+                nxt.cancel()
+                with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
+                    await nxt
+                return True
+            return False  # an event came meanwhile: it is taken, not dropped
+        delay = min(delay * 2, PARK_RETRY_MAX_S)
 
 
 def finished_on_disk(run_dir: Path) -> bool:

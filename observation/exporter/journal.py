@@ -2,7 +2,7 @@
 
 The journal says what the workflow decided: status changes with their FCMP events,
 contracts and their transitions, replies, messages, the assistant's text, plan
-events. Part of the pure mapping (see ``mapping.py``).
+events, waits for the model provider. Part of the pure mapping (see ``mapping.py``).
 """
 
 from __future__ import annotations
@@ -71,6 +71,9 @@ class JournalMapper:
                 "work_item_id": detail.get("execution_id"),
                 "options": detail.get("options", []), "fields": detail.get("fields", []),
                 "opened_at": detail.get("created_at", at),
+                # what the person must look at (a plan step's output); only when set,
+                # so older histories export to the same bytes
+                **({"output": detail["output"]} if detail.get("output") else {}),
                 **({"reason_code": detail["reason_code"]} if detail.get("reason_code") else {})},
                 *self._work_span(detail.get("execution_id")))
         elif (self.open_issue is not None and d["from_status"] == "waiting_user"
@@ -97,8 +100,17 @@ class JournalMapper:
             "detail": {}, "resolved_at": at},
             *self._work_span(issue.get("execution_id")))
 
+    def _j_reply_refused(self, d: dict[str, Any], at: str) -> None:
+        """A stale or malformed signal the workflow refused (the session unchanged)."""
+        self.emit("interaction.reply.refused", {**d, "at": at})
+
     def _j_message_accepted(self, d: dict[str, Any], at: str) -> None:
         self.emit("message", {"text": d["text"], "at": at})
+
+    def _j_llm_waiting(self, d: dict[str, Any], at: str) -> None:
+        # The session waits for the model provider (rate limited, or an error that
+        # may pass) until ``retry_at``: workflows/provider_wait.py.
+        self.emit("provider.waiting", {**d, "at": at})
 
     def _j_assistant_text(self, d: dict[str, Any], at: str) -> None:
         self.emit("text", {**d, "at": at}, ids.reasoning_span(self.sid, d["call_id"]),

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from observation.exporter import files
-from observation.exporter.chain import GENESIS, LOG_VERSION, Chain, line_bytes
+from observation.exporter.chain import GENESIS, LOG_VERSION, Chain, line_bytes, read_json
 from observation.exporter.checkpoint import CHECKPOINT_NAME, checkpoint_bytes
 from observation.exporter.files import atomic_write, cut_torn_tail, fsync_dir
 from observation.exporter.model import Artifact, LogEvent
@@ -131,7 +131,7 @@ class LogWriter:
             if cut:
                 log.warning("%s: cut a torn last line (%d bytes); it is re-exported", path, cut)
             try:
-                for event in verify_lines(read_lines(path)):
+                for event in verify_lines(read_lines(path), self.run_dir.resolve().name):
                     self.snapshot.apply(event)
                     if self.observer is not None:
                         self.observer.event(event, True)
@@ -223,7 +223,7 @@ class LogWriter:
             self._failed = err
             raise LogWriteError(f"{self.run_dir}: writing line {event.seq} failed: {err}"
                                 ) from err
-        parsed = json.loads(data)  # as replay sees it: 1.0 is 1 in JCS
+        parsed = read_json(data)  # as replay sees it: numbers as doubles
         self.snapshot.apply(parsed)
         if self.observer is not None:
             self.observer.event(parsed, False)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
@@ -14,12 +15,24 @@ SEED_TYPES = (
     "GATE_RUN_FINISHED", "RUN_COMPLETED", "RUN_FAILED",
 )
 #: The types the HTTP API streams over SSE (``interaction.*`` is a prefix).
-SSE_TYPES = ("execution_state", "conversation.state.changed", "text", "tool_result")
+SSE_TYPES = ("execution_state", "conversation.state.changed", "text", "tool_result",
+             "provider.waiting")
 SSE_PREFIXES = ("interaction.",)
 
 
 def is_sse(event_type: str) -> bool:
     return event_type in SSE_TYPES or event_type.startswith(SSE_PREFIXES)
+
+
+@dataclass(frozen=True)
+class StreamHead:
+    """Where a session's SSE stream stands now: the last id so far (the log's last
+    line; 0: none yet), the last id an event of the stream carries (0: none), and
+    whether the session ended (then no id after ``last_seq`` will ever come)."""
+
+    last_seq: int
+    last_event_seq: int
+    finished: bool
 
 
 class Artifact(BaseModel):

@@ -78,6 +78,7 @@ class Exporter:
     def __init__(self, client: Client, runs_dir: Path, *, query: str = SESSION_QUERY,
                  discover_every_s: float = 1.0, retry_after_s: float = 5.0,
                  rescan_every: int = 60, sweep_every_s: float = 300.0, park: bool = True,
+                 max_followers: int = 400,
                  observers: Callable[[str], LogObserver | None] | None = None,
                  signer: Signer | None = None) -> None:
         self.client, self.runs_dir, self.query = client, runs_dir, query
@@ -86,6 +87,9 @@ class Exporter:
         self.discover_every_s, self.retry_after_s = discover_every_s, retry_after_s
         self.sweep_every_s, self.park = sweep_every_s, park
         self.tasks: dict[str, asyncio.Task[None]] = {}
+        # Followers holding a history long-poll at once (Temporal caps long-polls per
+        # namespace; past the cap every poll fails, SSE and workers' included).
+        self._slots = asyncio.Semaphore(max_followers)
         self.parked: dict[str, Parked] = {}
         self.done: set[str] = set()
         self.errors: dict[str, str] = {}
@@ -179,16 +183,15 @@ class Exporter:
     def want(self, session_id: str) -> None:
         """Someone streams the session: follow it now (woken if parked, started if
         discovery has not seen it yet)."""
-        if session_id in self.parked:
-            self.wake(session_id)
-        else:
-            self.follow(session_id)
+        self.wake(session_id)
 
     def wake(self, session_id: str) -> None:
-        """Something may have changed the session: follow it again if it was parked."""
+        """Something may have changed the session (or started it): follow it now,
+        again if it was parked, at once if discovery has not seen it yet."""
         if session_id in self.tasks:
             self._woken.add(session_id)  # its follower must not park on what it saw
-        elif self.parked.pop(session_id, None) is not None:
+        else:
+            self.parked.pop(session_id, None)
             self.follow(session_id)
 
     async def _may_park(self, session_id: str, run_id: str, last_event_id: int) -> bool:
@@ -222,9 +225,10 @@ class Exporter:
                     return
                 try:
                     hook = {"observer": self.observers(session_id)} if self.observers else {}
-                    result = await follower.export_session(
-                        self.client, session_id, self.runs_dir, follow=True, park=park,
-                        signer=self.signer, **hook)
+                    async with self._slots:
+                        result = await follower.export_session(
+                            self.client, session_id, self.runs_dir, follow=True, park=park,
+                            signer=self.signer, **hook)
                     self.errors.pop(session_id, None)
                     if not result.parked:
                         self.done.add(session_id)

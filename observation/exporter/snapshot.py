@@ -12,7 +12,7 @@ import json
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from observation.exporter.chain import GENESIS
+from observation.exporter.chain import GENESIS, jcs, plain
 
 SNAPSHOT_VERSION = "hitlflow-snapshot-v1"
 Event = dict[str, Any]
@@ -23,8 +23,29 @@ class ReplayError(ValueError):
 
 
 def snapshot_bytes(snapshot: dict[str, Any]) -> bytes:
-    """The exact bytes of ``snapshot.json``: sorted keys, two-space indent, UTF-8."""
-    return (json.dumps(snapshot, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode()
+    """The exact bytes of ``snapshot.json``: JCS (RFC 8785) with a two-space indent.
+
+    Members sorted and strings and numbers written as JCS writes them (raw UTF-8),
+    each member or element on its own line indented two spaces per level, ``": "``
+    after a key, ``","`` ending every member but the last, ``{}``/``[]`` when empty,
+    and a final newline. Without floats and with ASCII keys this is exactly Python's
+    ``json.dumps(indent=2, sort_keys=True, ensure_ascii=False)``."""
+    if plain(snapshot):
+        text = json.dumps(snapshot, indent=2, sort_keys=True, ensure_ascii=False)
+    else:
+        text = _indented(snapshot, "\n")
+    return (text + "\n").encode()
+
+
+def _indented(value: Any, newline: str) -> str:
+    inner = newline + "  "
+    if isinstance(value, dict) and value:
+        members = sorted(value.items(), key=lambda kv: kv[0].encode("utf-16-be"))
+        return "{" + ",".join(f"{inner}{jcs(k).decode()}: {_indented(v, inner)}"
+                              for k, v in members) + newline + "}"
+    if isinstance(value, list) and value:
+        return "[" + ",".join(inner + _indented(v, inner) for v in value) + newline + "]"
+    return jcs(value).decode()
 
 
 class Snapshot:

@@ -1,31 +1,64 @@
 """Verify a log: every line's canonical form and hashes, every ``prev_hash``, the
-sequence, the head (``head`` file and ``snapshot.json``), and the artifacts.
+sequence, what each field must be, the head (``head`` file and ``snapshot.json``),
+and the artifacts.
 
 The format version is read from line 1 (``log_version`` 2: seed 003's ``event_hash``
 and the chained ``line_hash``, both checked; no ``log_version``: v1, its one
 ``event_hash``), and every later line must be of the same version.
 
+Beyond the hashes, every line must say what the exporter writes (``fields.py``):
+the session's ``run_id`` and ``trace_id`` (the session is the run directory's name),
+its spans, a well-formed ``ts``, unique ``event_id``s in history order, and LLM
+artifacts that hash to their ``output_hash``.
+
+Each line is read with every number as a double (:func:`read_json`, as RFC 8785
+reads numbers), so a line must be the JCS form of what it holds.
 Any failure raises :class:`ChainBrokenError`, whose text starts with
-``EVENT_CHAIN_BROKEN`` (or ``ARTIFACT_MISMATCH``) and names the 1-based line.
+``EVENT_CHAIN_BROKEN`` (or ``ARTIFACT_MISMATCH``) and names the 1-based line; no
+content of a file makes it raise anything else.
 ``verify_lines`` and ``check_head`` are pure; ``verify_dir`` only reads files.
+
+Speed: each line is parsed once (C ``json``, one decoder per log); its canonical
+form is checked with one C ``json.dumps`` where that is exactly RFC 8785 (no float
+that prints differently, no integer beyond 2^53 - 1, no character at or above U+E000
+whose key order could differ, no lone surrogate), else with ``chain.jcs``; both
+hashes are taken over slices of the canonical line itself (no re-serialisation).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
-from observation.exporter.chain import GENESIS, hash_body, jcs, line_hash, seed_hash
+import rfc8785
+
+from observation.exporter.chain import GENESIS, HASH_PREFIX, LINE_PREFIX, jcs, read_json
+from observation.exporter.chain import _number as double
+from observation.exporter.fields import FieldError, LineFields
 
 LOG_NAME, HEAD_NAME, SNAPSHOT_NAME = "events.ndjson", "head", "snapshot.json"
 #: The fields of a v1 line; a v2 line has these and ``log_version``, ``line_hash``.
 ENVELOPE = frozenset({"seq", "event_id", "run_id", "ts", "type", "payload", "trace_id",
                       "span_id", "parent_span_id", "prev_hash", "event_hash"})
 ENVELOPE_V2 = ENVELOPE | {"log_version", "line_hash"}
+#: The JSON type of each field (``parent_span_id``: a string or null).
+FIELD_TYPES: dict[str, type | tuple[type, ...]] = {
+    "seq": int, "payload": dict, "parent_span_id": (str, type(None)), "log_version": int,
+    **{k: str for k in ("event_id", "run_id", "ts", "type", "trace_id", "span_id",
+                        "prev_hash", "event_hash", "line_hash")}}
+#: Bytes that keep a line off the ``json.dumps`` fast path: the UTF-8 lead bytes of
+#: U+E000 and above (where UTF-16 order, JCS's key order, and code point order can
+#: differ). Lone surrogates cannot come from UTF-8 (strict); from a ``\ud800``
+#: escape they fail the fast path's encode.
+_SLOW_BYTES = re.compile(rb"[\xee-\xf4]")
+#: ``json.dumps`` as JCS writes the values the fast path lets through.
+_fast_jcs = json.JSONEncoder(ensure_ascii=False, sort_keys=True, separators=(",", ":")).encode
 
 
 class ChainBrokenError(ValueError):
@@ -42,20 +75,71 @@ class Verified:
     log_version: int | None = None  # None: an empty log
 
 
-def parse_line(line: bytes, number: int) -> dict[str, Any]:
+class _Numbers:
+    """``json`` decoder hooks: every number read as a double (as ``read_json``), and
+    a note of what ``json.dumps`` would not print as RFC 8785 does (a float whose
+    literal is not its JCS form, an integer beyond 2^53 - 1); NaN and the
+    infinities are refused (not JSON)."""
+
+    def __init__(self) -> None:
+        self.exact = True  # False: the line must be checked with chain.jcs
+
+    def int(self, s: str) -> int | float:
+        if len(s) > 15:
+            self.exact = False
+            return double(s)
+        return int(s)
+
+    def float(self, s: str) -> float:
+        x = float(s)
+        if self.exact:
+            try:
+                self.exact = rfc8785.dumps(x) == s.encode() and repr(x) == s
+            except rfc8785.CanonicalizationError:
+                self.exact = False
+        return x
+
+    @staticmethod
+    def constant(s: str) -> Any:
+        raise ValueError(f"{s} is not JSON")
+
+    def decoder(self) -> json.JSONDecoder:
+        return json.JSONDecoder(parse_int=self.int, parse_float=self.float,
+                                parse_constant=self.constant)
+
+
+def parse_line(line: bytes, number: int, decode: Any = None) -> dict[str, Any]:
+    """One line as a dict with exactly a log event's fields, of their JSON types;
+    ``decode``: a ``JSONDecoder.decode`` with :class:`_Numbers`' hooks."""
     if not line.endswith(b"\n"):
         raise ChainBrokenError(number, "the last line is not terminated (a torn write)")
+    if decode is None:
+        decode = _Numbers().decoder().decode
     try:
-        obj = json.loads(line)
-    except ValueError as err:
-        raise ChainBrokenError(number, f"not JSON ({err})") from None
-    if not isinstance(obj, dict) or set(obj) not in (ENVELOPE, ENVELOPE_V2) or (
+        obj = decode(line.decode())
+    except (ValueError, RecursionError) as err:  # UnicodeDecodeError is a ValueError
+        raise ChainBrokenError(number, f"not JSON ({type(err).__name__}: {err})") from None
+    if not isinstance(obj, dict) or obj.keys() not in (ENVELOPE, ENVELOPE_V2) or (
             "log_version" in obj and obj["log_version"] != 2):
         found = sorted(obj) if isinstance(obj, dict) else type(obj).__name__
         version = obj.get("log_version") if isinstance(obj, dict) else None
         raise ChainBrokenError(number, f"not a log event: fields {found}"
                                + (f", log_version {version!r}" if version is not None else ""))
+    for field, kind in FIELD_TYPES.items():
+        if field in obj and (not isinstance(obj[field], kind) or isinstance(obj[field], bool)):
+            raise ChainBrokenError(number, f"not a log event: {field} is "
+                                   f"{type(obj[field]).__name__} {obj[field]!r:.40}")
     return obj
+
+
+def canonical(obj: Any, number: int) -> bytes:
+    """``jcs(obj)``; a number JCS cannot write (``1e400`` reads as infinity) is a broken
+    line, not a crash."""
+    try:
+        return jcs(obj)
+    except (rfc8785.CanonicalizationError, RecursionError) as err:
+        raise ChainBrokenError(number, "not in canonical form (RFC 8785): "
+                               f"{type(err).__name__}: {err}") from None
 
 
 def line_version(obj: dict[str, Any]) -> int:
@@ -63,48 +147,92 @@ def line_version(obj: dict[str, Any]) -> int:
     return int(obj.get("log_version", 1))
 
 
-def verify_lines(lines: Iterable[bytes]) -> Iterator[dict[str, Any]]:
-    """Yield each verified event; raise on the first line that breaks the chain."""
+def _canonical(obj: dict[str, Any], line: bytes, n: int, nums: _Numbers) -> None:
+    """The line is ``JCS(obj) + "\\n"``, byte for byte."""
+    if nums.exact and (line.isascii() or _SLOW_BYTES.search(line) is None):
+        try:
+            if _fast_jcs(obj).encode() + b"\n" == line:
+                return
+        except (UnicodeEncodeError, RecursionError):  # a lone surrogate (a \\ud800 escape)
+            pass
+    if canonical(obj, n) + b"\n" != line:
+        raise ChainBrokenError(n, "not in canonical form (RFC 8785): the bytes were edited")
+
+
+def _slice_hashes(obj: dict[str, Any], line: bytes, version: int, prev_line: str
+                  ) -> tuple[str, str | None]:
+    """``(event_hash, line_hash)`` as they must be, from a canonical line's own bytes:
+    in JCS the members are in key order, so the fields' canonical texts are slices
+    (a raw ``"`` is never inside a string: the markers below are the top level's)."""
+    if version == 1:  # the line without its first member, "event_hash":"<64>",
+        body = b"{" + line[81:-1]  # (an event_hash not 64 long cannot match anyway)
+        return hashlib.sha256(HASH_PREFIX + body).hexdigest(), None
+    i = line.find(b',"payload":') + 11
+    payload = line[i:line.rfind(b',"prev_hash":"')]
+    seed = hashlib.sha256(b"".join((obj["event_id"].encode(), obj["ts"].encode(),
+                                    obj["type"].encode(), payload,
+                                    obj["prev_hash"].encode()))).hexdigest()
+    j = line.find(b',"line_hash":"')
+    body = line[:j] + line[j + 79:-1]  # without ,"line_hash":"<64>" (else: no match)
+    return seed, hashlib.sha256(b"".join((LINE_PREFIX, prev_line.encode(), b"\n", body))
+                                ).hexdigest()
+
+
+def verify_lines(lines: Iterable[bytes], session_id: str | None = None
+                 ) -> Iterator[dict[str, Any]]:
+    """Yield each verified event; raise on the first line that breaks the chain.
+    ``session_id``: the session the log must be of (default: line 1's ``run_id``)."""
     prev, prev_line, version = GENESIS, GENESIS, None
+    fields = LineFields(session_id, session_id is not None)
+    nums = _Numbers()
+    decode = nums.decoder().decode
     for n, line in enumerate(lines, 1):
-        obj = parse_line(line, n)
+        nums.exact = True
+        obj = parse_line(line, n, decode)
         if version is None:
             version = line_version(obj)
         elif line_version(obj) != version:
             raise ChainBrokenError(n, f"a log format v{line_version(obj)} line in a v{version} "
                                    "log: a log is one version from its first line to its last")
-        if jcs(obj) + b"\n" != line:
-            raise ChainBrokenError(n, "not in canonical form (RFC 8785): the bytes were edited")
+        _canonical(obj, line, n, nums)
+        event_hash, lhash = _slice_hashes(obj, line, version, prev_line)
         if version == 1:
-            if hash_body({k: v for k, v in obj.items() if k != "event_hash"}) \
-                    != obj["event_hash"]:
+            if event_hash != obj["event_hash"]:
                 raise ChainBrokenError(n, "event_hash does not match the event's content")
         else:
-            if seed_hash(obj) != obj["event_hash"]:
+            if event_hash != obj["event_hash"]:
                 raise ChainBrokenError(n, "event_hash does not match sha256(event_id + ts + "
                                        "type + payload + prev_hash) (seed 003)")
-            if line_hash({k: v for k, v in obj.items() if k != "line_hash"}, prev_line) \
-                    != obj["line_hash"]:
+            if lhash != obj["line_hash"]:
                 raise ChainBrokenError(n, "line_hash does not match the line's content and "
                                        "the line_hash before it (an envelope field changed)")
-            prev_line = obj["line_hash"]
+            prev_line = lhash
         if obj["seq"] != n:
             raise ChainBrokenError(n, f"seq {obj['seq']} on line {n}: a line was deleted, "
                                    "inserted or moved")
         if obj["prev_hash"] != prev:
             raise ChainBrokenError(n, "prev_hash is not the event_hash of the line before")
-        prev = obj["event_hash"]
+        try:
+            fields.check(obj, n)
+        except FieldError as err:
+            raise ChainBrokenError(err.line, err.reason, err.code) from None
+        prev = event_hash
         yield obj
 
 
-def parse_head(data: bytes, what: str) -> dict[str, Any]:
+def parse_head(data: bytes, what: str, *, whole: bool = False) -> dict[str, Any]:
+    """The head in ``head`` or ``snapshot.json`` (``whole``: all of the latter)."""
     try:
-        head = json.loads(data)
+        head = read_json(data)
+        if whole:
+            if not isinstance(head, dict):
+                raise TypeError("not an object")
+            return head
         if isinstance(head, dict) and "head" in head:  # snapshot.json carries it too
             head = head["head"]
-        if not (isinstance(head["last_seq"], int) and isinstance(head["last_hash"], str)):
+        if not (type(head["last_seq"]) is int and isinstance(head["last_hash"], str)):
             raise TypeError("last_seq/last_hash of the wrong type")
-    except (ValueError, KeyError, TypeError) as err:
+    except (ValueError, KeyError, TypeError, RecursionError) as err:
         raise ChainBrokenError(None, f"{what} is not a valid head ({err})") from None
     return head
 
@@ -124,15 +252,20 @@ def check_head(verified: Verified, head: dict[str, Any], what: str) -> None:
 
 def check_artifact(run_dir: Path, event: dict[str, Any]) -> None:
     p = event["payload"]
-    path = (run_dir / p["path"]).resolve()
-    if not path.is_relative_to(run_dir.resolve() / "artifacts"):
+    if not (isinstance(p.get("path"), str) and isinstance(p.get("sha256"), str)):
+        raise ChainBrokenError(event["seq"], "ARTIFACT_WRITTEN without a path and sha256",
+                               "ARTIFACT_MISMATCH")
+    try:
+        path = (run_dir / p["path"]).resolve()
+        inside = path.is_relative_to(run_dir.resolve() / "artifacts")
+        digest = hashlib.sha256(path.read_bytes()).hexdigest() if inside else ""
+    except (OSError, ValueError) as err:  # ValueError: a NUL in the path
+        why = err.strerror if isinstance(err, OSError) else str(err)
+        raise ChainBrokenError(event["seq"], f"artifact {p['path']!r}: {why}",
+                               "ARTIFACT_MISMATCH") from None
+    if not inside:
         raise ChainBrokenError(event["seq"], f"artifact path {p['path']!r} leaves the "
                                "artifacts folder", "ARTIFACT_MISMATCH")
-    try:
-        digest = hashlib.sha256(path.read_bytes()).hexdigest()
-    except OSError as err:
-        raise ChainBrokenError(event["seq"], f"artifact {p['path']}: {err.strerror}",
-                               "ARTIFACT_MISMATCH") from None
     if digest != p["sha256"]:
         raise ChainBrokenError(event["seq"], f"artifact {p['path']} does not hash to its "
                                "recorded sha256", "ARTIFACT_MISMATCH")
@@ -143,19 +276,38 @@ def read_lines(path: Path) -> Iterator[bytes]:
         yield from f
 
 
-def verify_dir(run_dir: Path, *, artifacts: bool = True) -> Verified:
-    """Verify ``run_dir`` (``events.ndjson``, ``head``, ``snapshot.json``, artifacts)."""
+def verify_dir(run_dir: Path, *, artifacts: bool = True, live: bool = False) -> Verified:
+    """Verify ``run_dir`` (``events.ndjson``, ``head``, ``snapshot.json``, artifacts):
+    the log of the session its name says (``runs/<session_id>/``).
+
+    ``live``: the log may still be written. The exporter appends lines, fsyncs them,
+    then replaces ``snapshot.json`` and ``head``; so ``head`` is read first and the
+    lines up to its ``last_seq`` are checked (lines after it are a batch in flight,
+    checked against the next head), and ``snapshot.json`` is not compared."""
     log, head_path, snap_path = (run_dir / n for n in (LOG_NAME, HEAD_NAME, SNAPSHOT_NAME))
     for p in (log, head_path, snap_path):
         if not p.is_file():
             raise ChainBrokenError(None, f"{p} is missing" + (
                 ": a truncated tail cannot be ruled out" if p != log else ""))
+    session = run_dir.resolve().name
     count, last, version = 0, GENESIS, None
-    for event in verify_lines(read_lines(log)):
-        count, last, version = event["seq"], event["event_hash"], line_version(event)
-        if artifacts and event["type"] == "ARTIFACT_WRITTEN":
-            check_artifact(run_dir, event)
+    try:
+        heads = [(parse_head(head_path.read_bytes(), "head"), "head")] if live else []
+        lines = read_lines(log)
+        for event in verify_lines(islice(lines, heads[0][0]["last_seq"]) if live else lines,
+                                  session):
+            count, last, version = event["seq"], event["event_hash"], line_version(event)
+            if artifacts and event["type"] == "ARTIFACT_WRITTEN":
+                check_artifact(run_dir, event)
+        if not live:
+            heads = [(parse_head(p.read_bytes(), p.name), p.name) for p in (head_path, snap_path)]
+            snapshot_of = parse_head(snap_path.read_bytes(), "snapshot.json", whole=True)
+            if snapshot_of.get("run_id") != session:
+                raise ChainBrokenError(None, f"snapshot.json is not of session {session} "
+                                       "(its run_id says another)")
+    except OSError as err:
+        raise ChainBrokenError(None, f"cannot read {err.filename}: {err.strerror}") from None
     verified = Verified(count, last, version)
-    check_head(verified, parse_head(head_path.read_bytes(), "head"), "head")
-    check_head(verified, parse_head(snap_path.read_bytes(), "snapshot.json"), "snapshot.json")
+    for head, what in heads:
+        check_head(verified, head, what)
     return verified

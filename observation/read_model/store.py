@@ -22,8 +22,6 @@ whole (a rebuild).
 
 from __future__ import annotations
 
-import base64
-import binascii
 import contextlib
 import json
 import threading
@@ -33,6 +31,8 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from observation.read_model.rows import SESSION_COLUMNS, SessionBatch, SessionRow
+from observation.tokens import decode_token, encode_token
+from workflows.config import valid_session_id
 
 SCHEMA_VERSION = "1"
 TERMINAL_STATUSES = ("succeeded", "failed", "canceled")
@@ -136,17 +136,28 @@ def _now() -> str:
 
 
 def encode_page_token(started_at: str, session_id: str) -> str:
-    raw = json.dumps([started_at, session_id], separators=(",", ":")).encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+    return encode_token(json.dumps([started_at, session_id], separators=(",", ":")).encode())
+
+
+def _timestamp(value: str) -> bool:
+    try:
+        datetime.fromisoformat(value)
+    except ValueError:
+        return False
+    return True
 
 
 def decode_page_token(token: str) -> tuple[str, str]:
+    """The position a token :func:`encode_page_token` gave out names: exactly its
+    spelling, a start time (or "", none recorded) and a valid session id."""
     try:
-        raw = base64.urlsafe_b64decode(token.encode() + b"=" * (-len(token) % 4))
-        started_at, session_id = json.loads(raw)
-    except (binascii.Error, ValueError, TypeError, UnicodeError):
+        started_at, session_id = json.loads(decode_token(token))
+    except (ValueError, TypeError, UnicodeError):
         raise InvalidPageToken(token) from None
-    if not isinstance(started_at, str) or not isinstance(session_id, str):
+    if not isinstance(started_at, str) or not isinstance(session_id, str) \
+            or not (started_at == "" or _timestamp(started_at)) \
+            or not valid_session_id(session_id) \
+            or encode_page_token(started_at, session_id) != token:
         raise InvalidPageToken(token)
     return started_at, session_id
 

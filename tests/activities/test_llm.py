@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import re
 import socket
+from datetime import timedelta
+from email.utils import formatdate
 
 import pytest
 from temporalio.exceptions import ApplicationError
@@ -21,6 +23,7 @@ from activities.llm import (
     LlmActivities,
     ToolNames,
     llm_call_started,
+    retry_after_s,
     sha256_json,
 )
 from tests.fakes.openai_server import FakeOpenAIServer, tool_call
@@ -381,15 +384,17 @@ async def test_openai_ask_user_becomes_an_ecs_request(
     assert result.finished.tool_calls_count == 0
 
 
-async def test_openai_invalid_ask_user_is_non_retryable(
+async def test_openai_invalid_ask_user_is_a_mistake_for_the_model(
     fake_openai: FakeOpenAIServer, api_key: str
 ) -> None:
     ask = {"kind": "choose", "prompt": "Which branch?", "options": ["main"]}
     fake_openai.reply_tool_calls([tool_call("call_q", ASK_USER, ask)])
-    error, failed = await run_failing(openai_input(fake_openai))
-    assert error.non_retryable and not failed.retryable
-    assert failed.error_class == "LLMResponseError"
-    assert "ask_user" in failed.error_summary
+    result = await run(openai_input(fake_openai))
+    assert result.ecs_request is None
+    (call,) = result.tool_calls
+    assert (call.id, call.tool, call.server, call.arguments) == ("call_q", ASK_USER, None, ask)
+    assert call.arguments_error and "ask_user request is invalid" in call.arguments_error
+    assert "at least two options" in call.arguments_error
 
 
 async def test_openai_end_conversation_ends(fake_openai: FakeOpenAIServer, api_key: str) -> None:
@@ -402,15 +407,64 @@ async def test_openai_end_conversation_ends(fake_openai: FakeOpenAIServer, api_k
     assert result.tool_calls == [] and result.ecs_request is None
 
 
-async def test_openai_bad_json_arguments_are_non_retryable(
+@pytest.mark.parametrize(("raw", "problem"), [
+    ('{"path": ', "are not valid JSON (Expecting value: line 1 column 10 (char 9)): "
+                  '{"path": '),
+    ('["notes.txt"]', "are not a JSON object"),
+    ('{"path": 7}', "do not fit its input schema at path: 7 is not of type 'string'"),
+    ('{"path": "n", "extra": 1}', "do not fit its input schema: Additional properties are "
+                                  "not allowed ('extra' was unexpected)"),
+])
+async def test_openai_unusable_arguments_come_back_as_a_mistake(
+    fake_openai: FakeOpenAIServer, api_key: str, raw: str, problem: str
+) -> None:
+    """Not JSON, not an object, not what the schema asks: the call is returned with
+    ``arguments_error`` (the workflow tells the model), never a failed LLM call."""
+    strict = [TOOLS[0].model_copy(update={"input_schema": {
+        "type": "object", "properties": {"path": {"type": "string"}},
+        "required": ["path"], "additionalProperties": False}})]
+    fake_openai.reply_tool_calls([tool_call("call_a", "fs__read_file", raw),
+                                  tool_call("call_b", "fs__read_file", {"path": "ok"})])
+    result = await run(openai_input(fake_openai, tools=strict))
+    bad, good = result.tool_calls
+    assert (bad.id, bad.server, bad.tool) == ("call_a", "fs", "read_file")
+    assert bad.arguments_error == f"the arguments of fs__read_file {problem}"
+    parsed = raw.startswith("{") and raw.endswith("}")
+    assert bad.raw_arguments == (None if parsed else raw)
+    assert good.arguments_error is None and good.arguments == {"path": "ok"}
+    # Unset, the two fields stay out of the JSON (the output hash of older answers).
+    assert set(good.model_dump()) == {"id", "tool", "server", "arguments"}
+
+
+async def test_scripted_arguments_are_checked_like_the_models() -> None:
+    script = [ScriptedResponse(tool_calls=[
+        ToolCallRequest(tool="read_file", server="fs", raw_arguments='{"path": "a"'),
+        ToolCallRequest(tool="read_file", arguments={"path": 3}),
+        ToolCallRequest(tool="read_file", raw_arguments='{"path": "a"}'),
+        ToolCallRequest(tool="not_offered", arguments={"x": 1}),
+    ])]
+    result = await run(scripted_input(script, tools=TOOLS))
+    bad_json, bad_type, good, unknown = result.tool_calls
+    assert bad_json.arguments_error.startswith("the arguments of fs__read_file are not valid")
+    assert bad_type.arguments_error.startswith("the arguments of fs__read_file do not fit")
+    assert bad_json.raw_arguments == '{"path": "a"'
+    assert "3 is not of type 'string'" in bad_type.arguments_error
+    assert (good.arguments, good.arguments_error, good.raw_arguments) == ({"path": "a"}, None,
+                                                                          None)
+    assert unknown.arguments_error is None  # the workflow judges a tool that is not there
+
+
+async def test_openai_arguments_that_are_not_unicode_are_non_retryable(
     fake_openai: FakeOpenAIServer, api_key: str
 ) -> None:
-    fake_openai.reply_tool_calls([tool_call("call_a", "fs__read_file", '{"path": ')])
+    """A lone surrogate (``\\ud800`` without its pair) in a tool call's JSON arguments:
+    not Unicode text, so it cannot be hashed or recorded; refused at once (before: a
+    UnicodeEncodeError, retried)."""
+    fake_openai.reply_tool_calls([tool_call("call_s", "fs__read_file", '{"path": "a\\ud800"}')])
     error, failed = await run_failing(openai_input(fake_openai))
-    assert error.non_retryable
+    assert error.non_retryable and not failed.retryable
     assert failed.error_class == "LLMResponseError"
-    assert "fs__read_file" in failed.error_summary
-    assert "not valid JSON" in failed.error_summary
+    assert "lone surrogate" in failed.error_summary
 
 
 async def test_openai_401_is_non_retryable_and_never_shows_the_key(
@@ -461,6 +515,50 @@ async def test_openai_http_errors_are_classified(
     assert "something went wrong" in failed.error_summary
     # max_retries=0: one request, Temporal retries.
     assert len(fake_openai.requests) == 1
+
+
+@pytest.mark.parametrize(("headers", "delay_s"), [
+    ({"retry-after": "20"}, 20.0),
+    ({"retry-after-ms": "1500", "retry-after": "20"}, 1.5),
+    ({"retry-after": "2"}, 2.0),
+    ({}, None),
+    ({"retry-after": "soon"}, None),
+])
+async def test_openai_429_names_the_providers_delay_as_the_next_retry_delay(
+    fake_openai: FakeOpenAIServer, api_key: str, headers: dict, delay_s: float | None
+) -> None:
+    """The provider's Retry-After / retry-after-ms becomes the activity failure's
+    ``next_retry_delay``: the workflow waits at least that long before the next try."""
+    fake_openai.reply_error(429, "Rate limit reached; try again in 20s",
+                            type_="rate_limit_error", headers=headers)
+    error, failed = await run_failing(openai_input(fake_openai))
+    assert failed.http_status == 429 and failed.retryable and not error.non_retryable
+    expected = None if delay_s is None else timedelta(seconds=delay_s)
+    assert error.next_retry_delay == expected
+
+
+async def test_openai_503_with_retry_after_and_400_without_retry(
+    fake_openai: FakeOpenAIServer, api_key: str
+) -> None:
+    fake_openai.reply_error(503, "overloaded", headers={"retry-after": "7"})
+    error, _ = await run_failing(openai_input(fake_openai))
+    assert not error.non_retryable and error.next_retry_delay == timedelta(seconds=7)
+    # A 400 is never retried, whatever delay it names.
+    fake_openai.reply_error(400, "bad request", headers={"retry-after": "1"})
+    error, failed = await run_failing(openai_input(fake_openai))
+    assert error.non_retryable and not failed.retryable and error.next_retry_delay is None
+
+
+def test_retry_after_as_an_http_date() -> None:
+    now = 1_700_000_000.0
+    date = formatdate(now + 30, usegmt=True)
+    assert retry_after_s({"retry-after": date}, now=now) == pytest.approx(30)
+    assert retry_after_s({"retry-after": formatdate(now - 5, usegmt=True)}, now=now) == 0.0
+    assert retry_after_s({"retry-after": "-3"}) is None
+    assert retry_after_s({"retry-after": "nan"}) is None
+    assert retry_after_s({"retry-after": "1e40"}) == 7 * 24 * 3600  # capped, never a crash
+    assert retry_after_s({"retry-after-ms": "x", "retry-after": "4"}) == 4.0
+    assert retry_after_s({"retry-after-ms": "-1", "retry-after": "4"}) == 4.0
 
 
 async def test_openai_connection_refused_is_retryable(

@@ -6,15 +6,11 @@ import uuid
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
-import httpx
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
-from api.app import create_app
 from api.settings import HitlflowSettings
-from observation.exporter.keys import load_or_create_signer
-from tests.api.http_support import HttpStack, serve
-from tests.support.sessions import running_exporter, running_worker
+from tests.api.http_support import HttpStack, running_stack
 
 
 @pytest.fixture(scope="module")
@@ -27,13 +23,8 @@ async def http_stack(dev_env: WorkflowEnvironment, free_port: Callable[[], int],
         temporal_address=dev_env.client.service_client.config.target_host,
         task_queue=f"tq-http-{uuid.uuid4().hex[:8]}", api_token=None,
         data_dir=tmp_path_factory.mktemp("http-data"))
-    signer = load_or_create_signer(settings.data_dir)  # as `up` does at its first start
-    async with running_worker(dev_env.client, settings.task_queue), \
-            running_exporter(dev_env.client, settings.data_dir, settings.task_queue,
-                             signer=signer), \
-            serve(create_app(settings), free_port()) as server, \
-            httpx.AsyncClient(base_url=server.url, timeout=30) as http:
-        yield HttpStack(http=http, url=server.url, client=dev_env.client, settings=settings)
+    async with running_stack(dev_env.client, settings, free_port()) as stack:
+        yield stack
 
 
 @pytest.fixture

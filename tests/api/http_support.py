@@ -13,9 +13,11 @@ import httpx
 from fastapi import FastAPI
 from temporalio.client import Client
 
-from api.app import ApiServer
+from api.app import ApiServer, create_app
 from api.demo import demo_config
 from api.settings import HitlflowSettings
+from observation.exporter.keys import load_or_create_signer
+from tests.support.sessions import running_exporter, running_worker
 
 DEADLINE_S = 30.0
 
@@ -37,6 +39,21 @@ async def serve(app: FastAPI, port: int) -> AsyncIterator[ApiServer]:
         yield server
     finally:
         await server.stop()
+
+
+@asynccontextmanager
+async def running_stack(client: Client, settings: HitlflowSettings, port: int,
+                        headers: dict[str, str] | None = None) -> AsyncIterator[HttpStack]:
+    """A worker on ``settings.task_queue``, the exporter keeping the read model in
+    ``settings.data_dir``, and the API on 127.0.0.1:``port`` (``headers``: the test
+    client's, e.g. the bearer token)."""
+    signer = load_or_create_signer(settings.data_dir)  # as `up` does at its first start
+    async with running_worker(client, settings.task_queue), \
+            running_exporter(client, settings.data_dir, settings.task_queue,
+                             signer=signer), \
+            serve(create_app(settings), port) as server, \
+            httpx.AsyncClient(base_url=server.url, timeout=30, headers=headers) as http:
+        yield HttpStack(http=http, url=server.url, client=client, settings=settings)
 
 
 async def eventually(probe: Callable[[], Awaitable[Any]], check: Callable[[Any], bool],

@@ -45,6 +45,14 @@ async def test_log_and_telemetry_runs_of_a_session(http_stack: HttpStack, tmp_pa
         assert (await http.get("/api/telemetry/runs",
                                params={"job_type": "nope"})).status_code == 422
         assert (await http.get("/api/sessions/..%2Fetc/log")).status_code in (404, 422)
+        # Paging past what SQLite can count is a 422, not an OverflowError (a 500).
+        for params in [{"offset": 2**63}, {"offset": 10**30}, {"offset": -1}, {"limit": 0},
+                       {"limit": 10**30}, {"offset": "x"}]:
+            r = await http.get("/api/telemetry/runs", params=params)
+            assert r.status_code == 422, (params, r.text)
+            error_of(r)
+        r = await http.get("/api/telemetry/runs", params={"offset": 2**31 - 1})
+        assert r.status_code == 200 and r.json() == {"runs": []}
         (tmp_path / "telemetry.sqlite").write_bytes(b"not a database")
         r = await http.get("/api/telemetry/runs")
         assert r.status_code == 409 and error_of(r)["code"] == "telemetry_unavailable"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shlex
 import sys
 from pathlib import Path
 
@@ -24,8 +25,11 @@ from tests.api.http_support import (
 runner = CliRunner()
 
 
-async def hitlflow(stack: HttpStack, *args: str, input: str | None = None) -> Result:
-    env = {"HITLFLOW_API_URL": stack.url, "COLUMNS": "200", "NO_COLOR": "1"}
+async def hitlflow(stack: HttpStack | None, *args: str, input: str | None = None,
+                   columns: int = 200) -> Result:
+    """The CLI, told where the API is by HITLFLOW_API_URL (None: not told)."""
+    env = {"HITLFLOW_API_URL": stack.url if stack else None, "COLUMNS": str(columns),
+           "NO_COLOR": "1", "HITLFLOW_API_PORT": None, "HITLFLOW_DATA_DIR": None}
     return await asyncio.to_thread(runner.invoke, app, list(args), input=input, env=env)
 
 
@@ -55,7 +59,8 @@ async def test_the_demo_driven_from_the_command_line(http_stack: HttpStack, tmp_
     s = await session_until(http_stack.http, sid, waiting("approval"))
     shown = ok(await hitlflow(http_stack, "session", "show", sid))
     assert f"{sid}: waiting_user" in shown and "waiting for you (approval)" in shown
-    assert f"hitlflow session reply {sid} --request-id {s['pending']['request_id']}" in shown
+    short = s["pending"]["execution_id"].partition(".")[2][:8]
+    assert f"\n    hitlflow session approve {sid} {short}\n" in shown
     out = ok(await hitlflow(http_stack, "session", "approve", sid, s["pending"]["execution_id"]))
     assert out.strip() == f"reply to {s['pending']['request_id']} accepted"
 
@@ -69,9 +74,13 @@ async def test_the_demo_driven_from_the_command_line(http_stack: HttpStack, tmp_
     live = out.decode()
     assert tail.returncode == 0, live
     assert "session queued → running" in live
-    assert "delete_note: running → waiting (suspend by tool)" in live
-    assert "delete_note: waiting → running (resume by human)" in live
+    # Actors by the seeds' names, as `hitlflow demo` and the timeline name them.
+    assert "delete_note: running → waiting (suspend by tool_node)" in live
+    assert "delete_note: waiting → running (resume by user)" in live
     assert "waiting for you (confirm): Shall I read the groceries list back to you?" in live
+    tail_hints = commands_in(live)  # what tail prints to answer: pasteable commands
+    assert ["session", "approve", sid, short] in tail_hints
+    assert all(c[:2] in (["session", "approve"], ["session", "reject"]) for c in tail_hints)
     assert "agent: Done: groceries saved, the old draft deleted." in live
     assert live.rstrip().endswith(f"session {sid} ended: succeeded")
 
@@ -164,3 +173,96 @@ async def test_a_plan_session_started_from_a_plan_file(http_stack: HttpStack, tm
     plan.write_text("{{{")
     bad = await hitlflow(http_stack, "session", "start", "--plan", str(plan))
     assert bad.exit_code == 2 and "is not YAML or JSON" in bad.output
+
+
+def commands_in(output: str) -> list[list[str]]:
+    """The commands a hint printed (each on its own line), as argv without `hitlflow`."""
+    return [shlex.split(line)[1:] for line in output.splitlines()
+            if line.startswith("    hitlflow ")]
+
+
+async def test_hints_work_when_pasted_and_contracts_go_by_prefix(http_stack: HttpStack,
+                                                                 http_notes_dir: Path):
+    r = await http_stack.http.post("/api/sessions", json=demo_body(http_notes_dir))
+    sid = r.json()["session_id"]
+    s = await session_until(http_stack.http, sid, waiting("approval"))
+    eid = s["pending"]["execution_id"]
+    url = ["--api-url", http_stack.url]  # no HITLFLOW_API_URL: hints carry the flag
+
+    shown = ok(await hitlflow(None, "session", "show", sid, *url, columns=80))
+    assert shown.splitlines()[0] == f"{sid}: waiting_user"  # read model, nothing behind
+    approve, reject = commands_in(shown)
+    assert approve == ["session", "approve", sid, eid.partition(".")[2][:8], *url]
+    assert reject[:2] == ["session", "reject"]
+    for line in shown.splitlines():  # at 80 columns, only a command may run longer
+        assert len(line) <= 80 or line.startswith("    hitlflow "), line
+
+    # A prefix that names several contracts, or none: a clear error, nothing sent.
+    several = await hitlflow(http_stack, "session", "approve", sid, f"{sid}.")
+    assert several.exit_code == 1
+    assert f"error: '{sid}.' is ambiguous: 3 contracts start with it" in several.output
+    none = await hitlflow(http_stack, "session", "approve", sid, "zzzz")
+    assert none.exit_code == 1
+    assert "error: no contract of this session starts with 'zzzz'" in none.output
+    assert (await http_stack.http.get(f"/api/sessions/{sid}")).json()["replies"] == 0
+
+    assert ok(await hitlflow(None, *approve)).strip() == f"reply to {eid} accepted"
+    waited = ok(await hitlflow(http_stack, "session", "wait", sid))
+    assert "waiting for you (confirm): Shall I read the groceries list back to you?" \
+        in waited
+    (confirm, _) = commands_in(waited)
+    rid = (await http_stack.http.get(f"/api/sessions/{sid}")).json()["pending"]["request_id"]
+    assert confirm == ["session", "approve", sid, rid.partition(".")[2][:8]]
+    ok(await hitlflow(http_stack, "session", "approve", sid, rid.partition(".")[2][:5]))
+    ended = ok(await hitlflow(http_stack, "session", "wait", sid))
+    assert ended.strip() == f"session {sid} ended: succeeded"
+
+
+async def test_plan_steps_approved_and_their_output_shown(http_stack: HttpStack,
+                                                          tmp_path: Path):
+    plan = tmp_path / "plan.yaml"
+    plan.write_text("name: ship\nsteps:\n"
+                    "  - {name: build, run: 'echo built 42', verify: human}\n"
+                    "  - {name: 'ship it?', gate: true}\n")
+    sid = ok(await hitlflow(http_stack, "session", "start", "--plan", str(plan))).strip()
+    waited = ok(await hitlflow(http_stack, "session", "wait", sid))
+    assert "waiting for you (step): verify_human: verify step 0 and approve it" in waited
+    assert "    the step's output:\n    | built 42\n" in waited
+    s = (await http_stack.http.get(f"/api/sessions/{sid}")).json()
+    assert s["pending"]["output"] == "built 42"
+    live = (await http_stack.http.get(f"/api/sessions/{sid}",
+                                      params={"consistency": "live"})).json()
+    assert live["contracts"][0]["result"]["stdout"] == "built 42\n"
+
+    rejected = await hitlflow(http_stack, "session", "reject", sid)
+    assert rejected.exit_code == 2
+    assert "a plan step is approved, skipped or reset, not rejected: hitlflow session " \
+        f"reply {sid} --choice skip" in rejected.output
+    approve, skip = commands_in(waited)
+    assert skip == ["session", "reply", sid, "--choice", "skip"]
+    ok(await hitlflow(http_stack, *approve))  # the verify, as the hint says
+    waited = ok(await hitlflow(http_stack, "session", "wait", sid))
+    assert "waiting for you (step): gate: ship it?" in waited
+    ok(await hitlflow(http_stack, "session", "approve", sid))  # the gate: the pending one
+    assert ok(await hitlflow(http_stack, "session", "wait", sid)).strip() == \
+        f"session {sid} ended: succeeded"
+    s = (await http_stack.http.get(f"/api/sessions/{sid}")).json()
+    assert [c["current_status"] for c in s["contracts"]] == ["completed", "completed"]
+
+
+async def test_client_commands_take_the_stack_options_of_up(http_stack: HttpStack,
+                                                            tmp_path: Path):
+    port = http_stack.url.rsplit(":", 1)[1]
+    up_flags = ["--api-port", port, "--temporal-port", "7999", "--ui-port", "8999"]
+    listed = ok(await hitlflow(None, "session", "list", "--json", "--limit", "1", *up_flags))
+    assert "sessions" in json.loads(listed)
+    # `up` records its API in the data directory: --data-dir alone finds it.
+    (tmp_path / "api-url").write_text(http_stack.url + "\n")
+    ok(await hitlflow(None, "session", "list", "--limit", "1", "--data-dir", str(tmp_path)))
+    data = str(http_stack.settings.data_dir)
+    sid = json.loads(listed)["sessions"][0]["session_id"]
+    await session_until(http_stack.http, sid, lambda s: s["seq"] > 0)
+    verified = ok(await hitlflow(None, "log", "verify", sid, "--data-dir", data, *up_flags))
+    assert verified.startswith("OK: ")
+    gone = await hitlflow(None, "session", "list", "--api-port", "1")
+    assert gone.exit_code == 1 and "cannot reach the API at http://127.0.0.1:1" in gone.output

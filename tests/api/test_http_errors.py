@@ -85,6 +85,38 @@ async def test_broken_bodies(http_stack: HttpStack):
     await http.post(f"/api/sessions/{sid}/cancel")
 
 
+async def test_a_lone_surrogate_is_refused_on_every_text_input(http_stack: HttpStack):
+    """A JSON ``\\ud800`` escape without its pair is not Unicode: 422 on every input
+    path (before: 500 for a new session's config and a reply's values), and nothing
+    reaches Temporal (the audit log could not hold it; see observation/exporter/README)."""
+    http = http_stack.http
+    sid = (await http.post("/api/sessions", json=confirm_body())).json()["session_id"]
+    s = await session_until(http, sid, waiting("confirm"))
+    rid = s["pending"]["request_id"].encode()
+    new = f"s-surrogate-{sid[-8:]}"
+    cases = [
+        (f"/api/sessions?session_id={new}",
+         b'{"initial_message": "hi \\ud800", "mode": "auto", "agent": {"llm": {"provider": '
+         b'"scripted", "responses": [{"text": "bye", "end": true}]}}}'),
+        (f"/api/sessions?session_id={new}",
+         b'{"initial_message": "hi", "mode": "auto", "agent": {"llm": {"provider": "scripted",'
+         b' "responses": [{"tool_calls": [{"tool": "t", "arguments": {"\\udc00": 1}}]}]}}}'),
+        (f"/api/sessions/{sid}/reply",
+         b'{"request_id": "' + rid + b'", "approve": true, "values": {"k": "\\ud800"}}'),
+        (f"/api/sessions/{sid}/reply", b'{"request_id": "' + rid + b'", "comment": "\\ud800"}'),
+        (f"/api/sessions/{sid}/messages", b'{"text": "a\\udc00"}'),
+        (f"/api/sessions/{sid}/end", b'{"reason": "\\ud800"}'),
+    ]
+    for path, body in cases:
+        r = await http.post(path, content=body, headers={"content-type": "application/json"})
+        assert r.status_code == 422, (path, body, r.text)
+        assert error_of(r)["code"] == "validation_error", r.text
+    assert (await http.get(f"/api/sessions/{new}")).status_code == 404
+    after = (await http.get(f"/api/sessions/{sid}")).json()
+    assert after["pending"] == s["pending"] and after["replies"] == 0
+    await http.post(f"/api/sessions/{sid}/cancel")
+
+
 async def test_oversized_bodies_are_413(http_stack: HttpStack):
     http = http_stack.http
     big = b'{"text": "' + b"x" * (1024 * 1024 + 10) + b'"}'
@@ -166,3 +198,30 @@ async def test_no_input_ever_produces_a_5xx(http_stack: HttpStack, free_port):
             r = await http.get("/api/sessions/abc/events", headers={"Last-Event-ID": header})
             assert r.status_code in (400, 404), (header, r.text)
             error_of(r)
+
+
+async def test_a_405_allows_every_method_of_the_path(http_stack: HttpStack):
+    """`Allow` names every method some route takes at the path (not only the first
+    route's); OPTIONS answers 204 with it."""
+    http = http_stack.http
+    cases = [
+        ("/api/sessions", "GET, OPTIONS, POST", ["DELETE", "PUT", "PATCH"]),
+        ("/api/sessions/s-x", "GET, OPTIONS", ["POST", "DELETE"]),
+        ("/api/sessions/s-x/reply", "OPTIONS, POST", ["GET", "PUT"]),
+        ("/api/sessions/s-x/steps/0/approve", "OPTIONS, POST", ["GET"]),
+        ("/api/sessions/s-x/events", "GET, OPTIONS", ["POST"]),
+        ("/api/execution/topology", "GET, OPTIONS", ["PATCH"]),
+        ("/healthz", "GET, OPTIONS", ["POST"]),
+        ("/openapi.json", "GET, HEAD, OPTIONS", ["POST"]),
+    ]
+    for path, allow, refused in cases:
+        r = await http.options(path)
+        assert (r.status_code, r.headers.get("allow"), r.content) == (204, allow, b""), path
+        for method in refused:
+            r = await http.request(method, path)
+            assert r.status_code == 405, (method, path, r.text)
+            assert r.headers["allow"] == allow, (method, path)
+            err = error_of(r)
+            assert err["code"] == "method_not_allowed" and allow in err["message"], err
+    r = await http.options("/api/no-such-path")
+    assert r.status_code == 404 and "allow" not in r.headers

@@ -90,7 +90,8 @@ async def test_sse_in_up_streams_the_exporters_lines_and_reads_see_them_at_once(
         task_queue=f"tq-feed-{uuid.uuid4().hex[:8]}", data_dir=tmp_path)
     feed = LogFeed(tmp_path / "runs")
     app = create_app(settings, tuning=ApiTuning(freshness_wait_s=0),
-                     event_provider=lambda _c, sid, after: feed.events(sid, after))
+                     event_provider=lambda _c, sid, after: feed.events(sid, after),
+                     stream_head=lambda _c, sid: feed.head(sid))
     steps = [{"ecs_request": {"kind": "confirm", "prompt": f"step {i}?"}} for i in range(3)]
     async with running_exporter(dev_env.client, tmp_path, settings.task_queue, feed), \
             running_worker(dev_env.client, settings.task_queue), \
@@ -109,11 +110,22 @@ async def test_sse_in_up_streams_the_exporters_lines_and_reads_see_them_at_once(
                 s = r.json()
                 assert s["status"] == "waiting_user" and s["seq"] >= int(msg.id)
                 assert feed.watchers(sid) == 1
+                past = await http.get(f"/api/sessions/{sid}/events",
+                                      headers={"Last-Event-ID": str(int(msg.id) + 10_000)})
+                assert past.status_code == 400, past.text  # live, and never sent: refused
                 assert (await http.post(f"/api/sessions/{sid}/reply", json={
                     "request_id": s["pending"]["request_id"], "approve": True})
                         ).status_code == 202
-        # The stream ended with the session; its ids are the log's seqs, in order.
+        # The stream ended with the session (its last event says so, with the last
+        # id); its ids are the log's seqs, in order.
         assert feed.watchers(sid) == 0
+        assert seen.pop() == ("stream.complete", seen[-1][1])
+        # Resuming after the last id: 204 (an EventSource stops); past the log: 400.
+        url = f"/api/sessions/{sid}/events"
+        r = await http.get(url, headers={"Last-Event-ID": str(seen[-1][1])})
+        assert r.status_code == 204, r.text
+        r = await http.get(url, headers={"Last-Event-ID": str(seen[-1][1] + 10_000)})
+        assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_last_event_id"
         ids = [i for _, i in seen]
         assert ids == sorted(ids) and len(set(ids)) == len([e for e, _ in seen if e != "ecs"])
         assert sum(1 for e, _ in seen if e == "ecs") == 4

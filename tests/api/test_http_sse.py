@@ -13,7 +13,8 @@ import pytest
 
 from api.app import ApiServer, create_app
 from api.deps import ApiTuning
-from api.sse import SseMessage, SseParser, StreamEvent
+from api.sse import STREAM_COMPLETE, SseMessage, SseParser, StreamEvent
+from observation.exporter import StreamHead
 from tests.api.http_support import HttpStack, confirm_body, error_of
 
 SEED_000_PAYLOAD = {"execution_id", "action_summary", "from_status", "to_status", "trigger",
@@ -42,6 +43,9 @@ class Bus:
             self.closed, self.fail = True, fail
             self._cond.notify_all()
 
+    async def head(self) -> StreamHead:
+        return StreamHead(len(self.events), len(self.events), self.closed)
+
     async def stream(self, after_seq: int | None) -> AsyncIterator[StreamEvent]:
         self.calls.append(after_seq)
         sent = after_seq or 0
@@ -60,12 +64,14 @@ class Bus:
 
 
 class Reader:
-    """Reads an SSE response line by line: messages and keep-alive comments."""
+    """Reads an SSE response line by line: messages and keep-alive comments. The
+    stream's last event, ``stream.complete``, is kept in ``complete``, not returned."""
 
     def __init__(self, response: httpx.Response) -> None:
         self.lines = response.aiter_lines()
         self.parser = SseParser()
         self.pings = 0
+        self.complete: SseMessage | None = None
 
     async def next(self) -> SseMessage | None:
         """The next message, or None when the stream ended."""
@@ -74,7 +80,11 @@ class Reader:
                 if line.startswith(":"):
                     self.pings += 1
                 msg = self.parser.feed(line)
-                if msg is not None:
+                if msg is not None and msg.event == STREAM_COMPLETE:
+                    assert self.complete is None, "two stream.complete events"
+                    self.complete = msg
+                elif msg is not None:
+                    assert self.complete is None, f"{msg} after stream.complete"
                     return msg
             return None
         return await asyncio.wait_for(read(), HANG_GUARD_S)
@@ -95,8 +105,11 @@ async def sse(http_stack: HttpStack, free_port) -> AsyncIterator[tuple[httpx.Asy
     def provider(client: Any, session_id: str, after_seq: int | None):
         return buses[session_id].stream(after_seq)
 
+    async def head(client: Any, session_id: str) -> StreamHead:
+        return await buses[session_id].head()
+
     app = create_app(http_stack.settings, http_stack.client, event_provider=provider,
-                     tuning=ApiTuning(keepalive_s=0.05, retry_ms=1234))
+                     stream_head=head, tuning=ApiTuning(keepalive_s=0.05, retry_ms=1234))
     server = ApiServer(app, "127.0.0.1", free_port())
     await server.start()
     try:
@@ -137,6 +150,7 @@ async def test_frames_carry_ids_types_and_json_and_pings_flow(http_stack, sse):
         assert (msg.id, msg.event, msg.json()) == ("4", "execution_state", {"execution_id": "x"})
         await bus.close()
         assert await reader.rest() == []  # the stream ends with the session
+        assert (reader.complete.id, reader.complete.json()) == ("4", {"last_id": 4})
     # A client that only knows some event types just skips the others.
     async with http.stream("GET", f"/api/sessions/{sid}/events") as r:
         texts = [m.json()["text"] for m in await Reader(r).rest() if m.event == "text"]
@@ -174,9 +188,70 @@ async def test_a_failing_provider_ends_the_stream_with_an_error_event(http_stack
     await bus.publish("text", {"text": "before"})
     await bus.close(fail="history went away")
     async with http.stream("GET", f"/api/sessions/{sid}/events") as r:
-        got = await Reader(r).rest()
+        reader = Reader(r)
+        got = await reader.rest()
     assert [(m.id, m.event) for m in got] == [("1", "text"), (None, "error")]
     assert got[1].json()["error"]["message"] == "RuntimeError: history went away"
+    assert reader.complete is None  # not complete: a client reconnects
+
+
+async def test_a_resume_point_past_a_live_streams_end_is_a_400(http_stack, sse):
+    """An id the stream never sent: waiting for it would wait in silence (or skip the
+    events before it), so it is refused at once; the last id itself is a fine wait."""
+    http, buses = sse
+    sid, bus = await new_session(http_stack, buses)
+    for i in range(3):
+        await bus.publish("text", {"text": f"t{i}"})
+    url = f"/api/sessions/{sid}/events"
+    for headers, params in [({"Last-Event-ID": "4"}, {}), ({"Last-Event-ID": "10000"}, {}),
+                            ({}, {"after": 4}), ({"Last-Event-ID": "9"}, {"after": 1})]:
+        r = await asyncio.wait_for(http.get(url, headers=headers, params=params),
+                                   HANG_GUARD_S)
+        assert r.status_code == 400, (headers, params, r.text)
+        err = error_of(r)
+        assert err["code"] == "invalid_last_event_id" and "last event id, 3" in err["message"]
+    assert bus.calls == []  # refused before the stream started
+    async with http.stream("GET", url, headers={"Last-Event-ID": "3"}) as r:
+        assert r.status_code == 200
+        reader = Reader(r)
+        await bus.publish("text", {"text": "t3"})
+        assert (await reader.next()).id == "4"
+
+
+async def test_a_finished_stream_completes_and_a_reconnect_after_it_is_204(http_stack, sse):
+    """`stream.complete` ends a finished session's stream; an EventSource that
+    reconnects anyway (with the id it carries) gets a 204 and stops for good."""
+    http, buses = sse
+    sid, bus = await new_session(http_stack, buses)
+    await bus.publish("text", {"text": "one"})
+    await bus.publish("interaction.requested", {"request_id": "r1"})
+    await bus.close()
+    url = f"/api/sessions/{sid}/events"
+    async with http.stream("GET", url) as r:
+        reader = Reader(r)
+        got = await reader.rest()
+    assert [(m.id, m.event) for m in got] == [
+        ("1", "text"), ("2", "interaction.requested"), ("2", "ecs")]
+    assert (reader.complete.id, reader.complete.json()) == ("2", {"last_id": 2})
+    for headers, params in [({"Last-Event-ID": reader.complete.id}, {}), ({}, {"after": 2})]:
+        r = await http.get(url, headers=headers, params=params)
+        assert (r.status_code, r.content) == (204, b""), r.text
+    r = await http.get(url, headers={"Last-Event-ID": "3"})
+    assert r.status_code == 400 and error_of(r)["code"] == "invalid_last_event_id"
+    async with http.stream("GET", url, headers={"Last-Event-ID": "1"}) as r:  # the rest
+        reader = Reader(r)
+        assert [(m.id, m.event) for m in await reader.rest()] == [
+            ("2", "interaction.requested"), ("2", "ecs")]
+    assert reader.complete.id == "2"
+    # Nothing was ever sent (a session that ended before its first event): id 0.
+    sid, bus = await new_session(http_stack, buses)
+    await bus.close()
+    async with http.stream("GET", f"/api/sessions/{sid}/events") as r:
+        reader = Reader(r)
+        assert await reader.rest() == []
+    assert reader.complete.id == "0"
+    r = await http.get(f"/api/sessions/{sid}/events", headers={"Last-Event-ID": "0"})
+    assert r.status_code == 204
 
 
 async def test_open_streams_end_when_the_server_stops(http_stack, free_port):
@@ -193,6 +268,7 @@ async def test_open_streams_end_when_the_server_stops(http_stack, free_port):
         assert (await reader.next()).event == "text"
         await asyncio.wait_for(server.stop(), HANG_GUARD_S)
         assert await reader.rest() == []
+        assert reader.complete is None  # the session goes on: a client reconnects
 
 
 async def test_seed000_events_keep_working_alongside_the_new_names(http_stack, sse):
@@ -232,6 +308,11 @@ async def test_a_real_session_streams_its_transitions(http_stack: HttpStack):
         while (msg := await reader.next()) is not None:
             seen.append(msg)
             if msg.event == "interaction.requested":
+                # Live: an id past what the history maps to so far is refused at once.
+                past = await asyncio.wait_for(http.get(url, headers={
+                    "Last-Event-ID": str(int(msg.id) + 10_000)}), HANG_GUARD_S)
+                assert past.status_code == 400, past.text
+                assert error_of(past)["code"] == "invalid_last_event_id"
                 rid = msg.json()["request_id"]
                 reply = await http.post(f"/api/sessions/{sid}/reply",
                                         json={"request_id": rid, "approve": True})
@@ -254,9 +335,18 @@ async def test_a_real_session_streams_its_transitions(http_stack: HttpStack):
         ("pending", "running", "start"), ("running", "waiting", "suspend"),
         ("waiting", "running", "resume"), ("running", "completed", "succeed")]
     assert {"interaction.requested", "interaction.reply.accepted"} <= {m.event for m in seen}
-    # Resume from the middle: exactly the rest, in order.
+    # The session ended: the stream said so with the last event's id.
+    assert reader.complete is not None and reader.complete.id == seen[-1].id
+    # Resume from the middle: exactly the rest, in order, and complete again.
     middle = seen[len(seen) // 2]
     async with http.stream("GET", url, headers={"Last-Event-ID": middle.id}) as r:
-        rest = await Reader(r).rest()
+        again = Reader(r)
+        rest = await again.rest()
     assert [(m.id, m.event, m.data) for m in rest] == \
         [(m.id, m.event, m.data) for m in seen if int(m.id) > int(middle.id)]
+    assert again.complete.id == seen[-1].id
+    # A reconnect after the last event: 204 (an EventSource stops); past it: 400.
+    r = await http.get(url, headers={"Last-Event-ID": reader.complete.id})
+    assert r.status_code == 204, r.text
+    r = await http.get(url, headers={"Last-Event-ID": str(int(seen[-1].id) + 10_000)})
+    assert r.status_code == 400 and error_of(r)["code"] == "invalid_last_event_id"

@@ -23,18 +23,21 @@ async def test_accepted_writes_are_told_refused_ones_are_not(dev_env, free_port)
             serve(create_app(settings, on_change=told.append), free_port()) as server, \
             httpx.AsyncClient(base_url=server.url, timeout=30) as http:
         chat = (await http.post("/api/sessions", json=chat_body())).json()["session_id"]
+        assert told == [chat]  # a new session: the exporter follows it at once
         await session_until(http, chat, waiting("message"), **live)
         assert (await http.post(f"/api/sessions/{chat}/messages",
                                 json={"text": "more"})).status_code == 202
-        assert told == [chat]
+        assert told == [chat, chat]
         await session_until(http, chat, lambda s: s["status"] == "succeeded", **live)
         assert (await http.post(f"/api/sessions/{chat}/end")).status_code == 409
-        assert told == [chat]
+        assert told == [chat, chat]
 
         other = (await http.post("/api/sessions", json=confirm_body())).json()["session_id"]
         await session_until(http, other, waiting("confirm"), **live)
         assert (await http.post(f"/api/sessions/{other}/reply", json={
             "request_id": "nope", "approve": True})).status_code == 409
-        assert told == [chat]
+        assert (await http.post("/api/sessions", params={"session_id": other},
+                                json=confirm_body())).status_code == 409  # refused: not told
+        assert told == [chat, chat, other]
         assert (await http.post(f"/api/sessions/{other}/cancel")).status_code == 202
-        assert told == [chat, other]
+        assert told == [chat, chat, other, other]

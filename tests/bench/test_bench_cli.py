@@ -12,6 +12,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
+import exporter_bench
 import http_bench
 import idle_bench
 import session_bench
@@ -54,3 +55,20 @@ def test_up_stderr_is_summarised_by_kind() -> None:
     kinds = stack.line_kinds(["exporter: session s-653fa9e4a0e6: limit exceeded",
                               "exporter: session s-0b81769fc18c: limit exceeded", "stopped"])
     assert kinds.most_common(1) == [("exporter: session #: limit exceeded", 2)]
+
+
+def test_exporter_bench_arguments() -> None:
+    args = exporter_bench.parse(["-n", "3", "--turns", "1", "--skip-live"])
+    assert (args.n, args.turns, args.skip_live, args.verify_events) == (3, 1, True, 1_000_000)
+    assert exporter_bench.parse([]).n == 200
+    for bad in (["-n", "0"], ["--poll-ms", "0"], ["--verify-events", "0"], ["--turns", "x"]):
+        with pytest.raises(SystemExit):
+            exporter_bench.parse(bad)
+
+
+def test_exporter_bench_synthetic_log_passes_every_check(tmp_path) -> None:
+    from observation.exporter.verify import read_lines, verify_lines
+
+    path = tmp_path / "synthetic.ndjson"
+    exporter_bench.synthetic_log(path, 250)  # the demo log (89 lines) stretched
+    assert [e["seq"] for e in verify_lines(read_lines(path))] == list(range(1, 251))

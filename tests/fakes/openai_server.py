@@ -39,6 +39,7 @@ class RecordedRequest:
 class _Reply:
     status: int
     body: dict[str, Any]
+    headers: dict[str, str] | None = None
 
 
 def tool_call(call_id: str, name: str, arguments: dict[str, Any] | str) -> dict[str, Any]:
@@ -92,12 +93,15 @@ class FakeOpenAIServer:
         message = {"content": text, "tool_calls": calls}
         self._queue(200, self._completion(message, "tool_calls", usage, model))
 
-    def reply_error(self, status: int, message: str = "", *, type_: str = "api_error") -> None:
-        self._queue(status, _error_body(message or f"fake error {status}", type_))
+    def reply_error(self, status: int, message: str = "", *, type_: str = "api_error",
+                    headers: dict[str, str] | None = None) -> None:
+        """An error reply; ``headers`` e.g. ``{"retry-after": "20"}`` for a rate limit."""
+        self._queue(status, _error_body(message or f"fake error {status}", type_), headers)
 
-    def _queue(self, status: int, body: dict[str, Any]) -> None:
+    def _queue(self, status: int, body: dict[str, Any],
+               headers: dict[str, str] | None = None) -> None:
         with self._lock:
-            self._replies.append(_Reply(status, body))
+            self._replies.append(_Reply(status, body, headers))
 
     @staticmethod
     def _completion(
@@ -160,7 +164,7 @@ class FakeOpenAIServer:
                     _error_body("fake server: no reply queued for this request", "fake_error"),
                     status_code=500,
                 )
-            return JSONResponse(reply.body, status_code=reply.status)
+            return JSONResponse(reply.body, status_code=reply.status, headers=reply.headers)
 
         return app
 

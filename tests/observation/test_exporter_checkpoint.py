@@ -109,7 +109,8 @@ def test_a_full_rewrite_verifies_without_the_key_and_fails_with_it(log_dir):
     # Rewritten with one line fewer, or more: the signed size no longer matches.
     rewrite(log_dir, events[:-1])
     assert "signed lines were removed" in str(checkpoint_error(log_dir))
-    rewrite(log_dir, [*events[:-1], {**events[-2], "event_id": events[-2]["event_id"] + "x"},
+    run, event, n = events[-2]["event_id"].split(":")  # the next id of that history event
+    rewrite(log_dir, [*events[:-1], {**events[-2], "event_id": f"{run}:{event}:{int(n) + 1}"},
                       events[-1]])
     assert "lines after the signed ones were added" in str(checkpoint_error(log_dir))
 

@@ -129,3 +129,48 @@ async def test_export_writes_the_same_bytes_again(app, dev_env, tmp_path):
                                 "--key", signer.verifier().text()])
         assert r.exit_code == 0, r.output
     assert "checkpoint" in outputs[0] and outputs[0] == outputs[1]
+
+
+async def test_export_all_skips_a_log_that_a_live_exporter_holds(app, tmp_path, free_port):
+    """`log export --all` while `hitlflow up` runs: the log its exporter holds is
+    skipped (one line on stderr), the others are exported, exit 0. Its own server, so
+    --all lists only these sessions."""
+    from temporalio.client import Client
+    from temporalio.contrib.pydantic import pydantic_data_converter
+
+    from api.devserver import DevServer
+    from observation.exporter import LogWriter, verify_dir
+
+    cfg = SessionConfig.model_validate({"initial_message": "hi", "mode": "auto", "agent": {
+        "llm": {"provider": "scripted", "responses": [{"text": "hello", "end": True}]}}})
+    async with DevServer(tmp_path / "temporal", port=free_port(), ui_port=None,
+                         in_memory=True) as server:
+        client = await Client.connect(server.address, data_converter=pydantic_data_converter)
+        tq = f"tq-cli-{uuid.uuid4().hex[:8]}"
+        async with running_worker(client, tq):
+            held, free = [await start_session(client, cfg, tq) for _ in range(2)]
+            await held.result()
+            await free.result()
+        data = tmp_path / "data"
+        live = LogWriter(data / "runs" / held.id).open()  # the flock `up`'s exporter takes
+        try:
+            results = []
+            for target in (["--all"], [held.id]):
+                proc = await asyncio.create_subprocess_exec(
+                    sys.executable, "-c", CLI, "log", "export", *target, "--data-dir",
+                    str(data), "--temporal-address", server.address,
+                    stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+                out, err = await proc.communicate()
+                results.append((proc.returncode, out.decode(), err.decode()))
+        finally:
+            live.close()
+    (code, out, err), (code_one, _, err_one) = results
+    assert code == 0, (out, err)
+    assert err.splitlines() == [f"{held.id}: skipped: {data / 'runs' / held.id} is being "
+                                f"written by another exporter (it holds the lock on "
+                                f"{data / 'runs' / held.id / '.lock'})"]
+    assert f"{free.id}: " in out and "complete" in out and held.id not in out
+    assert verify_dir(data / "runs" / free.id).events > 0
+    assert (data / "runs" / held.id / "events.ndjson").read_bytes() == b""  # untouched
+    # Asked for that one session by name, it is an error (exit 1) that says why.
+    assert code_one == 1 and f"{held.id}: not exported: " in err_one

@@ -11,7 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from observation.exporter import LogFeed, LogWriter, SessionExport, export_history, is_sse
+from observation.exporter import (
+    LogFeed,
+    LogWriter,
+    SessionExport,
+    StreamHead,
+    export_history,
+    is_sse,
+)
 from observation.exporter import feed as feed_mod
 from observation.exporter.decode import load_history
 from observation.exporter.log import END_TYPES
@@ -47,6 +54,25 @@ def test_read_after_leaves_a_line_still_being_written(tmp_path, exported):
     with path.open("ab") as f:
         f.write(b'{"seq": 99999, "type": "te')  # torn: the writer is mid-line
     assert feed_mod.read_after(path, 0)[-1]["seq"] == exported[-1]["seq"]
+
+
+def test_log_head_says_how_far_the_stream_goes(tmp_path, exported, monkeypatch):
+    """What a Last-Event-ID is checked against in `up`: the log's last line, its last
+    SSE line and whether it ended, at every prefix of a log, a torn last line ignored."""
+    monkeypatch.setattr(feed_mod, "HEAD_TAIL_BYTES", 64)  # the tail grows to reach one
+    path = tmp_path / "events.ndjson"
+    assert feed_mod.log_head(path) == StreamHead(0, 0, False)
+    exported_dir = tmp_path / "full"
+    export_history(SID, EVENTS, exported_dir)
+    lines = (exported_dir / SID / "events.ndjson").read_bytes().splitlines(keepends=True)
+    for n in [1, 2, 3, len(lines) // 2, len(lines) - 1, len(lines)]:
+        path.write_bytes(b"".join(lines[:n]) + b'{"seq": 99999, "type": "te')
+        prefix = exported[:n]
+        sse = [e["seq"] for e in prefix if is_sse(e["type"])]
+        assert feed_mod.log_head(path) == StreamHead(
+            prefix[-1]["seq"], sse[-1] if sse else 0,
+            any(e["type"] in END_TYPES for e in prefix)), n
+    assert feed_mod.log_head(path).finished
 
 
 async def collect(feed: LogFeed, after: int | None = None) -> list[dict]:

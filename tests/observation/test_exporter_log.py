@@ -297,11 +297,12 @@ def test_a_lost_tail_is_re_exported_and_checked_against_the_old_head(tmp_path, r
 
 def test_the_snapshot_is_folded_from_the_bytes_on_disk(tmp_path):
     """JCS writes 1.0 as 1: the writer's snapshot must fold what replay will read."""
-    from observation.exporter import Chain, MappedEvent
+    from observation.exporter import Chain, MappedEvent, ids
 
     def ev(i: int, type: str, payload: dict) -> MappedEvent:
         return MappedEvent(event_id=f"r:{i}:0", run_id="s-f", ts="2026-01-01T00:00:00.000000Z",
-                           type=type, payload=payload, trace_id="0" * 32, span_id="0" * 16)
+                           type=type, payload=payload, trace_id=ids.trace_id("s-f"),
+                           span_id=ids.session_span("s-f"))
 
     chain = Chain()
     events = [

@@ -301,3 +301,19 @@ def test_the_journal_in_activity_headers_maps_as_the_memo_did():
     assert journal("demo_journal_header") and [e["kind"] for e in journal("demo")] == [
         e["kind"] for e in journal("demo_journal_header")]
     assert [m.type for m in mapped("demo")] == [m.type for m in mapped("demo_journal_header")]
+
+
+def test_refused_signals_map_to_interaction_reply_refused():
+    """Recorded refusals (a UI operator's malformed and stale signals) become
+    `interaction.reply.refused` lines; the log's fold counts them as journal entries
+    and leaves the session as it was."""
+    from observation.log_view import fold
+
+    events = mapped("operator_signals")
+    refused = [m.payload for m in events if m.type == "interaction.reply.refused"]
+    assert [(p["signal"], p["request_id"]) for p in refused] == [
+        ("submit_reply", None), ("submit_reply", "stale"), ("end_conversation", None)]
+    assert refused[0]["reason"].startswith("malformed signal: expected a JSON object")
+    assert len(journal("operator_signals")) == fold(history("operator_signals")[0], [
+        {**m.envelope(), "seq": i + 1, "event_hash": ""} for i, m in enumerate(events)
+    ]).journal_seq

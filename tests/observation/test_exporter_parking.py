@@ -165,3 +165,66 @@ async def _grew(h: WorkflowHandle, before: int) -> bool:
     desc = await h.describe()
     return desc.history_length > before and not desc.raw_description.HasField(
         "pending_workflow_task")
+
+
+async def test_a_refused_park_is_asked_again_without_new_history(worker, tmp_path):
+    """Visibility lags under load: parking refused at the wait's page end is asked
+    again while nothing happens, so a waiting session does not keep its history
+    long-poll until the person answers."""
+    client, tq = worker
+    h = await start_session(client, two_questions(), tq)
+    await until(h, lambda s: s.status == W)
+    asked: list[int] = []
+
+    async def park(run_id: str, last_event_id: int) -> bool:
+        asked.append(last_event_id)
+        return len(asked) >= 3  # refused twice (as if visibility were behind)
+
+    result = await asyncio.wait_for(export_session(
+        client, h.id, tmp_path / "runs", follow=True, park=park), 60)
+    assert result.parked and not result.finished
+    assert len(asked) == 3 and len(set(asked)) == 1  # no new event: the same wait
+    assert types(tmp_path / "runs" / h.id)[-1] == "conversation.state.changed"
+    await reply(h, 0)
+    await reply(h, 1)
+    await h.result()
+
+
+async def test_followers_at_once_are_bounded(worker, tmp_path, monkeypatch):
+    """Each follower holds a history long-poll and Temporal caps them per namespace:
+    at most `max_followers` run at once; the others wait for a slot and are exported
+    all the same (here each parks at its wait, freeing its slot)."""
+    from observation.exporter import follower
+
+    client, tq = worker
+    hs = [await start_session(client, two_questions(), tq) for _ in range(3)]
+    for h in hs:
+        await until(h, lambda s: s.status == W)
+    now, most = 0, 0
+    real = follower.export_session
+
+    async def counted(*args, **kw):
+        nonlocal now, most
+        now += 1
+        most = max(most, now)
+        try:
+            return await real(*args, **kw)
+        finally:
+            now -= 1
+
+    monkeypatch.setattr(follower, "export_session", counted)
+    ids = " OR ".join(f'WorkflowId="{h.id}"' for h in hs)
+    exporter = Exporter(client, tmp_path / "runs", discover_every_s=0.05, max_followers=1,
+                        query=f'WorkflowType="SessionWorkflow" AND ({ids})')
+    task, stop = await running(exporter)
+    try:
+        for h in hs:
+            await eventually(parked(exporter, h.id, 0), f"{h.id} not parked")
+        assert most == 1
+    finally:
+        stop.set()
+        await task
+    for h in hs:
+        await reply(h, 0)
+        await reply(h, 1)
+        await h.result()

@@ -93,3 +93,22 @@ def test_rebuild_replaces_a_corrupt_store_from_the_logs(data_dir, tmp_path):
     assert run("runs", "--data-dir", str(d), "--json").output == want
     r = run("rebuild", "--data-dir", str(tmp_path / "nothing"))
     assert r.exit_code == 1 and "no logs" in r.output
+
+
+def test_runs_in_a_narrow_terminal_keep_one_line_each_with_tokens(data_dir):
+    """80 columns: every run on one line of at most 80, LLM calls with their tokens;
+    the stack options `up` takes are accepted (the API ones are not needed here)."""
+    r = runner.invoke(cli(), ["telemetry", "runs", "--data-dir", str(data_dir),
+                              "--api-port", "8123", "--temporal-port", "7999"],
+                      env={"COLUMNS": "80"})
+    assert r.exit_code == 0, r.output
+    every = json.loads(run("runs", "--data-dir", str(data_dir), "--json").output)
+    llm = [x for x in every if x["job_type"] == "llm_call"]
+    lines = r.output.splitlines()
+    assert all(len(line) <= 80 for line in lines), r.output
+    cells = [[c.strip() for c in line.split("│")[1:-1]] for line in lines if "│" in line]
+    assert [c[3] for c in cells if c[1] == "llm_call"] == \
+        [str(x["attributes"]["total_tokens"]) for x in llm]
+    sessions = {x["session_id"]: x for x in every if x["job_type"] == "session"}
+    assert {c[0]: c[2] for c in cells if c[1] == "session"} == \
+        {sid: x["status"] for sid, x in sessions.items()}

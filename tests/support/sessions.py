@@ -19,7 +19,7 @@ from activities.mcp_pool import McpClientPool
 from api.worker import build_worker
 from observation.exporter.note import Signer
 from workflows.config import SessionConfig
-from workflows.messages import SessionInput, SessionResult, SessionSnapshot
+from workflows.messages import CURRENT_BEHAVIOUR, SessionInput, SessionResult, SessionSnapshot
 from workflows.statechart import SessionStatus
 
 
@@ -44,7 +44,7 @@ async def start_session(
     return await client.start_workflow(
         "SessionWorkflow",
         SessionInput(session_id=session_id, config=config,
-                     **{"journal_in_header": True, **input_kw}),
+                     **{"behaviour": CURRENT_BEHAVIOUR, **input_kw}),
         id=session_id,
         task_queue=task_queue,
         result_type=SessionResult,

@@ -3,7 +3,7 @@
 Run by hand, and only when a change is *meant* to be incompatible with running
 sessions (then say so in the commit):
 
-    .venv/bin/python -m tests.workflows.record_histories [NAME ...]
+    .venv/bin/python -m tests.workflows.record_histories [SCENARIO ...]
 
 Each scenario runs on the real dev server (search attributes on, as in
 production) with the real activities; its final history is saved as
@@ -28,7 +28,7 @@ from api.devserver import temporal_cli_path, tuning_args
 from tests.support.mcp_servers import recording_server
 from tests.support.sessions import running_worker, start_session, until, until_status
 from workflows.config import SessionConfig
-from workflows.messages import ReplyInput
+from workflows.messages import CURRENT_BEHAVIOUR, Behaviour, ReplyInput
 from workflows.search_attributes import SEARCH_ATTRIBUTES
 from workflows.statechart import SessionStatus
 
@@ -50,10 +50,10 @@ async def answer(h: WorkflowHandle, **kw) -> None:
     await h.execute_update("reply", ReplyInput(request_id=snap.pending.request_id, **kw))
 
 
-async def demo(client: Client, tq: str, d: Path, *, journal_in_header: bool = False
+async def demo(client: Client, tq: str, d: Path, *, behaviour: int = Behaviour.ORIGINAL
                ) -> WorkflowHandle:
     h = await start_session(client, demo_config(d), tq, search_attributes=True,
-                            journal_in_header=journal_in_header)
+                            behaviour=behaviour)
     await answer(h, approve=True)
     await until(h, lambda s: s.pending is not None and s.pending.kind == "confirm")
     await answer(h, approve=True)
@@ -66,7 +66,7 @@ async def rejected(client: Client, tq: str, d: Path) -> WorkflowHandle:
     h = await start_session(client, scripted(d, [
         {"tool_calls": [{"tool": "delete_note", "arguments": {"name": "a"}}]},
         {"text": "kept it", "end": True}]), tq, search_attributes=True,
-        journal_in_header=False)
+        behaviour=Behaviour.ORIGINAL)
     await answer(h, approve=False)
     await h.result()
     return h
@@ -77,7 +77,7 @@ async def auto_timeout(client: Client, tq: str, d: Path) -> WorkflowHandle:
         {"ecs_request": {"kind": "choose", "prompt": "which?", "options": ["a", "b"]}},
         {"text": "took a"}], mode="auto", interactive_require_user_reply=False,
         reply_timeout_s=1, auto_decision="approve"), tq, search_attributes=True,
-        journal_in_header=False)
+        behaviour=Behaviour.ORIGINAL)
     await h.result()
     return h
 
@@ -85,7 +85,7 @@ async def auto_timeout(client: Client, tq: str, d: Path) -> WorkflowHandle:
 async def canceled(client: Client, tq: str, d: Path) -> WorkflowHandle:
     h = await start_session(client, scripted(d, [
         {"ecs_request": {"kind": "confirm", "prompt": "sure?"}}]), tq, search_attributes=True,
-        journal_in_header=False)
+        behaviour=Behaviour.ORIGINAL)
     await until_status(h, W)
     await h.cancel()
     with contextlib.suppress(WorkflowFailureError):  # a cancelled session fails its result
@@ -95,7 +95,7 @@ async def canceled(client: Client, tq: str, d: Path) -> WorkflowHandle:
 
 async def demo_journal_header(client: Client, tq: str, d: Path) -> WorkflowHandle:
     """The demo as sessions started since the journal rides in activity headers."""
-    return await demo(client, tq, d, journal_in_header=True)
+    return await demo(client, tq, d, behaviour=CURRENT_BEHAVIOUR)
 
 
 async def outcome_unknown(client: Client, tq: str, d: Path) -> WorkflowHandle:
@@ -107,7 +107,7 @@ async def outcome_unknown(client: Client, tq: str, d: Path) -> WorkflowHandle:
             {"tool_calls": [{"tool": "delete", "arguments": {"name": "x"}}]},
             {"text": "deleted", "end": True}]},
             "tools": [recording_server(d).model_dump()]}}), tq, search_attributes=True,
-        journal_in_header=True)
+        behaviour=CURRENT_BEHAVIOUR)
     await answer(h, approve=True)
     await until(h, lambda s: s.pending is not None and s.pending.kind == "choose")
     await answer(h, choice="try again")
@@ -115,16 +115,69 @@ async def outcome_unknown(client: Client, tq: str, d: Path) -> WorkflowHandle:
     return h
 
 
-# All but `demo_journal_header` and `outcome_unknown` as sessions ran before the
-# journal moved into activity headers (a memo before every await): running sessions
-# of that kind must replay too.
+async def agent_loop(client: Client, tq: str, d: Path) -> WorkflowHandle:
+    """A model mistake sent back, a corrected call, then a provider error that is
+    waited for once (a durable timer) and fails the session (``agent-loop-v2``)."""
+    cfg = scripted(d, [
+        {"tool_calls": [{"tool": "write_note", "raw_arguments": '{"name": "a", '}]},
+        {"tool_calls": [{"tool": "write_note", "arguments": {"name": "a", "content": "x"}}]},
+        {"error": "overloaded", "http_status": 503, "retry_after_s": 1}], mode="auto")
+    cfg.agent.llm.error_retries = 1  # type: ignore[union-attr]
+    h = await start_session(client, cfg, tq, search_attributes=True, behaviour=CURRENT_BEHAVIOUR)
+    with contextlib.suppress(WorkflowFailureError):
+        await h.result()
+    return h
+
+
+
+async def operator_signals(client: Client, tq: str, d: Path) -> WorkflowHandle:
+    """Signals as an operator sends them from the Temporal UI: malformed and stale ones
+    are refused (recorded, REFUSAL_PATCH), a good one answers."""
+    h = await start_session(client, scripted(d, [
+        {"ecs_request": {"kind": "confirm", "prompt": "sure?"}},
+        {"text": "done", "end": True}]), tq, search_attributes=True,
+        behaviour=Behaviour.ORIGINAL)
+    snap = await until_status(h, W)
+    await h.signal("submit_reply", ["not", "an", "object"])
+    await h.signal("submit_reply", {"request_id": "stale", "approve": True})
+    await h.signal("end_conversation", {"reasn": "typo"})
+    await h.signal("submit_reply", {"request_id": snap.pending.request_id, "approve": True})
+    await h.result()
+    return h
+
+
+async def plan_steps(client: Client, tq: str, d: Path) -> WorkflowHandle:
+    """A verify: human step, then a gate: the second wait begins in the task that took
+    the first answer (REWAIT_PATCH publishes its WaitingSince)."""
+    config = SessionConfig.model_validate({"plan": {"name": "ship", "steps": [
+        {"name": "build", "run": "echo built", "verify": "human"},
+        {"name": "go?", "gate": True}]}})
+    h = await start_session(client, config, tq, search_attributes=True,
+        behaviour=Behaviour.ORIGINAL)
+    await answer(h, choice="approve")
+    await until(h, lambda s: s.pending is not None and s.pending.prompt == "gate: go?")
+    await answer(h, choice="approve")
+    await h.result()
+    return h
+
+
+
+# All but `demo_journal_header`, `agent_loop` and `outcome_unknown` as sessions ran
+# before the journal moved into activity headers (a memo before every await): running
+# sessions of that kind must replay too.
 SCENARIOS: dict[str, Callable[[Client, str, Path], Awaitable[WorkflowHandle]]] = {
     "demo": demo, "rejected": rejected, "auto_timeout": auto_timeout, "canceled": canceled,
-    "demo_journal_header": demo_journal_header, "outcome_unknown": outcome_unknown,
+    "demo_journal_header": demo_journal_header, "agent_loop": agent_loop,
+    "operator_signals": operator_signals, "plan_steps": plan_steps,
+    "outcome_unknown": outcome_unknown,
 }
 
 
 async def main(names: list[str]) -> None:
+    """Record the named scenarios (default: all of them)."""
+    unknown = set(names) - set(SCENARIOS)
+    if unknown:
+        raise SystemExit(f"unknown scenarios {sorted(unknown)}; known: {sorted(SCENARIOS)}")
     HISTORIES.mkdir(exist_ok=True)
     env = await WorkflowEnvironment.start_local(
         dev_server_existing_path=str(temporal_cli_path()), ip="127.0.0.1",

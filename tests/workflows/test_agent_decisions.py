@@ -19,6 +19,7 @@ from workflows.config import (
 from workflows.contract import ActionType, Actor, Trigger
 from workflows.io import ToolSpec
 from workflows.messages import ReplyInput
+from workflows.operators import waiting_details
 from workflows.safety import SafetyClass
 from workflows.session_state import PendingRequest, SessionBook, SessionState
 from workflows.statechart import SessionEvent, SessionStatus
@@ -76,7 +77,8 @@ def test_seed001_completed_irreversible_is_not_run_twice():
     complete(SessionBook(s), first)
     again = agent.decide_tool_call(s, call, CATALOG)
     assert again.kind == "already_done"
-    assert "already completed" in again.message and "'done'" in again.message
+    assert "already completed" in again.message and again.message.endswith(
+        'its result was: "done"')  # as JSON, not a Python repr
     other = agent.decide_tool_call(s, ToolCallRequest(tool="delete_note",
                                                       arguments={"name": "b"}), CATALOG)
     assert other.kind == "approve_first"
@@ -227,8 +229,11 @@ def test_accepted_reply_is_kept_once_and_clears_the_request():
 def test_waiting_details_say_what_the_session_waits_for():
     s = waiting_state(None)
     assert s.status is SessionStatus.WAITING_USER
-    assert agent.waiting_details(s) == (
-        "Waiting for the person: a confirmation — ? (request r1)")
+    assert waiting_details(s) == (
+        "Waiting for the person: a confirmation — ? (request r1)\n\n"
+        'Answer from the Temporal UI: signal `submit_reply` with `{"request_id": "r1", '
+        '"approve": true}` (`"approve": false` says no); or `end_conversation` with '
+        '`{"reason": "..."}`.')
 
 
 def test_reasoner_messages_carry_facts_not_contracts():
@@ -327,3 +332,70 @@ def test_an_alternative_plays_when_its_condition_holds():
 def test_a_broken_script_branch_is_refused_with_its_reason(response, problem):
     with pytest.raises(ValidationError, match=problem):
         LLMConfig.model_validate({"provider": "scripted", "responses": [response]})
+# -- model mistakes go back to the model ----------------------------------------------
+
+
+@pytest.mark.parametrize(("call", "unknown_tools", "problem"), [
+    (ToolCallRequest(tool="read_note", arguments_error="the arguments of notes__read_note "
+                     "are not valid JSON (x)"), False,
+     "the arguments of notes__read_note are not valid JSON (x). Call the tool again with "
+     "arguments that fit its schema."),
+    (ToolCallRequest(tool="read_note", arguments={"name": "a"}), True, None),
+    (ToolCallRequest(tool="no_such_tool"), True,
+     "there is no tool 'no_such_tool' on 'notes'. Call one of the tools you were given."),
+    (ToolCallRequest(tool="x", server="nope"), True,
+     "there is no tool 'x' (there is no tool server 'nope'). Call one of the tools you were "
+     "given."),
+    # Sessions from before the patch send an unlisted tool to the server, as they did.
+    (ToolCallRequest(tool="no_such_tool"), False, None),
+])
+def test_call_mistake_says_what_is_wrong(call, unknown_tools, problem):
+    assert agent.call_mistake(config(), call, CATALOG, unknown_tools=unknown_tools) == problem
+
+
+def test_a_mistake_fails_without_reaching_a_server_and_keeps_what_the_model_sent():
+    call = ToolCallRequest(id="c1", tool="read_note", raw_arguments="{",
+                           arguments_error="the arguments of notes__read_note are not valid")
+    d = agent.decide_tool_call(state(), call, CATALOG, unknown_tools=True)
+    assert d.kind == "mistake" and d.message.startswith("the arguments of notes__read_note")
+    assert d.detail["mistake"] is True and d.detail["raw_arguments"] == "{"
+    unknown = agent.decide_tool_call(state(), ToolCallRequest(tool="nope"), CATALOG,
+                                     unknown_tools=True)
+    assert unknown.kind == "mistake" and "there is no tool 'nope'" in unknown.message
+    # A tool no server has is recorded on no server (not on the only one configured).
+    assert unknown.detail["server"] == "?" and unknown.server is None
+    ask = ToolCallRequest(tool="ask_user", arguments={"kind": "choose"},
+                          arguments_error="the ask_user request is invalid (x)")
+    assert agent.decide_tool_call(state(), ask, CATALOG).detail["server"] == "?"
+
+
+def test_a_call_has_arguments_or_raw_arguments_not_both():
+    with pytest.raises(ValueError, match="not both"):
+        ToolCallRequest(tool="t", arguments={"a": 1}, raw_arguments='{"a": 1}')
+    assert ToolCallRequest(tool="t", raw_arguments="{").arguments == {}
+
+
+@pytest.mark.parametrize(("before", "problems", "limit", "after", "fails"), [
+    (2, [], 3, 0, False),          # a clean answer resets the count
+    (0, ["a"], 3, 1, False),
+    (2, ["a", "b"], 3, 3, False),  # one answer is one mistake, however many calls
+    (3, ["a"], 3, 4, True),        # N+1 in a row fails
+    (0, ["a"], 0, 1, True),        # a bound of 0: the first mistake fails
+])
+def test_judge_mistakes_counts_answers_in_a_row(before, problems, limit, after, fails):
+    verdict = agent.judge_mistakes(before, problems, limit)
+    assert verdict.consecutive == after
+    assert (verdict.fail_reason is not None) is fails
+    if fails:
+        assert verdict.fail_reason == (
+            f"the model made mistakes in {after} answers in a row (max_consecutive_mistakes "
+            f"is {limit}); the last: {problems[-1]}")
+
+
+def test_mistake_bound_and_tool_result_limit_are_validated_config():
+    assert config().agent.max_consecutive_mistakes == 3
+    assert config().agent.context.max_tool_result_chars == 20_000
+    for bad in ({"max_consecutive_mistakes": -1}, {"context": {"max_tool_result_chars": 5}}):
+        with pytest.raises(ValueError):
+            SessionConfig.model_validate({"agent": {
+                "llm": {"provider": "scripted", "responses": [{"text": "hi"}]}, **bad}})

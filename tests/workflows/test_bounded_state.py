@@ -128,7 +128,7 @@ def test_the_idempotency_ledger_outlives_the_contract_window():
     assert all(c.execution_id != "s1.t0" for c in carried.contracts)
     d = agent.decide_tool_call(carried, ToolCallRequest(tool="delete_note",
                                                         arguments={"i": 0}), CATALOG)
-    assert d.kind == "already_done" and "s1.t0" in d.message and "{'n': 0}" in d.message
+    assert d.kind == "already_done" and "s1.t0" in d.message and '{"n": 0}' in d.message
     other = agent.decide_tool_call(carried, ToolCallRequest(tool="delete_note",
                                                             arguments={"i": 1}), CATALOG)
     assert other.kind == "approve_first"

@@ -21,7 +21,8 @@ HISTORIES = sorted((Path(__file__).parent / "histories").glob("*.json"))
 
 
 def test_histories_are_recorded():
-    assert {p.stem for p in HISTORIES} >= {"demo", "rejected", "auto_timeout", "canceled"}
+    assert {p.stem for p in HISTORIES} >= {"demo", "rejected", "auto_timeout", "canceled",
+                                           "operator_signals", "plan_steps"}
 
 
 @pytest.mark.parametrize("path", HISTORIES, ids=lambda p: p.stem)

@@ -88,10 +88,9 @@ async def test_demo_session_runs_end_to_end(ts_worker, notes_dir, task_queue):
         ("waiting", "running", "user"), ("running", "completed", "tool_node")]
     assert len(state.execution_trace) == sum(len(c.transitions) for c in state.contracts)
     assert len(state.memory) == 5 and len(state.replies) == 2
-    # The reasoner saw consequence views, never raw contracts (invariant 4).
+    # The reasoner read the tool's own output, as data (not a repr wrapped in prose).
     tool_msgs = [m.content for m in state.conversation if m.role == "tool"]
-    assert tool_msgs[2].startswith("[SUCCESS] Call tool delete_note")
-    assert "has_side_effects=true, was_suspended=true" in tool_msgs[2]
+    assert json.loads(tool_msgs[2]) == {"name": "old-draft", "deleted": True}
     assert [c["tool"] for c in calls_log(notes_dir)] == ["write_note", "write_note",
                                                          "delete_note"]
 

@@ -1,0 +1,145 @@
+"""The stack options every client command takes, the same way ``hitlflow up`` does.
+
+``@stack_options`` adds ``--data-dir``, ``--api-port``, ``--api-url`` and ``--token``
+(and, hidden, up's ``--temporal-port`` and ``--ui-port``) to a command and hands it one
+:class:`Stack`. So the flags a person gave ``up`` work for ``session``, ``log`` and
+``telemetry`` as they are. Where the API is: ``--api-url`` (env ``HITLFLOW_API_URL``),
+else ``--api-port`` (env ``HITLFLOW_API_PORT``) on ``HITLFLOW_API_HOST``, else the
+address ``up`` recorded in the data directory while it runs (``api-url``), else
+``http://127.0.0.1:8000``.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import os
+import shlex
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from pydantic import ValidationError
+
+from api.http_client import ApiClient, default_api_url
+from api.settings import HitlflowSettings
+
+#: The file ``up`` writes into its data directory while it serves the API.
+API_URL_FILE = "api-url"
+
+DataDir = Annotated[Path | None, typer.Option(
+    "--data-dir", help="The stack's data directory, as given to `up` (env HITLFLOW_DATA_DIR; "
+    "default ./.hitlflow).")]
+ApiPort = Annotated[int | None, typer.Option(
+    "--api-port", min=1, max=65535, help="The API port, as given to `up` (env "
+    "HITLFLOW_API_PORT; default 8000).")]
+ApiUrl = Annotated[str | None, typer.Option(  # the environment is read in Stack.url()
+    "--api-url", help="The API's base URL (env HITLFLOW_API_URL); wins over --api-port.")]
+Token = Annotated[str | None, typer.Option(
+    "--token", envvar="HITLFLOW_API_TOKEN", show_envvar=False,
+    help="Bearer token (env HITLFLOW_API_TOKEN).")]
+TemporalPort = Annotated[int | None, typer.Option(
+    "--temporal-port", min=1, max=65535, hidden=True,
+    help="Accepted as `up` takes it; the client commands talk to the API.")]
+UiPort = Annotated[int | None, typer.Option(
+    "--ui-port", min=1, max=65535, hidden=True, help="Accepted as `up` takes it.")]
+
+_OPTIONS: dict[str, Any] = {"data_dir": DataDir, "api_port": ApiPort, "api_url": ApiUrl,
+                            "token": Token, "temporal_port": TemporalPort, "ui_port": UiPort}
+
+
+@dataclass(frozen=True)
+class Stack:
+    """Where the stack a client command talks to is, as the person named it."""
+
+    data_dir: Path | None = None
+    api_port: int | None = None
+    api_url: str | None = None
+    token: str | None = None
+    temporal_port: int | None = None
+    ui_port: int | None = None
+
+    def settings(self) -> HitlflowSettings:
+        given = {k: v for k, v in {"data_dir": self.data_dir, "api_port": self.api_port,
+                                   "temporal_port": self.temporal_port}.items()
+                 if v is not None}
+        try:
+            return HitlflowSettings(**given)
+        except ValidationError as err:
+            raise typer.BadParameter(str(err)) from None
+
+    @property
+    def resolved_data_dir(self) -> Path:
+        return self.settings().data_dir
+
+    def url(self) -> str:
+        given = self.api_url or os.environ.get("HITLFLOW_API_URL")
+        if given:
+            return given
+        settings = self.settings()
+        if self.api_port is None and "api_port" not in settings.model_fields_set:
+            recorded = settings.data_dir / API_URL_FILE
+            try:
+                text = recorded.read_text().strip()
+            except OSError:
+                text = ""
+            if text.startswith(("http://", "https://")):
+                return text
+        return default_api_url(settings)
+
+    def client(self) -> ApiClient:
+        return ApiClient(self.url(), self.token or self.settings().api_token)
+
+    def flags(self) -> list[str]:
+        """The options the person gave on the command line (never the token), for the
+        commands we print; what came from the environment is there again for them."""
+        out: list[str] = []
+        if self.api_url:
+            out += ["--api-url", self.api_url]
+        if self.api_port is not None:
+            out += ["--api-port", str(self.api_port)]
+        if self.data_dir is not None:
+            out += ["--data-dir", str(self.data_dir)]
+        return out
+
+
+def stack_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Give the command the stack options; it receives them as ``stack: Stack``."""
+    sig = inspect.signature(fn, eval_str=True)  # typer reads the annotations from it
+    own = [p for p in sig.parameters.values() if p.name != "stack"]
+    extra = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None,
+                               annotation=annotation)
+             for name, annotation in _OPTIONS.items()]
+
+    @functools.wraps(fn)
+    def command(*args: Any, **kwargs: Any) -> Any:
+        stack = Stack(**{name: kwargs.pop(name, None) for name in _OPTIONS})
+        return fn(*args, stack=stack, **kwargs)
+
+    command.__signature__ = sig.replace(parameters=[*own, *extra])  # type: ignore[attr-defined]
+    command.__annotations__ = {**{p.name: p.annotation for p in own
+                                  if p.annotation is not inspect.Parameter.empty},
+                               **_OPTIONS}
+    return command
+
+
+def prog() -> str:
+    """How to call hitlflow again in a command we print: ``hitlflow``, or the path the
+    person used (``.venv/bin/hitlflow``) when that is how they ran it."""
+    argv0 = sys.argv[0] if sys.argv else ""
+    if Path(argv0).name == "hitlflow" and "/" in argv0:
+        import shutil
+
+        on_path = shutil.which("hitlflow")
+        if on_path is None or Path(on_path).resolve() != Path(argv0).resolve():
+            return argv0
+    return "hitlflow"
+
+
+def command_line(*words: str, stack: Stack | None = None) -> str:
+    """A hitlflow command as a person pastes it: quoted, with their stack options."""
+    return " ".join([prog(), *(shlex.quote(w) for w in [*words, *(
+        stack.flags() if stack else [])])])
