@@ -641,7 +641,7 @@ class LlmActivities:
                 f"scripted provider has no response #{input.call_index} "
                 f"(the script has {offset + len(responses)})"
             )
-        r = responses[input.call_index - offset]
+        r = responses[input.call_index - offset].played(input.outcomes)
         if r.error is not None:
             raise ScriptedProviderError(
                 r.error, http_status=r.http_status, retryable=retryable_status(r.http_status),

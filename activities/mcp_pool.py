@@ -35,7 +35,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
 import mcp_types as types
@@ -249,7 +249,8 @@ class McpClientPool:
             except Exception:  # a failed sweep must not end idle closing for good
                 log.exception("closing idle MCP servers failed")
 
-    async def _request(self, server: McpServerConfig, what: str, send: Callable[[Client], Any]):
+    async def _request(self, server: McpServerConfig, what: str, send: Callable[[Client], Any],
+                       on_send: Callable[[], Awaitable[None]] | None = None):
         """Run ``send`` on the server's session; a lost connection drops the session.
 
         Raises ``McpTransportError`` for a lost connection; re-raises any other
@@ -259,16 +260,19 @@ class McpClientPool:
         """
         conn = await self._acquire(server)
         try:
-            return await self._send(conn, what, send)
+            return await self._send(conn, what, send, on_send)
         finally:
             self._release(conn)
 
-    async def _send(self, conn: Connection, what: str, send: Callable[[Client], Any]):
+    async def _send(self, conn: Connection, what: str, send: Callable[[Client], Any],
+                    on_send: Callable[[], Awaitable[None]] | None = None):
         try:
             client = await conn.client()
         except McpTransportError:
             await self._drop(conn)
             raise
+        if on_send is not None:  # the last step before the request leaves
+            await on_send()
         try:
             return await send(client)
         except MCPError as exc:
@@ -310,8 +314,14 @@ class McpClientPool:
         tool: str,
         arguments: dict[str, Any],
         idempotency_key: str | None = None,
+        on_send: Callable[[], Awaitable[None]] | None = None,
     ) -> ToolCallResult:
-        """Call ``tool``; the idempotency key travels in ``_meta`` for servers that honour it."""
+        """Call ``tool``; the idempotency key travels in ``_meta`` for servers that honour it.
+
+        ``on_send`` is awaited once the server is connected, just before the request
+        leaves (the activity records its durable "sent" mark there); an error from
+        it, or anything before it, means the request was not sent.
+        """
         meta = (
             cast(types.RequestParamsMeta, {IDEMPOTENCY_META_KEY: idempotency_key})
             if idempotency_key is not None
@@ -319,7 +329,8 @@ class McpClientPool:
         )
         try:
             result = await self._request(
-                server, repr(tool), lambda client: client.call_tool(tool, arguments, meta=meta)
+                server, repr(tool), lambda client: client.call_tool(tool, arguments, meta=meta),
+                on_send,
             )
         except MCPError as exc:  # e.g. an unknown tool on servers that raise for it
             return ToolCallResult(is_error=True, text=exc.message, error_message=exc.message)

@@ -1,30 +1,30 @@
 """``hitlflow demo``: run the scripted demo session through the HTTP API.
 
-It starts the session with ``POST /api/sessions``, prints every status change and
-contract transition as it happens (``GET`` the session and its timeline), and asks
-the person at the terminal whenever the session waits (``--auto-approve`` answers
-yes for them), answering with ``POST .../reply`` (or ``.../end`` when the agent
-waits for a new message). Exit code 0 when the session succeeded.
+It starts the session with ``POST /api/sessions``, prints every status change,
+contract transition and what the agent says in the order of the session's log
+(its SSE stream, ``GET .../events``), and asks the person at the terminal whenever the
+session waits (``--auto-approve`` answers yes for them), answering with ``POST
+.../reply`` (or ``.../end`` when the agent waits for a new message). Exit code 0
+when the session succeeded.
 """
 
 from __future__ import annotations
 
-import time
 import uuid
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from api.cli_options import Stack, stack_options
-from api.cli_session import tool_label
+from api.cli_session import follow_events, tool_label
 from api.demo import demo_config
 from api.http_client import ApiClient, ApiClientError
+from api.sse import SseMessage
 
 console = Console(highlight=False)
-POLL_S = 0.2
-TERMINAL = {"succeeded", "failed", "canceled"}
 
 
 def ask(pending: dict[str, Any], auto_approve: bool) -> tuple[str, dict[str, Any]]:
@@ -46,43 +46,44 @@ def ask(pending: dict[str, Any], auto_approve: bool) -> tuple[str, dict[str, Any
     return "reply", {"request_id": rid, "values": values, "by": "demo"}
 
 
+def show(event: dict[str, Any]) -> None:
+    """One line of the session's log, as the demo prints it (or nothing)."""
+    kind, p = event["type"], event["payload"]
+    if kind == "conversation.state.changed":
+        console.print(f"[bold]session[/] {p['from']} → {p['to']} [dim]({p['trigger']})[/]")
+    elif kind == "execution_state":
+        console.print(f"  [cyan]contract[/] {p['execution_id'][-8:]} "
+                      f"{escape(tool_label(p['action_summary']))}: {p['from_status']} → "
+                      f"{p['to_status']} [dim]({p['trigger']} by {p['actor_category']})[/]")
+    elif kind == "text" and p.get("text"):
+        console.print(f"[green]agent:[/] {escape(p['text'])}")
+
+
 def follow(api: ApiClient, session_id: str, auto_approve: bool) -> str:
-    """Print what happens until the session ends; answer whenever it waits."""
-    shown_changes = shown_transitions = 0
+    """Print the session's stream (its log's events: status changes, contract
+    transitions and what the agent says, in the log's order) until the session ends;
+    answer whenever it asks."""
     answered: set[str] = set()
-    written = 0  # the journal position our last answer needs the reads to reflect
-    while True:
-        fresh = {"min_journal_seq": written} if written else {}
-        s = api.get(f"/api/sessions/{session_id}", params=fresh)
-        # Read at least as fresh as the session (and the same seq for all three).
-        seen = {"min_seq": s.get("seq", 0)}
-        # A demo session is short: one page of each holds all of it.
-        # (No contracts yet: the timeline is a 404 by seed 000, so do not ask.)
-        timeline = api.get(f"/api/execution/{session_id}/timeline",
-                           params={"limit": 500, **seen}) if s.get("contracts_total") \
-            else {"contracts": [], "transitions": []}
-        history = api.get(f"/api/sessions/{session_id}/history",
-                          params={"limit": 500, **seen})["status_history"]
-        for change in history[shown_changes:]:
-            console.print(f"[bold]session[/] {change['from_status']} → {change['to_status']} "
-                          f"[dim]({change['event']})[/]")
-        shown_changes = len(history)
-        labels = {c["execution_id"]: tool_label(c["action_summary"])
-                  for c in timeline["contracts"]}
-        for t in timeline["transitions"][shown_transitions:]:
-            console.print(f"  [cyan]contract[/] {t['execution_id'][-8:]} "
-                          f"{labels.get(t['execution_id'], '?')}: {t['from_status']} → "
-                          f"{t['to_status']} [dim]({t['trigger']} by {t['actor']})[/]")
-        shown_transitions = len(timeline["transitions"])
-        if s["status"] in TERMINAL:
-            return s["status"]
-        p = s["pending"]
-        if s["status"] == "waiting_user" and p and p["request_id"] not in answered:
-            endpoint, body = ask(p, auto_approve)
-            answered.add(p["request_id"])
-            ack = api.post(f"/api/sessions/{session_id}/{endpoint}", body)
-            written = (ack or {}).get("journal_seq") or written
-        time.sleep(POLL_S)
+    ended = {"status": "unknown"}
+    asked: dict[str, Any] = {}
+
+    def on_event(msg: SseMessage) -> None:
+        event = {"type": msg.event, "payload": msg.json() or {}}
+        show(event)
+        p = event["payload"]
+        if msg.event == "interaction.requested":  # the status change follows it
+            asked.update(pending=p)
+        if msg.event != "conversation.state.changed":
+            return
+        ended["status"] = p["to"]
+        pending = asked.pop("pending", None)
+        if p["to"] == "waiting_user" and pending and pending["request_id"] not in answered:
+            endpoint, body = ask(pending, auto_approve)
+            answered.add(pending["request_id"])
+            api.post(f"/api/sessions/{session_id}/{endpoint}", body)
+
+    follow_events(api, session_id, on_event)
+    return ended["status"]
 
 
 def run_demo(api: ApiClient, data_dir: Path, auto_approve: bool) -> str:

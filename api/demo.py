@@ -18,6 +18,8 @@ def notes_server(notes_dir: Path, name: str = "notes") -> dict:
     }
 
 
+# Each answer that follows a decision of the person branches on it (``alternatives``
+# with ``when``): a rejected delete is reported as such, never as done.
 DEMO_SCRIPT: list[dict] = [
     {"text": "I'll write both notes first.", "tool_calls": [
         {"tool": "write_note", "arguments": {"name": "groceries", "content": "milk, eggs"}},
@@ -25,10 +27,27 @@ DEMO_SCRIPT: list[dict] = [
     ]},
     {"text": "Now the old draft goes; deleting cannot be undone, so I ask first.",
      "tool_calls": [{"tool": "delete_note", "arguments": {"name": "old-draft"}}]},
-    {"ecs_request": {"kind": "confirm",
-                     "prompt": "Shall I read the groceries list back to you?"}},
-    {"tool_calls": [{"tool": "read_note", "arguments": {"name": "groceries"}}]},
-    {"text": "Done: groceries saved, the old draft deleted.", "end": True},
+    {"text": "The old draft is deleted.",
+     "ecs_request": {"kind": "confirm", "prompt": "Shall I read the groceries list back to you?"},
+     "alternatives": [
+         {"when": {"previous": "rejected"}, "text": "Understood: I keep the old draft.",
+          "ecs_request": {"kind": "confirm",
+                          "prompt": "Shall I read the groceries list back to you?"}},
+         {"when": {"previous": "failed"}, "text": "Deleting the old draft failed.",
+          "ecs_request": {"kind": "confirm",
+                          "prompt": "Shall I read the groceries list back to you?"}}]},
+    {"tool_calls": [{"tool": "read_note", "arguments": {"name": "groceries"}}],
+     "alternatives": [
+         {"when": {"previous": "rejected"}, "text": "I won't read it; here are your notes.",
+          "tool_calls": [{"tool": "list_notes", "arguments": {}}]}]},
+    {"text": "Done: groceries saved, the old draft deleted.", "end": True,
+     "alternatives": [
+         {"when": {"previous": "rejected", "tool": "delete_note"}, "end": True,
+          "text": "Done: groceries saved; the old draft is still there, as you asked."},
+         {"when": {"previous": "failed", "tool": "delete_note"}, "end": True,
+          "text": "Groceries saved, but deleting the old draft failed: it is still there."},
+         {"when": {"previous": "cancelled", "tool": "delete_note"}, "end": True,
+          "text": "Groceries saved; the old draft was not deleted (nobody answered)."}]},
 ]
 
 

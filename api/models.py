@@ -147,6 +147,9 @@ class PendingRequestView(BaseModel):
     options: list[str] = Field(default_factory=list)
     fields: list[FormFieldView] = Field(default_factory=list)
     created_at: datetime
+    reason_code: str | None = Field(default=None, description=(
+        "Why the session asks, as a code: `outcome_unknown` when it asks whether a call "
+        "that may have run happened (options done / not done / try again)."))
     output: str | None = Field(default=None, description=(
         "What the person must look at to decide: a `verify: human` plan step's output."))
 

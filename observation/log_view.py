@@ -225,6 +225,8 @@ class SessionLogView:
             "execution_id": p.get("work_item_id"), "options": p.get("options") or [],
             "fields": p.get("fields") or [], "created_at": p.get("opened_at"),
             "output": p.get("output")}
+        if p.get("reason_code"):  # "did it happen?" on a call that may have run
+            self.pending["reason_code"] = p["reason_code"]
 
     def _resolved(self, p: dict[str, Any], _: dict[str, Any]) -> None:
         if p.get("resolution") in REPLY_RESOLUTIONS:

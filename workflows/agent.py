@@ -13,7 +13,13 @@ from pydantic import BaseModel
 
 from observation.projections import consequence_view, render_facts_for_prompt, render_for_prompt
 from workflows.config import McpServerConfig, SessionConfig, ToolCallRequest
-from workflows.contract import ExecutionContract, ExecutionStatus, already_done_reason
+from workflows.contract import (
+    ActionType,
+    ExecutionContract,
+    ExecutionStatus,
+    Trigger,
+    already_done_reason,
+)
 from workflows.contract import idempotency_key_for as _key
 from workflows.io import ChatMessage, ToolCallResult, ToolSpec
 from workflows.messages import ReplyInput
@@ -54,6 +60,39 @@ def consequence_message(contract: ExecutionContract, tool_call_id: str | None,
         return ChatMessage(role="user", content=render_for_prompt([view]))
     return ChatMessage(role="tool", tool_call_id=tool_call_id,
                        content=tool_message_content(view, output, max_chars=max_chars))
+
+
+def outcome_tags(contract: ExecutionContract) -> list[str]:
+    """What a finished action's outcome is, for scripted alternatives (``when``): its
+    status, and ``approved`` / ``rejected`` when a person decided on it."""
+    tags = [contract.status.value]
+    if contract.action_type is ActionType.ECS_REQUEST:
+        answer = contract.result if isinstance(contract.result, dict) else {}
+        if answer.get("approved") is True:
+            tags.append("approved")
+        elif answer.get("approved") is False or answer.get("declined"):
+            tags.append("rejected")
+    elif contract.irreversible and contract.status is not ExecutionStatus.REJECTED and any(
+            t.trigger is Trigger.RESUME for t in contract.transitions):
+        tags.append("approved")
+    return tags
+
+
+def script_outcomes(state: SessionState) -> dict[str, list[str]]:
+    """The outcomes of the latest finished action ("") and of each tool's latest call,
+    which a scripted provider's alternatives branch on; empty for other providers."""
+    agent = state.config.agent
+    if agent is None or agent.llm.provider != "scripted":
+        return {}
+    done = sorted((c for c in state.contracts if c.is_terminal),
+                  key=lambda c: c.transitions[-1].timestamp)  # stable: equal times keep order
+    outcomes: dict[str, list[str]] = {}
+    for c in done:
+        tags = outcome_tags(c)
+        outcomes[""] = tags
+        if c.action_type is ActionType.TOOL_CALL:
+            outcomes[str(c.action_detail.get("tool"))] = tags
+    return outcomes
 
 
 # -- tool calls -------------------------------------------------------------------

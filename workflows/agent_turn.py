@@ -13,6 +13,7 @@ from typing import Any
 from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import TimeoutError as ActivityTimeout
 
 with workflow.unsafe.imports_passed_through():
     import workflows.agent as agent  # `from workflows import agent` is not passed through
@@ -34,6 +35,22 @@ with workflow.unsafe.imports_passed_through():
         ToolCatalog,
     )
     from workflows.messages import Behaviour, SessionInput
+    from workflows.outcome import (
+        CONFIRMED_DONE,
+        CONFIRMED_NOT_DONE,
+        MAX_UNSENT_ATTEMPTS,
+        NOT_SENT,
+        OUTCOME_OPTIONS,
+        OUTCOME_UNKNOWN,
+        RETRIED,
+        attempt_id_for,
+        failed_call_outcome,
+        not_sent_message,
+        outcome_answer,
+        outcome_question,
+        outcome_request_id,
+        unknown_message,
+    )
     from workflows.provider_wait import (
         ProviderFailure,
         ProviderWaits,
@@ -58,12 +75,22 @@ TOOL_HEARTBEAT = timedelta(seconds=15)
 
 
 # Errors raised before a tool call was sent (the worker's MCP pool was full): the
-# outcome is known, the call did not run.
+# outcome is known, the call did not run. (Runs without sent marks only.)
 NOT_SENT_ERRORS = ("McpPoolFullError",)
 
 
 def _not_sent(err: ActivityError) -> bool:
     return isinstance(err.cause, ApplicationError) and err.cause.type in NOT_SENT_ERRORS
+
+
+def _outcome(err: ActivityError, attempt_id: str | None):
+    cause = err.cause
+    if isinstance(cause, ActivityTimeout):
+        return failed_call_outcome(error_type=None, attempt_id=attempt_id,
+                                   heartbeat_details=cause.last_heartbeat_details)
+    error_type = cause.type if isinstance(cause, ApplicationError) else type(cause).__name__
+    return failed_call_outcome(error_type=error_type or "error", attempt_id=attempt_id,
+                               heartbeat_details=None)
 
 
 def _cause(err: BaseException) -> str:
@@ -178,7 +205,7 @@ class AgentTurn:
                         session_id=s.session_id, call_id=call_id,
                         call_index=s.llm_calls, llm=llm.script_from(s.llm_calls, 1),
                         messages=agent.build_messages(s),
-                        tools=s.tool_catalog or [],
+                        tools=s.tool_catalog or [], outcomes=agent.script_outcomes(s),
                     ),
                     result_type=LLMCallResult,
                     start_to_close_timeout=timedelta(seconds=llm.timeout_s + 30),
@@ -237,6 +264,8 @@ class AgentTurn:
         s = self._s
         for c in [c for c in s.contracts if c.status.value == "running"
                   and c.action_type is ActionType.TOOL_CALL]:
+            if s.status != S.RUNNING:  # it asked the person what became of a call
+                break
             await self._execute(c)
         while s.queued_actions and s.status == S.RUNNING:
             action = s.queued_actions.pop(0)
@@ -283,41 +312,103 @@ class AgentTurn:
         return c
 
     async def _execute(self, c: ExecutionContract) -> None:
-        """The tool node: call the MCP tool once (or retried, if it is safe to)."""
+        """The tool node: call the MCP tool once (or retried, if it is safe to).
+
+        A once-only call that provably never left is tried again under the same
+        idempotency key; one that may have run is, when the person approved it,
+        handed to the person ("did it happen?"), else it fails as outcome unknown.
+        """
         s, d = self._s, c.action_detail
         server = next(t for t in s.config.agent.tools if t.name == d["server"])  # type: ignore[union-attr]
         once = at_most_once(SafetyClass(d["safety"]))
-        output: ToolCallResult | None = None
-        try:
-            output = await self._activity(
-                "call_tool",
-                ToolCallInput(
-                    session_id=s.session_id, execution_id=c.execution_id, server=server,
-                    tool=d["tool"], arguments=d["arguments"], idempotency_key=c.idempotency_key,
-                ),
-                result_type=ToolCallResult,
-                start_to_close_timeout=TOOL_TIMEOUT,
-                heartbeat_timeout=TOOL_HEARTBEAT,
-                retry_policy=AT_MOST_ONCE if once else RETRY_FREELY, contract=c,
-            )
-        except ActivityError as err:
-            msg = _cause(err)
-            if once and not _not_sent(err):
-                msg = f"outcome unknown: the call did not report back ({msg}); not retried"
-            self._book.transition(c, Trigger.FAIL, Actor.TOOL_NODE, workflow.now(),
-                                  error_message=msg)
-        else:
-            if output.is_error:
-                self._book.transition(c, Trigger.FAIL, Actor.TOOL_NODE, workflow.now(),
-                                      error_message=output.error_message or output.text)
-            else:
-                self._book.transition(
-                    c, Trigger.SUCCEED, Actor.TOOL_NODE, workflow.now(),
-                    result=output.structured if output.structured is not None else output.text,
+        marks = once and self._input.does(Behaviour.SENT_MARKS)
+        attempt = 0
+        while True:
+            attempt += 1
+            attempt_id = attempt_id_for(c.execution_id, len(c.transitions), attempt) \
+                if marks else None
+            output: ToolCallResult | None = None
+            try:
+                output = await self._activity(
+                    "call_tool",
+                    ToolCallInput(
+                        session_id=s.session_id, execution_id=c.execution_id, server=server,
+                        tool=d["tool"], arguments=d["arguments"],
+                        idempotency_key=c.idempotency_key, attempt_id=attempt_id,
+                    ),
+                    result_type=ToolCallResult,
+                    start_to_close_timeout=TOOL_TIMEOUT,
+                    heartbeat_timeout=TOOL_HEARTBEAT,
+                    retry_policy=AT_MOST_ONCE if once else RETRY_FREELY, contract=c,
                 )
+            except ActivityError as err:
+                msg, code = _cause(err), None
+                if marks:
+                    outcome = _outcome(err, attempt_id)
+                    if outcome == "not_sent" and attempt < MAX_UNSENT_ATTEMPTS:
+                        continue  # it never left: the same call again, same key
+                    if outcome == "not_sent":
+                        msg, code = not_sent_message(msg, attempt), NOT_SENT
+                    elif c.irreversible:
+                        self._ask_outcome(c, msg)
+                        return
+                    else:
+                        msg, code = unknown_message(msg), OUTCOME_UNKNOWN
+                elif once and not _not_sent(err):
+                    msg = unknown_message(msg)
+                self._book.transition(c, Trigger.FAIL, Actor.TOOL_NODE, workflow.now(),
+                                      error_message=msg, reason_code=code)
+            else:
+                if output.is_error:
+                    self._book.transition(c, Trigger.FAIL, Actor.TOOL_NODE, workflow.now(),
+                                          error_message=output.error_message or output.text)
+                else:
+                    self._book.transition(
+                        c, Trigger.SUCCEED, Actor.TOOL_NODE, workflow.now(),
+                        result=output.structured if output.structured is not None
+                        else output.text,
+                    )
+            break
         self._book.say(agent.consequence_message(
             c, d.get("tool_call_id"), output,
             max_chars=s.config.agent.context.max_tool_result_chars))  # type: ignore[union-attr]
+
+    def _ask_outcome(self, c: ExecutionContract, cause: str) -> None:
+        """An approved call that may have run: the person says whether it happened
+        (an ECS ``choose`` request); the contract waits with ``outcome_unknown``."""
+        now = workflow.now()
+        asked = sum(1 for t in c.transitions if t.to_status.value == "waiting")
+        self._book.transition(c, Trigger.SUSPEND, Actor.TOOL_NODE, now,
+                              reason_code=OUTCOME_UNKNOWN)
+        self._ask(PendingRequest(
+            request_id=outcome_request_id(c.execution_id, asked), kind="choose",
+            execution_id=c.execution_id, options=list(OUTCOME_OPTIONS), created_at=now,
+            prompt=outcome_question(summarize_action(c.action_type, c.action_detail), cause),
+            reason_code=OUTCOME_UNKNOWN,
+        ))
+
+    def _settle_outcome(self, c: ExecutionContract, answer: dict[str, Any], by: str,
+                        actor: Actor) -> None:
+        """The person's answer on a call that may have run (the contract waits)."""
+        now = workflow.now()
+        said = outcome_answer(answer)
+        if said == "try_again":  # RUNNING again: the tool node runs it at the turn start
+            self._book.transition(c, Trigger.RESUME, actor, now, reason_code=RETRIED)
+            return
+        self._book.transition(c, Trigger.RESUME, actor, now)
+        if said == "done":
+            self._book.transition(
+                c, Trigger.SUCCEED, actor, now, reason_code=CONFIRMED_DONE,
+                result=f"done: {by} says it happened (the tool's own answer never came back)")
+        elif said == "not_done":
+            self._book.transition(c, Trigger.FAIL, actor, now, reason_code=CONFIRMED_NOT_DONE,
+                                  error_message=f"not done: {by} says it did not happen")
+        else:
+            self._book.transition(
+                c, Trigger.FAIL, actor, now, reason_code=OUTCOME_UNKNOWN,
+                error_message=f"outcome unknown: the call did not report back and nobody "
+                f"said whether it happened ({answer}); not retried")
+        self._book.say(agent.consequence_message(c, c.action_detail.get("tool_call_id")))
 
     def _ask_person(self, req: EcsRequest) -> None:
         now = workflow.now()

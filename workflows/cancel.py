@@ -10,6 +10,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from workflows.contract import ActionType, ExecutionContract
+from workflows.outcome import OUTCOME_UNKNOWN
 from workflows.safety import SafetyClass, at_most_once
 
 if TYPE_CHECKING:
@@ -34,6 +35,12 @@ def cancelled_in_flight(contract: ExecutionContract) -> str:
         return (f"outcome unknown: {CANCELLED} while the call was under way; it may have "
                 "run; not retried")
     return f"{CANCELLED} while the call was under way"
+
+
+def cancelled_in_flight_code(contract: ExecutionContract) -> str | None:
+    """The reason code of a contract cancelled in flight: ``outcome_unknown`` when it
+    may have had its effect (an at-most-once call), else None."""
+    return OUTCOME_UNKNOWN if runs_at_most_once(contract) else None
 
 
 def _decided(answer: dict) -> str:

@@ -84,8 +84,24 @@ class EcsRequest(_Strict):
         return self
 
 
+ContractOutcome = Literal["approved", "rejected", "completed", "failed", "cancelled"]
+
+
+class ScriptCondition(_Strict):
+    """When a scripted alternative plays: the latest finished action (of ``tool``,
+    when given) had ``previous`` as its outcome. ``approved``: the person approved
+    it (an irreversible call, or a confirm answered yes); ``rejected``: the person
+    declined it; ``completed``, ``failed``, ``cancelled``: how it ended."""
+
+    previous: ContractOutcome
+    tool: str | None = Field(default=None, min_length=1)
+
+
 class ScriptedResponse(_Strict):
-    """One canned LLM answer for the ``scripted`` provider."""
+    """One canned LLM answer for the ``scripted`` provider.
+
+    ``alternatives`` are tried in order before it: the first whose ``when`` holds
+    plays instead (README: "Scripted responses")."""
 
     @model_serializer(mode="wrap")
     def _compact(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
@@ -103,6 +119,29 @@ class ScriptedResponse(_Strict):
     http_status: int | None = None
     # The delay the simulated provider asks for (its Retry-After), in seconds.
     retry_after_s: float | None = Field(default=None, ge=0)
+    # Set on an alternative only: when it plays instead of its response.
+    when: ScriptCondition | None = None
+    alternatives: list[ScriptedResponse] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _branches(self) -> ScriptedResponse:
+        for alt in self.alternatives:
+            if alt.when is None:
+                raise ValueError("every alternative needs `when` (e.g. "
+                                 "{\"previous\": \"rejected\"})")
+            if alt.alternatives:
+                raise ValueError("an alternative cannot have alternatives of its own")
+        return self
+
+    def played(self, outcomes: dict[str, list[str]]) -> ScriptedResponse:
+        """The answer that plays given the outcomes of the latest actions (key "" for
+        the latest of all, a tool's name for its latest call): the first alternative
+        whose condition holds, else this response."""
+        for alt in self.alternatives:
+            assert alt.when is not None
+            if alt.when.previous in outcomes.get(alt.when.tool or "", []):
+                return alt
+        return self
 
 
 class LLMConfig(_Strict):
@@ -130,6 +169,9 @@ class LLMConfig(_Strict):
             raise ValueError("the openai provider needs a base_url")
         if self.provider == "scripted" and not self.responses and not self.responses_offset:
             raise ValueError("the scripted provider needs at least one response")
+        if any(r.when is not None for r in self.responses):
+            raise ValueError("`when` belongs to an alternative (a response's "
+                             "`alternatives`), not to a response")
         return self
 
     def script_from(self, call_index: int, count: int | None = None) -> LLMConfig:

@@ -165,6 +165,9 @@ class ExecutionContract(BaseModel):
     status: ExecutionStatus = ExecutionStatus.PENDING
     result: Any = None
     error_message: str | None = None
+    # Why it ended (or waits) as it did, as a code (``workflows.outcome``): e.g.
+    # ``outcome_unknown`` for a call that may have run; None for the ordinary cases.
+    reason_code: str | None = None
     transitions: list[TransitionRecord] = Field(default_factory=list)
     created_at: datetime
 
@@ -180,6 +183,7 @@ class ExecutionContract(BaseModel):
         timestamp: datetime,
         result: Any = None,
         error_message: str | None = None,
+        reason_code: str | None = None,
     ) -> TransitionRecord:
         """Fire ``trigger``; on a transition not in the table raise and change nothing."""
         target = CONTRACT_TABLE.target(self.status, trigger)
@@ -200,6 +204,8 @@ class ExecutionContract(BaseModel):
             self.result = result
         if error_message is not None:
             self.error_message = error_message
+        if reason_code is not None:
+            self.reason_code = reason_code
         return record
 
     def resume(self, *, actor: Actor | str, timestamp: datetime) -> TransitionRecord:

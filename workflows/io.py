@@ -42,6 +42,9 @@ class LLMCallInput(BaseModel):
     llm: LLMConfig
     messages: list[ChatMessage]
     tools: list[ToolSpec] = Field(default_factory=list)
+    # The scripted provider's branches: outcomes of the latest finished action ("")
+    # and of each tool's latest call (``workflows.agent.script_outcomes``).
+    outcomes: dict[str, list[str]] = Field(default_factory=dict)
 
 
 class TokenUsage(BaseModel):
@@ -114,6 +117,9 @@ class ToolCallInput(BaseModel):
     tool: str
     arguments: dict[str, Any] = Field(default_factory=dict)
     idempotency_key: str | None = None
+    # Names this attempt: the activity records a durable "sent" mark with it just
+    # before the request leaves (``workflows.outcome``). None: no marks (older runs).
+    attempt_id: str | None = None
 
 
 class ToolCallResult(BaseModel):

@@ -28,6 +28,7 @@ class Behaviour(IntEnum):
     AGENT_LOOP_V2 = 2  # provider waits in the workflow; model mistakes go back to it
     REFUSALS_RECORDED = 3  # a refused signal is recorded (`interaction.reply.refused`)
     EACH_WAIT_PUBLISHED = 4  # a wait that follows another in one task moves WaitingSince
+    SENT_MARKS = 5  # once-only tool calls: never sent is retried, maybe sent is asked
 
 
 #: What sessions start with now.

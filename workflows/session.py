@@ -26,7 +26,12 @@ with workflow.unsafe.imports_passed_through():
     )
     from observation.projections import snapshot as contract_snapshot_at
     from workflows.agent_turn import AgentTurn
-    from workflows.cancel import CANCELLED, cancelled_in_flight, late_reply_problem
+    from workflows.cancel import (
+        CANCELLED,
+        cancelled_in_flight,
+        cancelled_in_flight_code,
+        late_reply_problem,
+    )
     from workflows.config import execution_id_for
     from workflows.contract import (
         Actor,
@@ -47,6 +52,7 @@ with workflow.unsafe.imports_passed_through():
         SessionSnapshot,
     )
     from workflows.operators import SIGNALS, refusal, signal_input, waiting_details
+    from workflows.outcome import OUTCOME_UNKNOWN
     from workflows.plan import TaskStopped
     from workflows.plan_dispatch import step_command_problem
     from workflows.plan_turn import PlanTurn
@@ -156,7 +162,8 @@ class SessionWorkflow(AgentTurn, PlanTurn):
                 raise
             if contract is not None and not contract.is_terminal:
                 self._book.transition(contract, Trigger.CANCEL, Actor.USER, workflow.now(),
-                                      error_message=cancelled_in_flight(contract))
+                                      error_message=cancelled_in_flight(contract),
+                                      reason_code=cancelled_in_flight_code(contract))
             raise asyncio.CancelledError(CANCELLED) from err
 
     async def _wait(self, condition: Any, timeout: timedelta | None = None) -> None:
@@ -293,6 +300,9 @@ class SessionWorkflow(AgentTurn, PlanTurn):
             return
         c = s.contract(pending.execution_id)
         actor = Actor.TIMER if auto else Actor.USER
+        if pending.reason_code == OUTCOME_UNKNOWN:  # "did it happen?" on a tool call
+            self._settle_outcome(c, answer, by, actor)
+            return
         self._book.transition(c, Trigger.RESUME, actor, now)
         if pending.kind == "approval":
             if answer.get("approved"):

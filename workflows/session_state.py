@@ -17,7 +17,13 @@ import json
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import (
+    BaseModel,
+    Field,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+    model_validator,
+)
 
 from observation.projections import ExecutionFact, execution_fact
 from workflows.config import EcsRequest, FormField, SessionConfig, ToolCallRequest
@@ -50,6 +56,16 @@ class PendingRequest(BaseModel):
     created_at: datetime
     # What the person must look at to decide (a plan step's output for `verify: human`).
     output: str | None = None
+    # Why the session asks, as a code: ``outcome_unknown`` when it asks whether a
+    # call that may have run did happen (``workflows.outcome``). Left out when None.
+    reason_code: str | None = None
+
+    @model_serializer(mode="wrap")
+    def _compact(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data = handler(self)
+        if data.get("reason_code") is None:
+            data.pop("reason_code", None)
+        return data
 
 
 class StatusChange(BaseModel):
@@ -263,14 +279,18 @@ class SessionBook:
         *,
         result: Any = None,
         error_message: str | None = None,
+        reason_code: str | None = None,
     ) -> TransitionRecord:
         record = contract.transition(
-            trigger, actor=actor, timestamp=now, result=result, error_message=error_message
+            trigger, actor=actor, timestamp=now, result=result, error_message=error_message,
+            reason_code=reason_code,
         )
         _append(self.state.execution_trace, ExecutionStep.from_record(record), RECENT)
         outcome: dict[str, Any] = {}
         if contract.is_terminal:
             outcome = {"result": _clip(contract.result), "error_message": contract.error_message}
+        if contract.reason_code is not None and (reason_code or contract.is_terminal):
+            outcome["reason_code"] = contract.reason_code  # only when set: older journals
         self.note("contract.transition", now, {**record.model_dump(mode="json"), **outcome})
         if contract.is_terminal:
             self._closed(contract, now)

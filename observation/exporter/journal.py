@@ -73,7 +73,8 @@ class JournalMapper:
                 "opened_at": detail.get("created_at", at),
                 # what the person must look at (a plan step's output); only when set,
                 # so older histories export to the same bytes
-                **({"output": detail["output"]} if detail.get("output") else {})},
+                **({"output": detail["output"]} if detail.get("output") else {}),
+                **({"reason_code": detail["reason_code"]} if detail.get("reason_code") else {})},
                 *self._work_span(detail.get("execution_id")))
         elif (self.open_issue is not None and d["from_status"] == "waiting_user"
               and d["to_status"] != "waiting_user"):
@@ -146,7 +147,8 @@ class JournalMapper:
             self.emit("WORK_ITEM_FINISHED", {
                 "work_item_id": c.execution_id, "outcome": record.to_status.value,
                 "finished_at": d["timestamp"], **who, "result": d.get("result"),
-                "error_message": d.get("error_message")}, *span)
+                "error_message": d.get("error_message"),
+                **({"reason_code": d["reason_code"]} if d.get("reason_code") else {})}, *span)
 
     # -- plan sessions (seed 002) -------------------------------------------------------
 

@@ -159,6 +159,17 @@ async def test_scripted_plays_responses_in_order_by_call_index() -> None:
     assert third.finished.tool_calls_count == 0
 
 
+async def test_scripted_plays_the_alternative_the_previous_outcome_calls_for() -> None:
+    branching = ScriptedResponse.model_validate({
+        "text": "The notes are gone.", "end": True,
+        "alternatives": [{"when": {"previous": "rejected"}, "text": "I kept them."}]})
+    rejected = scripted_input([branching]).model_copy(update={"outcomes": {"": ["rejected"]}})
+    assert (await run(rejected)).text == "I kept them."
+    assert (await run(rejected)).end is False  # the alternative's own fields, not merged
+    completed = scripted_input([branching]).model_copy(update={"outcomes": {"": ["completed"]}})
+    assert (await run(completed)).text == "The notes are gone."
+
+
 async def test_scripted_tool_calls_without_id_get_stable_ids() -> None:
     script = [ScriptedResponse(tool_calls=[ToolCallRequest(tool="a"), ToolCallRequest(tool="b")])]
     one = await run(scripted_input(script))

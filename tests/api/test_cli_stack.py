@@ -85,16 +85,23 @@ class Cli:
 
 
 @contextlib.asynccontextmanager
-async def cli(tmp_path: Path, *args: str, env: dict[str, str] | None = None
-              ) -> AsyncIterator[Cli]:
-    """``python -m api.cli ARGS``; whatever it started is stopped afterwards, even on failure."""
+async def cli(tmp_path: Path, *args: str, env: dict[str, str] | None = None,
+              stdin: bytes | None = None) -> AsyncIterator[Cli]:
+    """``python -m api.cli ARGS`` (``stdin``: what the person types, then end of input);
+    whatever it started is stopped afterwards, even on failure."""
     stderr_path = tmp_path / f"cli-{uuid.uuid4().hex[:6]}.err"
     with open(stderr_path, "wb") as err:
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "api.cli", *args,
-            stdout=asyncio.subprocess.PIPE, stderr=err, stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE, stderr=err,
+            stdin=asyncio.subprocess.DEVNULL if stdin is None else asyncio.subprocess.PIPE,
             env=env or cli_env(), cwd=tmp_path,
         )  # fmt: skip
+    if stdin is not None:
+        assert proc.stdin is not None
+        proc.stdin.write(stdin)
+        await proc.stdin.drain()
+        proc.stdin.close()
     try:
         yield Cli(proc, stderr_path)
     finally:

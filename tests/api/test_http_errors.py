@@ -49,6 +49,11 @@ async def test_broken_bodies(http_stack: HttpStack):
         ("POST", "/api/sessions", None, {"mode": "auto"}, 422, "validation_error"),  # no driver
         ("POST", "/api/sessions", None, {**confirm_body(), "reply_timeout_s": "soon"}, 422,
          "validation_error"),
+        # Scripted branches: an alternative needs `when`, with a known outcome.
+        ("POST", "/api/sessions", None, confirm_body({"text": "a", "alternatives": [
+            {"text": "b"}]}), 422, "validation_error"),
+        ("POST", "/api/sessions", None, confirm_body({"text": "a", "alternatives": [
+            {"when": {"previous": "perhaps"}, "text": "b"}]}), 422, "validation_error"),
         ("POST", f"/api/sessions/{sid}/reply", b"{", None, 400, "invalid_json"),
         ("POST", f"/api/sessions/{sid}/reply", None, {}, 422, "validation_error"),
         ("POST", f"/api/sessions/{sid}/reply", None, {"request_id": rid, "approve": "maybe"},

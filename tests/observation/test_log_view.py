@@ -156,3 +156,19 @@ def test_history_tail_counts_changes_that_share_a_time(logged, live_from, limit)
     view.history = history[:logged]
     assert history_tail(history[:logged], history[live_from:]) == history[logged:]
     assert _walk(lambda o, n: history_page(view, history[live_from:], o, n), limit) == history
+
+
+def test_a_question_about_a_call_that_may_have_run_keeps_its_reason_code():
+    """outcome_unknown: the approved call's server died holding it; the person is asked
+    (the pending request says why, as a code) and answers "try again"."""
+    sid, lines = log_lines("outcome_unknown")
+    opened = [i for i, e in enumerate(lines) if e["type"] == "ISSUE_OPENED"]
+    assert [lines[i]["payload"].get("reason_code") for i in opened] == [
+        None, "outcome_unknown"]
+    asking = fold(sid, lines[:opened[1] + 1])
+    assert asking.pending is not None and asking.pending["reason_code"] == "outcome_unknown"
+    assert asking.pending["options"] == ["done", "not done", "try again"]
+    assert "reason_code" not in fold(sid, lines[:opened[0] + 1]).pending  # the approval
+    (finished,) = [e["payload"] for e in lines if e["type"] == "WORK_ITEM_FINISHED"]
+    assert (finished["outcome"], finished["reason_code"]) == ("completed", "retried_by_person")
+    assert fold(sid, lines).pending is None

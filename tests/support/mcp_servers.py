@@ -48,3 +48,20 @@ def gone(pid: int) -> bool:
     except ProcessLookupError:
         return True
     return False
+
+
+def recording_server(folder: Path) -> McpServerConfig:
+    """A server whose irreversible ``delete`` records every call it receives in
+    ``<folder>/calls.log``; flag files make it hang at start or mid-call, or die
+    mid-call (tests/fakes/recording_mcp_server.py)."""
+    return McpServerConfig(
+        name="recorder",
+        command=[sys.executable, "-m", "tests.fakes.recording_mcp_server", "--dir", str(folder)],
+        cwd=str(REPO),
+    )
+
+
+def received(folder: Path) -> list[dict]:
+    """The calls the recording server received, in order."""
+    log = folder / "calls.log"
+    return [json.loads(x) for x in log.read_text().splitlines()] if log.exists() else []

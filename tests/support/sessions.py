@@ -24,8 +24,9 @@ from workflows.statechart import SessionStatus
 
 
 @asynccontextmanager
-async def running_worker(client: Client, task_queue: str) -> AsyncIterator[None]:
-    pool = McpClientPool()
+async def running_worker(client: Client, task_queue: str,
+                         pool: McpClientPool | None = None) -> AsyncIterator[None]:
+    pool = pool or McpClientPool()
     try:
         # In tests a bug in workflow code fails the session at once instead of
         # retrying the workflow task forever (which would hang the test).
@@ -69,11 +70,13 @@ async def until_status(handle: WorkflowHandle, status: SessionStatus, **kw) -> S
 
 
 @contextmanager
-def worker_process(client: Client, task_queue: str) -> Iterator[subprocess.Popen]:
-    """``hitlflow worker`` as its own process on ``task_queue``, killed with SIGKILL
-    when the block ends (a worker lost without any chance to clean up)."""
+def worker_process(client: Client, task_queue: str,
+                   env: dict[str, str] | None = None) -> Iterator[subprocess.Popen]:
+    """``hitlflow worker`` as its own process on ``task_queue`` (``env`` added to its
+    environment), killed with SIGKILL when the block ends (a worker lost without any
+    chance to clean up)."""
     env = {**os.environ, "HITLFLOW_TEMPORAL_ADDRESS": client.service_client.config.target_host,
-           "HITLFLOW_TASK_QUEUE": task_queue}
+           "HITLFLOW_TASK_QUEUE": task_queue, **(env or {})}
     proc = subprocess.Popen([sys.executable, "-m", "api.cli", "worker"], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:

@@ -25,6 +25,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from api.demo import demo_config, notes_server
 from api.devserver import temporal_cli_path, tuning_args
+from tests.support.mcp_servers import recording_server
 from tests.support.sessions import running_worker, start_session, until, until_status
 from workflows.config import SessionConfig
 from workflows.messages import CURRENT_BEHAVIOUR, Behaviour, ReplyInput
@@ -97,6 +98,23 @@ async def demo_journal_header(client: Client, tq: str, d: Path) -> WorkflowHandl
     return await demo(client, tq, d, behaviour=CURRENT_BEHAVIOUR)
 
 
+async def outcome_unknown(client: Client, tq: str, d: Path) -> WorkflowHandle:
+    """An approved call whose server died holding it: the person is asked whether it
+    happened and says "try again" (sent marks, reason codes)."""
+    (d / "crash-call").touch()
+    h = await start_session(client, SessionConfig.model_validate({
+        "initial_message": "go", "agent": {"llm": {"provider": "scripted", "responses": [
+            {"tool_calls": [{"tool": "delete", "arguments": {"name": "x"}}]},
+            {"text": "deleted", "end": True}]},
+            "tools": [recording_server(d).model_dump()]}}), tq, search_attributes=True,
+        behaviour=CURRENT_BEHAVIOUR)
+    await answer(h, approve=True)
+    await until(h, lambda s: s.pending is not None and s.pending.kind == "choose")
+    await answer(h, choice="try again")
+    await h.result()
+    return h
+
+
 async def agent_loop(client: Client, tq: str, d: Path) -> WorkflowHandle:
     """A model mistake sent back, a corrected call, then a provider error that is
     waited for once (a durable timer) and fails the session (``agent-loop-v2``)."""
@@ -151,6 +169,7 @@ SCENARIOS: dict[str, Callable[[Client, str, Path], Awaitable[WorkflowHandle]]] =
     "demo": demo, "rejected": rejected, "auto_timeout": auto_timeout, "canceled": canceled,
     "demo_journal_header": demo_journal_header, "agent_loop": agent_loop,
     "operator_signals": operator_signals, "plan_steps": plan_steps,
+    "outcome_unknown": outcome_unknown,
 }
 
 

@@ -5,10 +5,17 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from pydantic import ValidationError
 from temporalio.exceptions import ActivityError, ApplicationError
 
 from workflows import agent
-from workflows.config import FormField, SessionConfig, ToolCallRequest
+from workflows.config import (
+    FormField,
+    LLMConfig,
+    ScriptedResponse,
+    SessionConfig,
+    ToolCallRequest,
+)
 from workflows.contract import ActionType, Actor, Trigger
 from workflows.io import ToolSpec
 from workflows.messages import ReplyInput
@@ -259,6 +266,72 @@ def test_a_call_the_pool_never_sent_is_not_an_unknown_outcome():
     assert not _not_sent(_activity_error(TimeoutError("heartbeat")))
 
 
+# -- scripted alternatives: branching on the previous outcome -------------------------
+
+
+def decided(book: SessionBook, tool: str, *, approve: bool | None, end: Trigger,
+            irreversible: bool = True) -> None:
+    c = book.new_contract(f"x{len(book.state.contracts)}", ActionType.TOOL_CALL,
+                          {"server": "notes", "tool": tool, "arguments": {}}, T0,
+                          irreversible=irreversible)
+    book.transition(c, Trigger.START, Actor.REASONING, T0)
+    if approve is not None:
+        book.transition(c, Trigger.SUSPEND, Actor.TOOL_NODE, T0)
+        book.transition(c, Trigger.RESUME, Actor.USER, T0)
+        if not approve:
+            book.transition(c, Trigger.REJECT, Actor.USER, T0)
+            return
+    book.transition(c, end, Actor.TOOL_NODE, T0)
+
+
+def test_script_outcomes_name_the_latest_action_and_each_tools_latest_call():
+    book = SessionBook(state())
+    assert agent.script_outcomes(book.state) == {}
+    decided(book, "delete_note", approve=False, end=Trigger.SUCCEED)
+    decided(book, "read_note", approve=None, end=Trigger.SUCCEED, irreversible=False)
+    assert agent.script_outcomes(book.state) == {
+        "": ["completed"], "read_note": ["completed"], "delete_note": ["rejected"]}
+    decided(book, "delete_note", approve=True, end=Trigger.FAIL)
+    assert agent.script_outcomes(book.state)["delete_note"] == ["failed", "approved"]
+    # A confirm answered no is rejected; yes is approved.
+    c = book.new_contract("ecs", ActionType.ECS_REQUEST, {"kind": "confirm"}, T0)
+    book.transition(c, Trigger.START, Actor.ECS_NODE, T0)
+    book.transition(c, Trigger.SUCCEED, Actor.ECS_NODE, T0, result={"approved": False})
+    assert agent.script_outcomes(book.state)[""] == ["completed", "rejected"]
+
+
+def test_script_outcomes_are_only_for_the_scripted_provider():
+    s = SessionState(session_id="s1", config=SessionConfig.model_validate({"agent": {
+        "llm": {"provider": "openai", "base_url": "http://127.0.0.1:1/v1"}}}))
+    book = SessionBook(s)
+    decided(book, "delete_note", approve=False, end=Trigger.SUCCEED)
+    assert agent.script_outcomes(s) == {}
+
+
+def test_an_alternative_plays_when_its_condition_holds():
+    r = ScriptedResponse.model_validate({"text": "deleted", "alternatives": [
+        {"when": {"previous": "rejected", "tool": "delete_note"}, "text": "kept"},
+        {"when": {"previous": "failed"}, "text": "failed"}]})
+    assert r.played({}).text == "deleted"
+    assert r.played({"": ["rejected"], "delete_note": ["completed"]}).text == "deleted"
+    assert r.played({"": ["completed"], "delete_note": ["rejected"]}).text == "kept"
+    assert r.played({"": ["failed"], "delete_note": ["rejected"]}).text == "kept"  # first wins
+    assert r.played({"": ["failed", "approved"]}).text == "failed"
+
+
+@pytest.mark.parametrize(("response", "problem"), [
+    ({"text": "a", "alternatives": [{"text": "b"}]}, "every alternative needs `when`"),
+    ({"text": "a", "alternatives": [{"when": {"previous": "rejected"}, "alternatives": [
+        {"when": {"previous": "failed"}, "text": "c"}]}]}, "cannot have alternatives"),
+    ({"text": "a", "alternatives": [{"when": {"previous": "maybe"}, "text": "b"}]},
+     "previous"),
+    ({"text": "a", "alternatives": [{"when": {"previous": "failed", "x": 1}, "text": "b"}]},
+     "Extra inputs are not permitted"),
+    ({"text": "a", "when": {"previous": "failed"}}, "`when` belongs to an alternative"),
+])
+def test_a_broken_script_branch_is_refused_with_its_reason(response, problem):
+    with pytest.raises(ValidationError, match=problem):
+        LLMConfig.model_validate({"provider": "scripted", "responses": [response]})
 # -- model mistakes go back to the model ----------------------------------------------
 
 

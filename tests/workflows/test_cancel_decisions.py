@@ -7,7 +7,12 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from workflows.cancel import cancelled_in_flight, late_reply_problem, runs_at_most_once
+from workflows.cancel import (
+    cancelled_in_flight,
+    cancelled_in_flight_code,
+    late_reply_problem,
+    runs_at_most_once,
+)
 from workflows.config import SessionConfig
 from workflows.contract import ActionType, ExecutionContract
 from workflows.session_state import (
@@ -39,6 +44,7 @@ def test_an_in_flight_call_that_runs_at_most_once_ends_with_an_unknown_outcome(c
     assert runs_at_most_once(c) is once
     message = cancelled_in_flight(c)
     assert message.startswith("outcome unknown") is once
+    assert cancelled_in_flight_code(c) == ("outcome_unknown" if once else None)
     assert "the session was cancelled while the call was under way" in message
 
 

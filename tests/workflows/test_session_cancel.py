@@ -60,13 +60,15 @@ async def scheduled_after_cancel(h: WorkflowHandle) -> list[str]:
             if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED]
 
 
-async def llm_retrying(h: WorkflowHandle, limit_s: float = 30) -> None:
-    """Wait (bounded) until the pending LLM call has failed once and is retried."""
+async def waiting_for_the_provider(h: WorkflowHandle, limit_s: float = 30) -> None:
+    """Wait (bounded) until the LLM call failed and the session waits, on a durable
+    timer, to call the provider again (workflows/provider_wait.py)."""
     deadline = asyncio.get_running_loop().time() + limit_s
     while True:
-        pending = (await h.describe()).raw_description.pending_activities
-        if pending and pending[0].attempt >= 2:
-            assert pending[0].activity_type.name == "llm_call"
+        events = (await h.fetch_history()).events
+        if any(e.event_type == EventType.EVENT_TYPE_TIMER_STARTED for e in events):
+            assert any(e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED
+                       for e in events)
             return
         assert asyncio.get_running_loop().time() < deadline, "the LLM call never retried"
         await asyncio.sleep(0.05)
@@ -94,16 +96,19 @@ async def test_cancel_with_a_tool_call_in_flight(dev_worker, tmp_path, task_queu
 
 
 async def test_cancel_while_the_llm_call_is_retried(dev_worker, tmp_path, task_queue):
+    """The provider failed; the session waits to retry it: a cancel ends the wait at
+    once and no new LLM call starts."""
     client = dev_worker.client
     cfg = SessionConfig.model_validate({"initial_message": "go", "agent": {"llm": {
-        "provider": "scripted", "responses": [{"error": "overloaded", "http_status": 503}]}}})
+        "provider": "scripted", "responses": [
+            {"error": "overloaded", "http_status": 503, "retry_after_s": 600}]}}})
     h = await start_session(client, cfg, task_queue)
-    await llm_retrying(h)
+    await waiting_for_the_provider(h)
     state = await cancelled(h)
     assert state.failure_reason is None and state.contracts == []
     assert await scheduled_after_cancel(h) == []
     events = [e.event_type for e in (await h.fetch_history()).events]
-    assert EventType.EVENT_TYPE_ACTIVITY_TASK_CANCEL_REQUESTED in events
+    assert EventType.EVENT_TYPE_TIMER_CANCELED in events
 
 
 async def test_cancel_with_a_tool_call_in_flight_before_a_confirm(dev_worker, tmp_path,
@@ -132,6 +137,7 @@ async def test_cancel_with_an_at_most_once_call_in_flight(dev_worker, tmp_path, 
     (c,) = state.contracts
     assert c.action_detail["safety"] == "at_most_once"
     assert c.status is ExecutionStatus.CANCELLED and c.transitions[-1].actor == "user"
+    assert c.reason_code == "outcome_unknown"
     assert c.error_message.startswith("outcome unknown: the session was cancelled while the "
                                       "call was under way; it may have run; not retried")
     assert (tmp_path / "launches.log").read_text() == "apollo\n"  # ran once

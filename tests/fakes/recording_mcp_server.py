@@ -1,0 +1,81 @@
+"""An MCP server that records every tool call it receives, and can be told to hang
+or die at the two points that matter for "outcome unknown":
+
+- ``<dir>/hang-start`` present when it starts: it removes the file and hangs before
+  the MCP handshake (a worker lost while starting the server: nothing was sent);
+- ``<dir>/hang-call`` present when ``delete`` is called: it records the call,
+  removes the file and never answers (a worker lost mid-call: it may have run);
+- ``<dir>/crash-call``: it records the call, removes the file and exits (the
+  connection is lost after the request arrived: it may have run);
+- ``<dir>/fail-start`` present when it starts: it exits at once (a server that
+  cannot start; the file stays);
+- ``<dir>/slow-call`` holds a number of seconds ``delete`` takes before answering.
+
+Every ``delete`` call it receives is one JSON line in ``<dir>/calls.log`` (name and
+idempotency key), written before anything else happens; ``<dir>/start-hung``
+appears once it hangs at start, ``<dir>/server.pid`` holds the pid of the one serving.
+
+    python -m tests.fakes.recording_mcp_server --dir DIR
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+import anyio
+from mcp.server.mcpserver import Context, MCPServer
+from mcp_types import ToolAnnotations
+
+IRREVERSIBLE = ToolAnnotations(read_only_hint=False, destructive_hint=True)
+IDEMPOTENCY_META_KEY = "hitlflow/idempotency_key"
+
+
+def _take(flag: Path) -> bool:
+    try:
+        flag.unlink()
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def build_server(root: Path) -> MCPServer:
+    mcp: MCPServer = MCPServer("hitlflow-test-recording", log_level="WARNING")
+
+    @mcp.tool(annotations=IRREVERSIBLE)
+    async def delete(name: str, ctx: Context) -> str:
+        """Delete something (irreversible)."""
+        key = (ctx.request_context.meta or {}).get(IDEMPOTENCY_META_KEY)
+        with (root / "calls.log").open("a") as f:
+            f.write(json.dumps({"name": name, "key": key}) + "\n")
+        if _take(root / "crash-call"):
+            os._exit(1)
+        slow = root / "slow-call"
+        if slow.exists():
+            await anyio.sleep(float(slow.read_text()))
+        if _take(root / "hang-call"):
+            await anyio.sleep_forever()
+        return f"deleted {name}"
+
+    return mcp
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dir", required=True, type=Path)
+    args = parser.parse_args()
+    if (args.dir / "fail-start").exists():
+        sys.exit("told to fail at start")
+    if _take(args.dir / "hang-start"):
+        (args.dir / "start-hung").touch()
+        sys.stdin.buffer.read()  # until the client goes away (end of file)
+        return
+    (args.dir / "server.pid").write_text(str(os.getpid()))
+    build_server(args.dir).run(transport="stdio")
+
+
+if __name__ == "__main__":
+    main()
