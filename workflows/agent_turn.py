@@ -35,6 +35,7 @@ with workflow.unsafe.imports_passed_through():
         ToolCatalog,
     )
     from workflows.messages import Behaviour, SessionInput
+    from workflows.operators import waiting_details
     from workflows.outcome import (
         CONFIRMED_DONE,
         CONFIRMED_NOT_DONE,
@@ -225,7 +226,7 @@ class AgentTurn:
                 await self._wait_for_provider(call_id, failure, retry)
                 waits, attempt = retry.waits, attempt + 1
         if attempt:
-            workflow.set_current_details(agent.waiting_details(s))
+            workflow.set_current_details(waiting_details(s))
         s.llm_calls += 1
         s.turn_llm_calls += 1
         calls = [
