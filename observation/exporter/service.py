@@ -180,11 +180,6 @@ class Exporter:
             self.tasks[session_id] = asyncio.create_task(
                 self._follow(session_id), name=f"export {session_id}")
 
-    def want(self, session_id: str) -> None:
-        """Someone streams the session: follow it now (woken if parked, started if
-        discovery has not seen it yet)."""
-        self.wake(session_id)
-
     def wake(self, session_id: str) -> None:
         """Something may have changed the session (or started it): follow it now,
         again if it was parked, at once if discovery has not seen it yet."""
@@ -282,7 +277,7 @@ async def run_exporter(client: Client, data_dir: Path, stop: asyncio.Event, *,
     exporter = Exporter(client, runs, observers=observers, signer=signer,
                         **options)  # type: ignore[arg-type]
     if feed is not None:
-        feed.want = exporter.want
+        feed.want = exporter.wake
     try:
         await exporter.run(stop, wakeups)
     finally:

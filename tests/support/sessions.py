@@ -117,7 +117,7 @@ async def running_exporter(client: Client, data_dir: Path, task_queue: str | Non
                                                    feed.observer(sid) if feed else None]),
                         signer=signer)
     if feed is not None:
-        feed.want = exporter.want
+        feed.want = exporter.wake
     stop = asyncio.Event()
     task = asyncio.create_task(exporter.run(stop))
     try:
