@@ -28,6 +28,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
+from activities.deltas import DeltaBus
 from api import errors
 from api.deps import ApiTuning, OnChange
 from api.routers import audit, events, execution, health, inbox, past, sessions
@@ -129,11 +130,14 @@ def create_app(
     stream_head: HeadProvider | None = None,
     read_model: ReadStore | None = None,
     on_change: OnChange | None = None,
+    delta_bus: DeltaBus | None = None,
 ) -> FastAPI:
     """The HTTP service. Without ``client``, the lifespan connects one to
     ``settings.target``; ``event_provider`` replaces the SSE source (tests), and
     ``stream_head`` says how far it goes (without it, resume points are not checked);
-    ``on_change(session_id)`` hears of every accepted write (``up`` wakes the exporter)."""
+    ``on_change(session_id)`` hears of every accepted write (``up`` wakes the exporter);
+    ``delta_bus``: the worker's text as it is written, merged into SSE streams as
+    ``text.delta`` events (``activities.deltas``; without one, none are sent)."""
     settings = settings or HitlflowSettings()
     tuning = tuning or ApiTuning()
 
@@ -166,6 +170,7 @@ def create_app(
     app.state.settings, app.state.tuning, app.state.client = settings, tuning, client
     app.state.event_provider, app.state.stream_head = event_provider, stream_head
     app.state.on_change = on_change or _nobody
+    app.state.delta_bus = delta_bus
     app.state.log_views = LogViews(settings.data_dir / "runs")
     app.state.read_model = read_model
     app.state.stuck_watch = StuckWatch()
