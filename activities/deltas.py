@@ -8,9 +8,10 @@ events. Nothing here reaches the history or the log: the final text stays one
 gets the text so far first (a :class:`TextDelta` with ``text`` set), then deltas.
 
 Implementations: :class:`InProcessDeltaBus` (``hitlflow up``: worker and API in
-one process) and :class:`NullDeltaBus` (nobody listens). The bus is passed in by
-the entry points (``api.worker.build_worker``, ``api.cli_stack``), never imported
-from ``api/``.
+one process), ``activities.deltas_postgres.PostgresDeltaBus`` (a cluster: workers
+and API processes share the PostgreSQL read model; ``cluster_delta_bus``) and
+:class:`NullDeltaBus` (nobody listens). The bus is passed in by the entry points
+(``api.worker``, ``api.app.run_api``, ``api.cli_stack``), never imported from ``api/``.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 __all__ = ["QUEUE_DELTAS", "DeltaBus", "InProcessDeltaBus", "NullDeltaBus", "TextDelta",
-           "split_text"]
+           "cluster_delta_bus", "split_text"]
 
 #: Deltas a subscriber may have queued; past that it gets one snapshot instead.
 QUEUE_DELTAS = 1024
@@ -160,3 +161,13 @@ def split_text(text: str, pieces: int = 4) -> list[str]:
     groups = [words[i:i + size] for i in range(0, len(words), size)]
     return [" ".join(g) + (" " if i < len(groups) - 1 else "") for i, g in enumerate(groups)]
 
+
+
+def cluster_delta_bus(read_model_url: str | None) -> Any:
+    """The bus separate worker and API processes share: PostgreSQL ``LISTEN``/``NOTIFY``
+    when the read model is in PostgreSQL, else None (no transport: no deltas)."""
+    if read_model_url and read_model_url.startswith(("postgresql://", "postgres://")):
+        from activities.deltas_postgres import PostgresDeltaBus
+
+        return PostgresDeltaBus(read_model_url)
+    return None

@@ -28,7 +28,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
-from activities.deltas import DeltaBus
+from activities.deltas import DeltaBus, cluster_delta_bus
 from api import errors
 from api.deps import ApiTuning, OnChange
 from api.routers import audit, events, execution, health, inbox, past, sessions
@@ -280,7 +280,16 @@ class ApiServer:
 
 async def run_api(settings: HitlflowSettings, stop: asyncio.Event,
                   client: Client | None = None) -> None:
-    """Serve the API on ``settings.api_host:api_port`` until ``stop`` is set."""
-    server = ApiServer(create_app(settings, client), settings.api_host, settings.api_port)
-    await server.start()
-    await server.serve_until(stop)
+    """Serve the API on ``settings.api_host:api_port`` until ``stop`` is set; with the
+    read model in PostgreSQL, SSE streams hear the workers' text deltas there."""
+    deltas = cluster_delta_bus(settings.read_model_url)
+    if deltas is not None:
+        deltas.listen()
+    server = ApiServer(create_app(settings, client, delta_bus=deltas), settings.api_host,
+                       settings.api_port)
+    try:
+        await server.start()
+        await server.serve_until(stop)
+    finally:
+        if deltas is not None:
+            await asyncio.to_thread(deltas.close)

@@ -21,7 +21,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Worker
 
 from activities.commands import run_command
-from activities.deltas import DeltaBus
+from activities.deltas import DeltaBus, cluster_delta_bus
 from activities.llm import LlmActivities
 from activities.mcp_pool import McpClientPool
 from activities.tools import McpToolActivities
@@ -66,8 +66,11 @@ async def run_worker(
     deltas: DeltaBus | None = None,
 ) -> None:
     """Run a worker until ``stop`` is set; MCP servers are closed on the way out;
-    ``deltas``: see :func:`build_worker`."""
+    ``deltas``: see :func:`build_worker` (default: PostgreSQL's ``NOTIFY`` when the
+    read model is there, for the API processes of a cluster)."""
     client = client or await connect(settings)
+    own = cluster_delta_bus(settings.read_model_url) if deltas is None else None
+    deltas = deltas or own
     identity = worker_identity()
     pool = McpClientPool(idle_s=settings.mcp_idle_s, max_servers=settings.mcp_max_servers)
     try:
@@ -89,3 +92,5 @@ async def run_worker(
             await stop.wait()
     finally:
         await pool.aclose()
+        if own is not None:
+            await asyncio.to_thread(own.close)

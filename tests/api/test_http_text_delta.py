@@ -1,10 +1,13 @@
-"""Streamed tokens over real HTTP, as ``hitlflow up`` wires them: the worker's LLM
-activity streams the model's text (the real openai SDK, ``stream=True``, against the
-fake OpenAI-compatible server) to an in-process ``DeltaBus``; the API's SSE stream
-(the exporter's ``LogFeed``) merges it in as ephemeral ``text.delta`` events."""
+"""Streamed tokens over real HTTP: the worker's LLM activity streams the model's text
+(the real openai SDK, ``stream=True``, against the fake OpenAI-compatible server) to
+a ``DeltaBus``; the API's SSE stream (the exporter's ``LogFeed``) merges it in as
+ephemeral ``text.delta`` events. Two layouts: ``hitlflow up`` (one in-process bus)
+and a cluster's (worker and API each with their own ``PostgresDeltaBus`` on a real
+PostgreSQL: nothing shared but the database)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 import uuid
@@ -15,6 +18,7 @@ import pytest
 from temporalio.testing import WorkflowEnvironment
 
 from activities.deltas import InProcessDeltaBus
+from activities.deltas_postgres import PostgresDeltaBus
 from api.app import create_app
 from api.settings import HitlflowSettings
 from api.sse import TEXT_DELTA, SseMessage
@@ -23,28 +27,45 @@ from observation.exporter.verify import LOG_NAME
 from tests.api.http_support import HttpStack, eventually, serve
 from tests.api.test_http_sse import Reader
 from tests.fakes.openai_server import FakeOpenAIServer
+from tests.support.postgres import postgres_url
 from tests.support.sessions import running_exporter, running_worker
 
 KEY_ENV = "HITLFLOW_TEST_DELTA_KEY"
 ANSWER = ["The answer ", "is forty", "-two."]
 
 
-@pytest.fixture(scope="module")
-async def stream_stack(dev_env: WorkflowEnvironment, free_port: Callable[[], int],
+@pytest.fixture(scope="module", params=["up", "cluster"])
+async def stream_stack(request: pytest.FixtureRequest, dev_env: WorkflowEnvironment,
+                       free_port: Callable[[], int],
                        tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[HttpStack]:
-    """Worker, exporter and API sharing one bus and one log feed, as in ``up``."""
+    """Worker, exporter and API on one log feed, as in ``up``; the worker's bus and the
+    API's are one object (``up``) or two on one PostgreSQL database (``cluster``)."""
     settings = HitlflowSettings(
         temporal_address=dev_env.client.service_client.config.target_host,
         task_queue=f"tq-delta-{uuid.uuid4().hex[:8]}", api_token=None,
         data_dir=tmp_path_factory.mktemp("delta-data"))
-    bus, feed = InProcessDeltaBus(), LogFeed(settings.data_dir / "runs")
+    if request.param == "up":
+        worker_bus = api_bus = InProcessDeltaBus()
+        buses = []
+    else:
+        url = postgres_url()
+        worker_bus, api_bus = buses = [PostgresDeltaBus(url), PostgresDeltaBus(url)]
+        api_bus.listen()
+        assert await asyncio.to_thread(api_bus.listening.wait, 30), "not listening"
+    feed = LogFeed(settings.data_dir / "runs")
     app = create_app(settings, event_provider=lambda _c, sid, after: feed.events(sid, after),
-                     stream_head=lambda _c, sid: feed.head(sid), delta_bus=bus)
-    async with running_worker(dev_env.client, settings.task_queue, deltas=bus), \
-            running_exporter(dev_env.client, settings.data_dir, settings.task_queue, feed=feed), \
-            serve(app, free_port()) as server, \
-            httpx.AsyncClient(base_url=server.url, timeout=30) as http:
-        yield HttpStack(http=http, url=server.url, client=dev_env.client, settings=settings)
+                     stream_head=lambda _c, sid: feed.head(sid), delta_bus=api_bus)
+    try:
+        async with running_worker(dev_env.client, settings.task_queue, deltas=worker_bus), \
+                running_exporter(dev_env.client, settings.data_dir, settings.task_queue,
+                                 feed=feed), \
+                serve(app, free_port()) as server, \
+                httpx.AsyncClient(base_url=server.url, timeout=30) as http:
+            yield HttpStack(http=http, url=server.url, client=dev_env.client,
+                            settings=settings)
+    finally:
+        for bus in buses:
+            await asyncio.to_thread(bus.close)
 
 
 async def until(reader: Reader, event: str) -> tuple[list[SseMessage], SseMessage]:
