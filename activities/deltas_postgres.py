@@ -120,7 +120,7 @@ class PostgresDeltaBus:
                 self.local.finish(m["s"], m["c"])
             else:
                 self.local.publish(m["s"], m["c"], m["d"], first=bool(m.get("f")))
-        except (ValueError, KeyError, TypeError) as err:  # not ours: ignored
+        except (ValueError, KeyError, TypeError, AttributeError) as err:  # not ours
             log.warning("a notification on %s that is not a delta: %s", CHANNEL, err)
 
     # -- both ---------------------------------------------------------------------------
