@@ -17,8 +17,15 @@ Providers:
 
 - ``scripted``: plays ``llm.responses[call_index]``; no network, deterministic.
 - ``openai``: any OpenAI-compatible chat-completions endpoint through the ``openai``
-  SDK (``max_retries=0``). The key is read from the environment variable *named*
-  by ``api_key_env`` at call time; it is never logged, returned or put in an error.
+  SDK (``max_retries=0``), streamed (``stream=True``, usage asked for with
+  ``stream_options.include_usage``). The key is read from the environment variable
+  *named* by ``api_key_env`` at call time; it is never logged, returned or put in
+  an error.
+
+Both stream their text, as it comes, to the worker's ``DeltaBus``
+(``activities/deltas.py``; the scripted provider in a few pieces) and heartbeat
+while they do (details: the call id and the characters received so far). The
+deltas never reach the history: the result carries the whole text, as before.
 
 The model sees our MCP tools as function tools named ``<server>__<tool>`` (made
 safe for the function-name rules, see ``ToolNames``) plus two pseudo tools:
@@ -46,6 +53,7 @@ from pydantic import ValidationError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities.deltas import DeltaBus, NullDeltaBus, split_text
 from workflows.config import EcsRequest, FormField, LLMConfig, ToolCallRequest
 from workflows.io import (
     ChatMessage,
@@ -573,14 +581,89 @@ def _read_api_key(llm: LLMConfig) -> str:
     return key
 
 
+# -- streaming ------------------------------------------------------------------------
+
+#: Seconds between two heartbeats of a call being streamed (the SDK throttles too).
+HEARTBEAT_EVERY_S = 1.0
+
+
+class _Writer:
+    """One call's text as it is written: to the bus, with heartbeats."""
+
+    def __init__(self, bus: DeltaBus, input: LLMCallInput) -> None:
+        self.bus, self.session_id, self.call_id = bus, input.session_id, input.call_id
+        self.chars, self._first, self._beat_at = 0, True, -HEARTBEAT_EVERY_S
+
+    def text(self, piece: str | None) -> None:
+        if piece:
+            self.bus.publish(self.session_id, self.call_id, piece, first=self._first)
+            self._first = False
+            self.chars += len(piece)
+        self.beat()
+
+    def beat(self) -> None:
+        now = time.monotonic()
+        if now - self._beat_at >= HEARTBEAT_EVERY_S:
+            self._beat_at = now
+            activity.heartbeat({"call_id": self.call_id, "chars": self.chars})
+
+
+@dataclass
+class _Streamed:
+    """A streamed completion put back together from its chunks."""
+
+    text: str | None = None
+    refusal: str | None = None
+    calls: dict[int, list[Any]] = field(default_factory=dict)  # index -> [id, type, name, args]
+    finish_reason: str | None = None
+    usage: Any = None
+    model: str | None = None
+    choices: int = 0
+
+    def add(self, chunk: Any) -> str | None:
+        """Takes one chunk in; returns its new text (what streams to the bus)."""
+        self.model = chunk.model or self.model
+        if chunk.usage is not None:
+            self.usage = chunk.usage
+        if not chunk.choices:
+            return None
+        self.choices += 1
+        choice = chunk.choices[0]
+        self.finish_reason = choice.finish_reason or self.finish_reason
+        delta = choice.delta
+        if delta.refusal:
+            self.refusal = (self.refusal or "") + delta.refusal
+        for call in delta.tool_calls or []:
+            slot = self.calls.setdefault(call.index, [None, None, None, None])
+            slot[0] = call.id or slot[0]
+            slot[1] = call.type or slot[1]
+            if call.function is not None:
+                slot[2] = call.function.name or slot[2]
+                if call.function.arguments is not None:
+                    slot[3] = (slot[3] or "") + call.function.arguments
+        if delta.content is not None:
+            self.text = (self.text or "") + delta.content
+        return delta.content
+
+
 # -- the activity ---------------------------------------------------------------------
 
 
 class LlmActivities:
-    """The LLM activity. Stateless: one instance serves every session of a worker."""
+    """The LLM activity. Stateless: one instance serves every session of a worker;
+    ``deltas`` is where the text goes while it is written (default: nowhere)."""
+
+    def __init__(self, deltas: DeltaBus | None = None) -> None:
+        self.deltas: DeltaBus = deltas or NullDeltaBus()
 
     @activity.defn(name="llm_call")
     async def llm_call(self, input: LLMCallInput) -> LLMCallResult:
+        try:
+            return await self._call(input, _Writer(self.deltas, input))
+        finally:
+            self.deltas.finish(input.session_id, input.call_id)
+
+    async def _call(self, input: LLMCallInput, writer: _Writer) -> LLMCallResult:
         started = llm_call_started(input)
         log = activity.logger
         log.info(
@@ -595,10 +678,10 @@ class LlmActivities:
         secret: str | None = None
         try:
             if input.llm.provider == "scripted":
-                answer, usage, finish_reason, cost = self._scripted(input)
+                answer, usage, finish_reason, cost = self._scripted(input, writer)
             else:
                 secret = _read_api_key(input.llm)
-                answer, usage, finish_reason, cost = await self._openai(input, secret)
+                answer, usage, finish_reason, cost = await self._openai(input, secret, writer)
             output_hash = answer.output_hash()
         except Exception as exc:
             error = _failure(exc, input.call_id, _elapsed_ms(t0), secret)
@@ -634,7 +717,8 @@ class LlmActivities:
     # -- scripted ---------------------------------------------------------------------
 
     @staticmethod
-    def _scripted(input: LLMCallInput) -> tuple[_Answer, TokenUsage, str, float | None]:
+    def _scripted(input: LLMCallInput, writer: _Writer
+                  ) -> tuple[_Answer, TokenUsage, str, float | None]:
         responses, offset = input.llm.responses, input.llm.responses_offset
         if not 0 <= input.call_index - offset < len(responses):
             raise LLMConfigError(
@@ -654,6 +738,8 @@ class LlmActivities:
         ]
         tool_calls = check_arguments(tool_calls, input.tools, ToolNames.build(input.tools))
         answer = _Answer(text=r.text, tool_calls=tool_calls, ecs_request=r.ecs_request, end=r.end)
+        for piece in split_text(r.text or ""):  # streamed, as a model would
+            writer.text(piece)
         # A deterministic estimate: words in, words out.
         words_in = sum(len(m.content.split()) for m in input.messages)
         words_out = len((r.text or "").split())
@@ -667,40 +753,45 @@ class LlmActivities:
 
     @staticmethod
     async def _openai(
-        input: LLMCallInput, api_key: str
+        input: LLMCallInput, api_key: str, writer: _Writer
     ) -> tuple[_Answer, TokenUsage, str, float | None]:
         llm = input.llm
         names = ToolNames.build(input.tools)
+        got = _Streamed()
         async with openai.AsyncOpenAI(
             api_key=api_key, base_url=llm.base_url, max_retries=0, timeout=llm.timeout_s
         ) as client:
-            response = await client.chat.completions.create(
+            stream = await client.chat.completions.create(
                 model=llm.model,
                 messages=openai_messages(input.messages, names),  # type: ignore[arg-type]
                 tools=openai_tools(input.tools, names),  # type: ignore[arg-type]
                 temperature=llm.temperature,
                 max_tokens=llm.max_tokens,
+                stream=True,
+                stream_options={"include_usage": True},
             )
-        if not response.choices:
+            async with stream:
+                async for chunk in stream:
+                    writer.text(got.add(chunk))
+        if not got.choices:
             raise LLMResponseError("the model returned no choices")
-        choice = response.choices[0]
-        message = choice.message
         calls: list[tuple[str, str, str | None]] = []
-        for call in message.tool_calls or []:
-            if call.type != "function":
-                raise LLMResponseError(f"the model made a {call.type!r} tool call; not supported")
-            calls.append((call.id, call.function.name, call.function.arguments))
-        text = message.content if message.content is not None else message.refusal
+        for index in sorted(got.calls):
+            call_id, kind, name, arguments = got.calls[index]
+            if (kind or "function") != "function":
+                raise LLMResponseError(f"the model made a {kind!r} tool call; not supported")
+            calls.append((call_id or f"{input.call_id}-{index}", name or "", arguments))
+        text = got.text if got.text is not None else got.refusal
         answer = _answer_from_function_calls(text, calls, names)
         answer.tool_calls = check_arguments(answer.tool_calls, input.tools, names)
-        if response.usage is not None:
+        if got.usage is not None:
             usage = TokenUsage(
-                input_tokens=response.usage.prompt_tokens,
-                output_tokens=response.usage.completion_tokens,
-                total_tokens=response.usage.total_tokens,
+                input_tokens=got.usage.prompt_tokens,
+                output_tokens=got.usage.completion_tokens,
+                total_tokens=got.usage.total_tokens,
             )
-            cost = api_cost_usd(response.model or llm.model, usage)
+            cost = api_cost_usd(got.model or llm.model, usage)
         else:
             usage, cost = TokenUsage(), None
-        finish_reason = choice.finish_reason or ("tool_calls" if calls else "stop")
+        finish_reason = got.finish_reason or ("tool_calls" if calls else "stop")
         return answer, usage, finish_reason, cost

@@ -28,6 +28,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
+from activities.deltas import DeltaBus, cluster_delta_bus
 from api import errors
 from api.deps import ApiTuning, OnChange
 from api.routers import audit, events, execution, health, inbox, past, sessions
@@ -129,11 +130,14 @@ def create_app(
     stream_head: HeadProvider | None = None,
     read_model: ReadStore | None = None,
     on_change: OnChange | None = None,
+    delta_bus: DeltaBus | None = None,
 ) -> FastAPI:
     """The HTTP service. Without ``client``, the lifespan connects one to
     ``settings.target``; ``event_provider`` replaces the SSE source (tests), and
     ``stream_head`` says how far it goes (without it, resume points are not checked);
-    ``on_change(session_id)`` hears of every accepted write (``up`` wakes the exporter)."""
+    ``on_change(session_id)`` hears of every accepted write (``up`` wakes the exporter);
+    ``delta_bus``: the worker's text as it is written, merged into SSE streams as
+    ``text.delta`` events (``activities.deltas``; without one, none are sent)."""
     settings = settings or HitlflowSettings()
     tuning = tuning or ApiTuning()
 
@@ -166,6 +170,7 @@ def create_app(
     app.state.settings, app.state.tuning, app.state.client = settings, tuning, client
     app.state.event_provider, app.state.stream_head = event_provider, stream_head
     app.state.on_change = on_change or _nobody
+    app.state.delta_bus = delta_bus
     app.state.log_views = LogViews(settings.data_dir / "runs")
     app.state.read_model = read_model
     app.state.stuck_watch = StuckWatch()
@@ -275,7 +280,16 @@ class ApiServer:
 
 async def run_api(settings: HitlflowSettings, stop: asyncio.Event,
                   client: Client | None = None) -> None:
-    """Serve the API on ``settings.api_host:api_port`` until ``stop`` is set."""
-    server = ApiServer(create_app(settings, client), settings.api_host, settings.api_port)
-    await server.start()
-    await server.serve_until(stop)
+    """Serve the API on ``settings.api_host:api_port`` until ``stop`` is set; with the
+    read model in PostgreSQL, SSE streams hear the workers' text deltas there."""
+    deltas = cluster_delta_bus(settings.read_model_url)
+    if deltas is not None:
+        deltas.listen()
+    server = ApiServer(create_app(settings, client, delta_bus=deltas), settings.api_host,
+                       settings.api_port)
+    try:
+        await server.start()
+        await server.serve_until(stop)
+    finally:
+        if deltas is not None:
+            await asyncio.to_thread(deltas.close)

@@ -23,6 +23,7 @@ from typing import Any
 import typer
 from pydantic import ValidationError
 
+from activities.deltas import DeltaBus, InProcessDeltaBus
 from api.checkpoint_key import exporter_signer
 from api.devserver import DevServer, DevServerError
 from api.settings import HitlflowSettings
@@ -34,7 +35,7 @@ WORKER_STOP_TIMEOUT_S = 30.0
 #: The line `up` prints once everything runs (tests and scripts wait for it).
 READY_LINE = "hitlflow is up"
 
-RunWorker = Callable[[HitlflowSettings, asyncio.Event], Awaitable[None]]
+RunWorker = Callable[..., Awaitable[None]]  # (settings, stop, *, deltas=None)
 
 
 class _Usage(Exception):
@@ -80,20 +81,23 @@ def _load_run_worker() -> RunWorker:
 
 async def _start_api(settings: HitlflowSettings, stop: asyncio.Event,
                      on_change: Callable[[str], None] | None = None,
-                     feed: LogFeed | None = None) -> asyncio.Task[None] | None:
+                     feed: LogFeed | None = None, deltas: DeltaBus | None = None
+                     ) -> asyncio.Task[None] | None:
     """Start the HTTP service on settings.api_host:settings.api_port until ``stop`` is set.
 
     Return its task, or None while there is no HTTP service yet. ``up`` stops it first.
     The API listens before this returns; a port it cannot bind makes the task fail.
     ``on_change(session_id)`` is called for every write the API accepted; SSE streams
-    read ``feed`` (the exporter's committed lines) instead of following history.
+    read ``feed`` (the exporter's committed lines) instead of following history, and
+    merge in the model's text as it is written from ``deltas`` (the worker's bus).
     """
     from api.app import ApiServer, ApiStartError, create_app
 
     provider = (lambda _client, sid, after: feed.events(sid, after)) if feed else None
     head = (lambda _client, sid: feed.head(sid)) if feed else None
     server = ApiServer(create_app(settings, on_change=on_change, event_provider=provider,
-                                  stream_head=head), settings.api_host, settings.api_port)
+                                  stream_head=head, delta_bus=deltas),
+                       settings.api_host, settings.api_port)
     try:
         await server.start()
     except ApiStartError as err:
@@ -206,13 +210,16 @@ async def _up(settings: HitlflowSettings, run_worker: RunWorker | None,
         # The worker and the API talk to this server, whatever HITLFLOW_TEMPORAL_ADDRESS says.
         stack = settings.model_copy(update={"temporal_address": server.address})
         worker_stop, api_stop = asyncio.Event(), asyncio.Event()
-        worker = (asyncio.create_task(run_worker(stack, worker_stop), name="worker")
-                  if run_worker else None)
+        # The worker's LLM activity streams the model's text to the API's SSE streams
+        # (text.delta) through this bus: one process, so in memory.
+        deltas = InProcessDeltaBus()
+        worker = (asyncio.create_task(run_worker(stack, worker_stop, deltas=deltas),
+                                      name="worker") if run_worker else None)
         # The exporter mirrors every session's history into <data_dir>/runs/ as it runs;
         # the API wakes a parked session's follower as soon as it accepted a write, and
         # its SSE streams take the exporter's lines (one follower per session, not two).
         wakeups, feed = Wakeups(), LogFeed(stack.data_dir / "runs")
-        api = await _start_api(stack, api_stop, wakeups, feed)
+        api = await _start_api(stack, api_stop, wakeups, feed, deltas)
         from api.worker import connect
 
         exporter_stop = asyncio.Event()

@@ -7,6 +7,11 @@ as ``event:`` and its payload as one line of JSON; a comment line goes out every
 provider names them, so a new type reaches clients without a change here, and
 clients that do not know it ignore it (seed 000).
 
+Deltas (``text.delta``: the model's text while it is written, from the worker's
+``DeltaBus``) are merged in as they come, without an ``id:`` line: they are not
+in the log, and a resume (``Last-Event-ID``) never counts them. A call's deltas
+stop once its final ``text`` event went out (later ones are dropped).
+
 When the provider ends (the session ended and every event went out), a last
 ``stream.complete`` event says so: a client closes its ``EventSource`` on it. One
 that does not reconnects with the id it carries and gets a 204, on which a
@@ -41,6 +46,9 @@ ALIASES: dict[str, tuple[str, ...]] = {"interaction.requested": ("ecs",)}
 #: ``id`` repeats the last event's (or the resume point's; 0 for none), so resuming
 #: after it is a 204; its data: ``{"last_id": <that id>}``.
 STREAM_COMPLETE = "stream.complete"
+
+#: The ephemeral event of the model's text as it is written (no ``id``; not in the log).
+TEXT_DELTA = "text.delta"
 
 
 @dataclass(frozen=True)
@@ -102,12 +110,19 @@ def complete_frame(last_id: int) -> bytes:
     return frame(StreamEvent(seq=last_id, event=STREAM_COMPLETE, data={"last_id": last_id}))
 
 
+def delta_frame(delta: Any) -> bytes:
+    """A ``text.delta`` event (a ``TextDelta``'s payload), without an id."""
+    return frame(StreamEvent(seq=0, event=TEXT_DELTA, data=delta.payload()), with_id=False)
+
+
 async def sse_stream(
     events: AsyncIterator[Any], *, keepalive_s: float, retry_ms: int,
     stopping: asyncio.Event | None = None, after_seq: int | None = None,
+    deltas: AsyncIterator[Any] | None = None,
 ) -> AsyncIterator[bytes]:
     """SSE frames for ``events`` (those after ``after_seq``), with keep-alive
-    comments while it is quiet.
+    comments while it is quiet, and ``deltas`` (``TextDelta``s) merged in until
+    their call's ``text`` event.
 
     Ends with a ``stream.complete`` event when the provider ends; without one when
     ``stopping`` is set (the server shuts down: clients reconnect), or after one
@@ -115,16 +130,32 @@ async def sse_stream(
     """
     stop_task = asyncio.ensure_future((stopping or asyncio.Event()).wait())
     pending: asyncio.Future[Any] | None = None
+    delta: asyncio.Future[Any] | None = None
+    said: set[str] = set()  # calls whose final text went out: no more deltas
     last_id = after_seq or 0
     try:
         yield f"retry: {retry_ms}\n\n".encode()
         while True:
             if pending is None:
                 pending = asyncio.ensure_future(_next(events))
-            done, _ = await asyncio.wait({pending, stop_task}, timeout=keepalive_s,
+            if delta is None and deltas is not None:
+                delta = asyncio.ensure_future(_next(deltas))
+            done, _ = await asyncio.wait({pending, stop_task} | ({delta} if delta else set()),
+                                         timeout=keepalive_s,
                                          return_when=asyncio.FIRST_COMPLETED)
             if stop_task in done:
                 return
+            if delta is not None and delta in done:  # first: deltas precede their text
+                task, delta = delta, None
+                try:
+                    piece = task.result()
+                except Exception:  # StopAsyncIteration too: the stream goes on without
+                    deltas = None
+                else:
+                    if piece.call_id not in said:
+                        yield delta_frame(piece)
+                if pending not in done:
+                    continue
             if pending not in done:
                 yield PING
                 continue
@@ -140,19 +171,22 @@ async def sse_stream(
                 }), with_id=False)
                 return
             last_id = item.seq
+            if item.event == "text" and isinstance(item.data, dict) and item.data.get("call_id"):
+                said.add(str(item.data["call_id"]))
             yield b"".join([frame(item), *(
                 frame(StreamEvent(seq=item.seq, event=alias, data=item.data))
                 for alias in ALIASES.get(item.event, ()))])
     finally:
-        for task in (pending, stop_task):
+        for task in (pending, delta, stop_task):
             if task is not None and not task.done():
                 task.cancel()
                 with contextlib.suppress(BaseException):
                     await task
-        aclose = getattr(events, "aclose", None)
-        if aclose is not None:
-            with contextlib.suppress(Exception):
-                await aclose()
+        for source in (events, deltas):
+            aclose = getattr(source, "aclose", None)
+            if aclose is not None:
+                with contextlib.suppress(Exception):
+                    await aclose()
 
 
 # -- the client side (the CLI's `tail`, tests) ------------------------------------------

@@ -21,6 +21,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Worker
 
 from activities.commands import run_command
+from activities.deltas import DeltaBus, cluster_delta_bus
 from activities.llm import LlmActivities
 from activities.mcp_pool import McpClientPool
 from activities.tools import McpToolActivities
@@ -39,15 +40,18 @@ async def connect(settings: HitlflowSettings) -> Client:
 
 
 def build_worker(
-    client: Client, task_queue: str, pool: McpClientPool, **options: Any
+    client: Client, task_queue: str, pool: McpClientPool, *, deltas: DeltaBus | None = None,
+    **options: Any
 ) -> Worker:
+    """``deltas``: where the LLM activity's text goes while it is written (SSE
+    ``text.delta``); without one, nowhere."""
     tools = McpToolActivities(pool)
     return Worker(
         client,
         task_queue=task_queue,
         workflows=[SessionWorkflow],
         interceptors=[*INTERCEPTORS, *options.pop("interceptors", [])],
-        activities=[LlmActivities().llm_call, tools.list_tools, tools.call_tool, run_command],
+        activities=[LlmActivities(deltas).llm_call, tools.list_tools, tools.call_tool, run_command],
         **options,
     )
 
@@ -58,10 +62,15 @@ def worker_identity() -> str:
 
 
 async def run_worker(
-    settings: HitlflowSettings, stop: asyncio.Event, client: Client | None = None
+    settings: HitlflowSettings, stop: asyncio.Event, client: Client | None = None,
+    deltas: DeltaBus | None = None,
 ) -> None:
-    """Run a worker until ``stop`` is set; MCP servers are closed on the way out."""
+    """Run a worker until ``stop`` is set; MCP servers are closed on the way out;
+    ``deltas``: see :func:`build_worker` (default: PostgreSQL's ``NOTIFY`` when the
+    read model is there, for the API processes of a cluster)."""
     client = client or await connect(settings)
+    own = cluster_delta_bus(settings.read_model_url) if deltas is None else None
+    deltas = deltas or own
     identity = worker_identity()
     pool = McpClientPool(idle_s=settings.mcp_idle_s, max_servers=settings.mcp_max_servers)
     try:
@@ -71,7 +80,8 @@ async def run_worker(
         except Exception as err:  # cannot tell: recover (a duplicate check is harmless)
             log.warning("cannot list the task queue's pollers: %s", err)
             others = []
-        async with build_worker(client, settings.task_queue, pool, identity=identity):
+        async with build_worker(client, settings.task_queue, pool, identity=identity,
+                                deltas=deltas):
             if others:
                 log.info("worker %s started next to %d live worker(s): nothing to recover",
                          identity, len(others))
@@ -82,3 +92,5 @@ async def run_worker(
             await stop.wait()
     finally:
         await pool.aclose()
+        if own is not None:
+            await asyncio.to_thread(own.close)

@@ -84,7 +84,10 @@ async def session_events(
     `conversation.state.changed` and `interaction.*` per status change (seed 004),
     `text` and `tool_result` for the conversation; seed 000's `ecs` repeats each
     `interaction.requested` (same payload, same `id`; `emotion` is not produced). Every
-    event has an `id`; a
+    event of the log has an `id`; `text.delta` (`{"call_id", "delta"}`, plus `"text"`,
+    the whole text so far, for a client that comes mid-answer) is the model's text
+    as it is written: ephemeral, without an `id`, not in the log, ended by the call's
+    `text` event (where the worker shares a process with the API: `hitlflow up`). A
     reconnect with `Last-Event-ID` continues after it, without gaps or duplicates.
     Comment lines keep the connection alive. Once the session ended and every event
     went out, a last `stream.complete` event (data `{"last_id"}`, the `id` of the last
@@ -105,7 +108,9 @@ async def session_events(
     events = provider(client, session_id, after_seq)
     if inspect.isawaitable(events):  # `async def` returning an iterator, not a generator
         events = await events
+    bus = getattr(request.app.state, "delta_bus", None)
     stream = sse_stream(events, keepalive_s=tuning.keepalive_s, retry_ms=tuning.retry_ms,
-                        stopping=request.app.state.stopping, after_seq=after_seq)
+                        stopping=request.app.state.stopping, after_seq=after_seq,
+                        deltas=bus.subscribe(session_id) if bus is not None else None)
     return StreamingResponse(stream, media_type="text/event-stream", headers={
         "Cache-Control": "no-cache", "X-Accel-Buffering": "no"})

@@ -611,3 +611,79 @@ async def test_openai_and_scripted_hash_the_same_prompt_alike(
     assert via_http.started.prompt_hash == scripted.started.prompt_hash
     assert via_http.started.tool_schema_hash == scripted.started.tool_schema_hash
     assert via_http.finished.output_hash == scripted.finished.output_hash
+
+
+# -- streaming: the text as it is written -----------------------------------------------
+
+
+class Recorder:
+    """A DeltaBus that keeps what the activity published."""
+
+    def __init__(self) -> None:
+        self.pieces: list[tuple[str, str, str, bool]] = []
+        self.finished: list[tuple[str, str]] = []
+
+    def publish(self, session_id: str, call_id: str, delta: str, *, first: bool = False
+                ) -> None:
+        self.pieces.append((session_id, call_id, delta, first))
+
+    def finish(self, session_id: str, call_id: str) -> None:
+        self.finished.append((session_id, call_id))
+
+    def subscribe(self, session_id: str):  # pragma: no cover - the activity never reads
+        raise AssertionError("the activity subscribed")
+
+
+async def run_streaming(input: LLMCallInput) -> tuple[LLMCallResult | Exception, Recorder,
+                                                       list]:
+    bus, beats = Recorder(), []
+    env = ActivityEnvironment()
+    env.on_heartbeat = lambda *details: beats.append(details)
+    try:
+        result: LLMCallResult | Exception = await env.run(LlmActivities(bus).llm_call, input)
+    except ApplicationError as err:
+        result = err
+    return result, bus, beats
+
+
+async def test_scripted_text_streams_in_pieces_with_heartbeats() -> None:
+    input = scripted_input(SCRIPT, call_index=2)
+    result, bus, beats = await run_streaming(input)
+    assert isinstance(result, LLMCallResult)
+    text = "All done, the notes are gone."
+    assert len(bus.pieces) > 1
+    assert "".join(p[2] for p in bus.pieces) == result.text == text
+    assert {(p[0], p[1]) for p in bus.pieces} == {("s1", input.call_id)}
+    assert [p[3] for p in bus.pieces] == [True] + [False] * (len(bus.pieces) - 1)
+    assert bus.finished == [("s1", input.call_id)]
+    assert beats and beats[0][0]["call_id"] == input.call_id
+
+
+async def test_scripted_without_text_streams_nothing_and_finishes() -> None:
+    result, bus, _ = await run_streaming(scripted_input(SCRIPT, call_index=1))
+    assert isinstance(result, LLMCallResult) and result.ecs_request is not None
+    assert bus.pieces == [] and bus.finished == [("s1", "s1-llm-1")]
+
+
+async def test_openai_streams_each_piece_as_it_comes(
+    fake_openai: FakeOpenAIServer, api_key: str
+) -> None:
+    fake_openai.reply_text("Hello, world.", pieces=["Hel", "lo, ", "world."], usage=(9, 3))
+    result, bus, beats = await run_streaming(openai_input(fake_openai))
+    assert isinstance(result, LLMCallResult)
+    assert [(p[2], p[3]) for p in bus.pieces] == [("Hel", True), ("lo, ", False),
+                                                  ("world.", False)]
+    assert result.text == "Hello, world."
+    usage = result.finished.token_usage  # from the stream's last chunk
+    assert (usage.input_tokens, usage.output_tokens, usage.total_tokens) == (9, 3, 12)
+    body = fake_openai.requests[0].body
+    assert body["stream"] is True and body["stream_options"] == {"include_usage": True}
+    assert bus.finished == [("s1", "s1-llm-0")]
+    assert beats and beats[-1][0]["call_id"] == "s1-llm-0"
+
+
+async def test_a_failed_call_ends_its_stream(fake_openai: FakeOpenAIServer, api_key: str) -> None:
+    fake_openai.reply_error(503, "overloaded")
+    result, bus, _ = await run_streaming(openai_input(fake_openai))
+    assert isinstance(result, ApplicationError)
+    assert bus.pieces == [] and bus.finished == [("s1", "s1-llm-0")]

@@ -11,6 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
+from activities.deltas import InProcessDeltaBus
 from api.app import ApiServer, create_app
 from api.deps import ApiTuning
 from api.sse import STREAM_COMPLETE, SseMessage, SseParser, StreamEvent
@@ -21,6 +22,8 @@ SEED_000_PAYLOAD = {"execution_id", "action_summary", "from_status", "to_status"
                     "actor_category", "is_terminal", "is_resumable", "has_side_effects",
                     "timestamp"}
 HANG_GUARD_S = 30
+#: The text deltas of the ``sse`` fixture's API (sessions are distinct per test).
+DELTAS = InProcessDeltaBus()
 
 
 class Bus:
@@ -109,7 +112,8 @@ async def sse(http_stack: HttpStack, free_port) -> AsyncIterator[tuple[httpx.Asy
         return await buses[session_id].head()
 
     app = create_app(http_stack.settings, http_stack.client, event_provider=provider,
-                     stream_head=head, tuning=ApiTuning(keepalive_s=0.05, retry_ms=1234))
+                     stream_head=head, tuning=ApiTuning(keepalive_s=0.05, retry_ms=1234),
+                     delta_bus=DELTAS)
     server = ApiServer(app, "127.0.0.1", free_port())
     await server.start()
     try:
@@ -155,6 +159,37 @@ async def test_frames_carry_ids_types_and_json_and_pings_flow(http_stack, sse):
     async with http.stream("GET", f"/api/sessions/{sid}/events") as r:
         texts = [m.json()["text"] for m in await Reader(r).rest() if m.event == "text"]
     assert texts == ["hello"]
+
+
+async def test_text_deltas_have_no_id_and_stop_at_their_calls_text(http_stack, sse):
+    http, buses = sse
+    sid, bus = await new_session(http_stack, buses)
+    await bus.publish("conversation.state.changed", {"from": "queued", "to": "running"})
+    DELTAS.publish(sid, "c1", "Hel", first=True)
+    async with http.stream("GET", f"/api/sessions/{sid}/events") as r:
+        reader = Reader(r)
+        got = [await reader.next() for _ in range(2)]
+        assert sorted((m.id or "", m.event) for m in got) == [
+            ("", "text.delta"), ("1", "conversation.state.changed")]
+        DELTAS.publish(sid, "c1", "lo")
+        delta = await reader.next()
+        assert (delta.id, delta.event, delta.json()) == (
+            None, "text.delta", {"call_id": "c1", "delta": "lo"})
+        await bus.publish("text", {"call_id": "c1", "text": "Hello"})
+        text = await reader.next()
+        assert (text.id, text.event) == ("2", "text")
+        DELTAS.publish(sid, "c1", " (late)")  # after its text: dropped
+        DELTAS.publish(sid, "c2", "Next", first=True)
+        nxt = await reader.next()
+        assert (nxt.id, nxt.json()) == (None, {"call_id": "c2", "delta": "Next", "text": "Next"})
+        DELTAS.finish(sid, "c1")
+        DELTAS.finish(sid, "c2")
+        await bus.close()
+        assert await reader.rest() == []
+        # A delta is not an id: the stream's last id (what a resume names) is the log's.
+        assert reader.parser.last_id == "2" and reader.complete.id == "2"
+    r = await http.get(f"/api/sessions/{sid}/events", headers={"Last-Event-ID": "2"})
+    assert r.status_code == 204
 
 
 async def test_last_event_id_resumes_without_gaps_or_duplicates(http_stack, sse):

@@ -6,6 +6,13 @@ A test queues what the next requests get (``reply_text``, ``reply_tool_calls``,
 ``reply_error``), optionally sets the key the server expects, runs the client,
 then reads ``requests`` (every request received: headers and JSON body).
 
+A request with ``"stream": true`` gets its reply as the API streams it: SSE chunks
+(``data: {...choices[0].delta...}``; the text in ``pieces``, each tool call's
+arguments in two halves), one with the ``finish_reason``, one with the ``usage``
+when ``stream_options.include_usage`` asks for it, then ``data: [DONE]``. With
+``hold`` (a ``threading.Event``) the stream stops after ``hold_after`` text pieces
+until the test sets it: a generation caught mid-answer.
+
 The server runs uvicorn in a background thread on a socket bound here, on
 127.0.0.1 and a free port, before the thread starts: the port is known and
 accepts connections at once, so nothing has to wait for the server to come up.
@@ -13,16 +20,18 @@ accepts connections at once, so nothing has to wait for the server to come up.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import threading
 from collections import deque
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import uvicorn
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 __all__ = ["FakeOpenAIServer", "RecordedRequest", "tool_call"]
 
@@ -40,6 +49,17 @@ class _Reply:
     status: int
     body: dict[str, Any]
     headers: dict[str, str] | None = None
+    pieces: list[str] | None = None  # the text as streamed (default: ~3 pieces)
+    hold: threading.Event | None = None
+    hold_after: int = 1
+
+
+def text_pieces(text: str) -> list[str]:
+    """``text`` in about three pieces (at least one per character up to three)."""
+    if not text:
+        return []
+    size = max(1, -(-len(text) // 3))
+    return [text[i:i + size] for i in range(0, len(text), size)]
 
 
 def tool_call(call_id: str, name: str, arguments: dict[str, Any] | str) -> dict[str, Any]:
@@ -79,8 +99,18 @@ class FakeOpenAIServer:
         finish_reason: str = "stop",
         usage: tuple[int, int] = (12, 5),
         model: str = "fake-model",
+        pieces: list[str] | None = None,
+        hold: threading.Event | None = None,
+        hold_after: int = 1,
     ) -> None:
-        self._queue(200, self._completion({"content": text}, finish_reason, usage, model))
+        """``pieces``: how a stream sends ``text`` (joined, they must be it); ``hold``:
+        a streamed reply waits for it after ``hold_after`` pieces."""
+        if pieces is not None and "".join(pieces) != text:
+            raise ValueError("the pieces must join to the text")
+        with self._lock:
+            self._replies.append(_Reply(
+                200, self._completion({"content": text}, finish_reason, usage, model),
+                pieces=pieces, hold=hold, hold_after=hold_after))
 
     def reply_tool_calls(
         self,
@@ -128,6 +158,54 @@ class FakeOpenAIServer:
             },
         }
 
+    @staticmethod
+    def _chunks(reply: _Reply, include_usage: bool) -> list[dict[str, Any] | str]:
+        """The streamed form of a completion: chunk bodies, ``"hold"`` where the
+        stream waits for the test."""
+        body = reply.body
+        (choice,) = body["choices"]
+        message = choice["message"]
+
+        def chunk(delta: dict[str, Any], finish: str | None = None, **extra: Any
+                  ) -> dict[str, Any]:
+            return {"id": body["id"], "object": "chat.completion.chunk",
+                    "created": body["created"], "model": body["model"],
+                    "choices": [{"index": 0, "delta": delta, "finish_reason": finish,
+                                 "logprobs": None}], **extra}
+
+        out: list[dict[str, Any] | str] = [chunk({"role": "assistant", "content": ""})]
+        pieces = reply.pieces if reply.pieces is not None \
+            else text_pieces(message.get("content") or "")
+        for i, piece in enumerate(pieces):
+            if reply.hold is not None and i == reply.hold_after:
+                out.append("hold")
+            out.append(chunk({"content": piece}))
+        for index, call in enumerate(message.get("tool_calls") or []):
+            raw = call["function"]["arguments"]
+            half = len(raw) // 2
+            out.append(chunk({"tool_calls": [{"index": index, "id": call["id"],
+                                              "type": "function", "function": {
+                                                  "name": call["function"]["name"],
+                                                  "arguments": raw[:half]}}]}))
+            out.append(chunk({"tool_calls": [{"index": index,
+                                              "function": {"arguments": raw[half:]}}]}))
+        out.append(chunk({}, choice["finish_reason"]))
+        if include_usage:
+            out.append({**chunk({}), "choices": [], "usage": body["usage"]})
+        return out
+
+    def _stream(self, reply: _Reply, include_usage: bool) -> Response:
+        async def frames() -> AsyncIterator[bytes]:
+            for item in self._chunks(reply, include_usage):
+                if item == "hold":
+                    assert reply.hold is not None
+                    await asyncio.to_thread(reply.hold.wait, 30)  # a forgotten hold ends
+                    continue
+                yield f"data: {json.dumps(item)}\n\n".encode()
+            yield b"data: [DONE]\n\n"
+
+        return StreamingResponse(frames(), media_type="text/event-stream")
+
     # -- serving ----------------------------------------------------------------------
 
     @property
@@ -138,7 +216,7 @@ class FakeOpenAIServer:
         app = FastAPI()
 
         @app.post("/v1/chat/completions")
-        async def chat_completions(request: Request) -> JSONResponse:
+        async def chat_completions(request: Request) -> Response:
             raw = await request.body()
             try:
                 body: Any = json.loads(raw)
@@ -164,6 +242,9 @@ class FakeOpenAIServer:
                     _error_body("fake server: no reply queued for this request", "fake_error"),
                     status_code=500,
                 )
+            if reply.status == 200 and isinstance(body, dict) and body.get("stream"):
+                options = body.get("stream_options") or {}
+                return self._stream(reply, bool(options.get("include_usage")))
             return JSONResponse(reply.body, status_code=reply.status, headers=reply.headers)
 
         return app

@@ -25,12 +25,14 @@ from workflows.statechart import SessionStatus
 
 @asynccontextmanager
 async def running_worker(client: Client, task_queue: str,
-                         pool: McpClientPool | None = None) -> AsyncIterator[None]:
+                         pool: McpClientPool | None = None,
+                         deltas: Any = None) -> AsyncIterator[None]:
+    """``deltas``: the worker's ``DeltaBus`` (the model's text as it is written)."""
     pool = pool or McpClientPool()
     try:
         # In tests a bug in workflow code fails the session at once instead of
         # retrying the workflow task forever (which would hang the test).
-        async with build_worker(client, task_queue, pool,
+        async with build_worker(client, task_queue, pool, deltas=deltas,
                                 workflow_failure_exception_types=[Exception]):
             yield
     finally:
