@@ -22,8 +22,8 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-__all__ = ["QUEUE_DELTAS", "DeltaBus", "InProcessDeltaBus", "NullDeltaBus", "TextDelta",
-           "cluster_delta_bus", "split_text"]
+__all__ = ["LLM_CALL_SCHEDULED", "QUEUE_DELTAS", "DeltaBus", "InProcessDeltaBus",
+           "NullDeltaBus", "TextDelta", "call_scheduled", "cluster_delta_bus", "split_text"]
 
 #: Deltas a subscriber may have queued; past that it gets one snapshot instead.
 QUEUE_DELTAS = 1024
@@ -45,6 +45,16 @@ class TextDelta:
         if self.text is not None:
             data["text"] = self.text
         return data
+
+
+#: Not a line of the log: a stream's marker that an LLM call was scheduled after the
+#: lines before it, so the call's streamed text may go out from there
+#: (``api.sse.DeltaGate``). Its ``seq`` is 0: it is never sent and moves no resume point.
+LLM_CALL_SCHEDULED = "llm_call.scheduled"
+
+
+def call_scheduled(call_id: str) -> dict[str, Any]:
+    return {"seq": 0, "type": LLM_CALL_SCHEDULED, "payload": {"call_id": call_id}}
 
 
 class DeltaBus(Protocol):

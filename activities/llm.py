@@ -35,6 +35,7 @@ sets ``end``). That mapping, both ways, lives in this module only.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import os
@@ -585,6 +586,9 @@ def _read_api_key(llm: LLMConfig) -> str:
 
 #: Seconds between two heartbeats of a call being streamed (the SDK throttles too).
 HEARTBEAT_EVERY_S = 1.0
+#: Seconds between two heartbeats while nothing streams (the workflow's heartbeat
+#: timeout, ``workflows.agent_turn.LLM_HEARTBEAT``, is 30 s).
+TICK_EVERY_S = 5.0
 
 
 class _Writer:
@@ -600,6 +604,12 @@ class _Writer:
             self._first = False
             self.chars += len(piece)
         self.beat()
+
+    async def tick(self) -> None:
+        """Heartbeats while no piece comes (the wait for the first token)."""
+        while True:
+            await asyncio.sleep(TICK_EVERY_S)
+            self.beat()
 
     def beat(self) -> None:
         now = time.monotonic()
@@ -658,9 +668,12 @@ class LlmActivities:
 
     @activity.defn(name="llm_call")
     async def llm_call(self, input: LLMCallInput) -> LLMCallResult:
+        writer = _Writer(self.deltas, input)
+        ticker = asyncio.create_task(writer.tick())
         try:
-            return await self._call(input, _Writer(self.deltas, input))
+            return await self._call(input, writer)
         finally:
+            ticker.cancel()
             self.deltas.finish(input.session_id, input.call_id)
 
     async def _call(self, input: LLMCallInput, writer: _Writer) -> LLMCallResult:

@@ -1,7 +1,7 @@
 """``hitlflow demo``: run the scripted demo session through the HTTP API.
 
 It starts the session with ``POST /api/sessions``, prints every status change,
-contract transition and what the agent says in the order of the session's log
+contract transition and what the agent says (as it is written) in the order of the session's log
 (its SSE stream, ``GET .../events``), and asks the person at the terminal whenever the
 session waits (``--auto-approve`` answers yes for them), answering with ``POST
 .../reply`` (or ``.../end`` when the agent waits for a new message). Exit code 0
@@ -20,6 +20,7 @@ from rich.markup import escape
 
 from api.cli_options import Stack, stack_options
 from api.cli_session import follow_events, tool_label
+from api.cli_text import AgentText
 from api.demo import demo_config
 from api.http_client import ApiClient, ApiClientError
 from api.sse import SseMessage
@@ -46,17 +47,24 @@ def ask(pending: dict[str, Any], auto_approve: bool) -> tuple[str, dict[str, Any
     return "reply", {"request_id": rid, "values": values, "by": "demo"}
 
 
-def show(event: dict[str, Any]) -> None:
-    """One line of the session's log, as the demo prints it (or nothing)."""
+def show(event: dict[str, Any], text: AgentText) -> None:
+    """One event of the session's stream, as the demo prints it (or nothing): what
+    the agent says as it is written (``text.delta``, then its ``text``), one line for
+    a status change or a contract transition."""
     kind, p = event["type"], event["payload"]
+    if kind == "text.delta":
+        text.delta(p)
+        return
+    if kind == "text":
+        text.final(p)
+        return
+    text.close()
     if kind == "conversation.state.changed":
         console.print(f"[bold]session[/] {p['from']} → {p['to']} [dim]({p['trigger']})[/]")
     elif kind == "execution_state":
         console.print(f"  [cyan]contract[/] {p['execution_id'][-8:]} "
                       f"{escape(tool_label(p['action_summary']))}: {p['from_status']} → "
                       f"{p['to_status']} [dim]({p['trigger']} by {p['actor_category']})[/]")
-    elif kind == "text" and p.get("text"):
-        console.print(f"[green]agent:[/] {escape(p['text'])}")
 
 
 def follow(api: ApiClient, session_id: str, auto_approve: bool) -> str:
@@ -66,10 +74,11 @@ def follow(api: ApiClient, session_id: str, auto_approve: bool) -> str:
     answered: set[str] = set()
     ended = {"status": "unknown"}
     asked: dict[str, Any] = {}
+    text = AgentText(console, "[green]agent:[/] ")
 
     def on_event(msg: SseMessage) -> None:
         event = {"type": msg.event, "payload": msg.json() or {}}
-        show(event)
+        show(event, text)
         p = event["payload"]
         if msg.event == "interaction.requested":  # the status change follows it
             asked.update(pending=p)

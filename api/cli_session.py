@@ -28,6 +28,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from api.cli_options import Stack, command_line, stack_options
+from api.cli_text import AgentText
 from api.http_client import ApiClient, ApiClientError
 from api.sse import STREAM_COMPLETE, SseMessage
 from workflows.contract import actor_of
@@ -455,12 +456,19 @@ def wait(
 # -- tail -------------------------------------------------------------------------------
 
 
-def render_event(session_id: str, msg: SseMessage, stack: Stack | None = None) -> None:
-    """One line per event; event types this version does not know are skipped."""
+def render_event(session_id: str, msg: SseMessage, text: AgentText,
+                 stack: Stack | None = None) -> None:
+    """One line per event (what the agent says as it is written); event types this
+    version does not know are skipped."""
     try:
         d = msg.json() or {}
     except ValueError:
         return
+    if msg.event == "text.delta":
+        return text.delta(d)
+    if msg.event == "text":
+        return text.final(d)
+    text.close()
     if msg.event == "conversation.state.changed":
         console.print(f"[bold]session[/] {d.get('from')} → {d.get('to')} "
                       f"[dim]({d.get('trigger')})[/]")
@@ -474,8 +482,6 @@ def render_event(session_id: str, msg: SseMessage, stack: Stack | None = None) -
         render_pending(session_id, d, stack)
     elif msg.event == "interaction.reply.refused":
         console.print(f"  [red]refused[/] {d.get('signal')}: {escape(str(d.get('reason')))}")
-    elif msg.event == "text" and d.get("text"):
-        console.print(f"  [green]agent:[/] {escape(d['text'])}")
     elif msg.event == "tool_result":
         what = d.get("error_message") if d.get("is_error") else d.get("text")
         console.print(f"  [magenta]tool {d.get('tool')}[/]: {escape(str(what or ''))[:200]}")
@@ -512,6 +518,7 @@ def tail(session_id: SessionArg, as_json: AsJson = False, *, stack: Stack) -> No
     Status changes, contract transitions and what the session waits for, as they
     happen; --json prints one event per line."""
     last = {"seq": 0}
+    text = AgentText(console, "  [green]agent:[/] ")
 
     def on_event(msg: SseMessage) -> None:
         if msg.id and str(msg.id).isdigit():
@@ -519,7 +526,7 @@ def tail(session_id: SessionArg, as_json: AsJson = False, *, stack: Stack) -> No
         if as_json:
             typer.echo(json.dumps({"id": msg.id, "event": msg.event, "data": msg.json()}))
         else:
-            render_event(session_id, msg, stack)
+            render_event(session_id, msg, text, stack)
 
     with _api(stack) as api:
         try:

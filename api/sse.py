@@ -8,9 +8,12 @@ provider names them, so a new type reaches clients without a change here, and
 clients that do not know it ignore it (seed 000).
 
 Deltas (``text.delta``: the model's text while it is written, from the worker's
-``DeltaBus``) are merged in as they come, without an ``id:`` line: they are not
-in the log, and a resume (``Last-Event-ID``) never counts them. A call's deltas
-stop once its final ``text`` event went out (later ones are dropped).
+``DeltaBus``) are merged in without an ``id:`` line: they are not in the log, and a
+resume (``Last-Event-ID``) never counts them. A call's deltas wait until the stream
+has sent every log line from before the call was scheduled (the provider's
+``llm_call.scheduled`` marker: the log trails the history a little, the deltas do
+not, and what the agent says must not run ahead of what happened before it), and
+stop once its final ``text`` event went out (``DeltaGate``).
 
 When the provider ends (the session ended and every event went out), a last
 ``stream.complete`` event says so: a client closes its ``EventSource`` on it. One
@@ -29,6 +32,8 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 from temporalio.client import Client
+
+from activities.deltas import LLM_CALL_SCHEDULED, TextDelta
 
 if TYPE_CHECKING:  # the exporter is imported on first use (api.routers.events)
     from observation.exporter.model import StreamHead
@@ -110,6 +115,52 @@ def complete_frame(last_id: int) -> bytes:
     return frame(StreamEvent(seq=last_id, event=STREAM_COMPLETE, data={"last_id": last_id}))
 
 
+class DeltaGate:
+    """Which ``text.delta`` pieces go out, and when.
+
+    A call's pieces are held (put together into one snapshot) until the provider's
+    marker that the call was scheduled (``llm_call.scheduled``) came through this
+    stream, after the log lines before it; then sent as they come; after the call's
+    ``text`` event they are dropped."""
+
+    MAX_HELD = 8  # calls held at once (attempts that failed leave theirs behind)
+
+    def __init__(self) -> None:
+        self.started: set[str] = set()
+        self.said: set[str] = set()
+        self.held: dict[str, TextDelta] = {}
+
+    def piece(self, piece: TextDelta) -> TextDelta | None:
+        """What to send for a piece from the bus now (or nothing)."""
+        call_id = piece.call_id
+        if call_id in self.said:
+            return None
+        if call_id in self.started:
+            return piece
+        prior = self.held.pop(call_id, None)
+        so_far = (prior.text or "") if prior is not None else ""
+        text = piece.text if piece.text is not None else so_far + piece.delta
+        self.held[call_id] = TextDelta(call_id=call_id, delta="", text=text)
+        while len(self.held) > self.MAX_HELD:
+            self.held.pop(next(iter(self.held)))
+        return None
+
+    def sent(self, item: StreamEvent) -> TextDelta | None:
+        """After an item of the provider went out (or, a marker, was taken): the held
+        text of the call it lets through, if any."""
+        call_id = item.data.get("call_id") if isinstance(item.data, dict) else None
+        if not isinstance(call_id, str):
+            return None
+        if item.event == LLM_CALL_SCHEDULED:
+            if call_id not in self.said:
+                self.started.add(call_id)
+            return self.held.pop(call_id, None)
+        if item.event == "text":
+            self.said.add(call_id)
+            self.held.pop(call_id, None)
+        return None
+
+
 def delta_frame(delta: Any) -> bytes:
     """A ``text.delta`` event (a ``TextDelta``'s payload), without an id."""
     return frame(StreamEvent(seq=0, event=TEXT_DELTA, data=delta.payload()), with_id=False)
@@ -131,7 +182,7 @@ async def sse_stream(
     stop_task = asyncio.ensure_future((stopping or asyncio.Event()).wait())
     pending: asyncio.Future[Any] | None = None
     delta: asyncio.Future[Any] | None = None
-    said: set[str] = set()  # calls whose final text went out: no more deltas
+    gate = DeltaGate()
     last_id = after_seq or 0
     try:
         yield f"retry: {retry_ms}\n\n".encode()
@@ -152,8 +203,8 @@ async def sse_stream(
                 except Exception:  # StopAsyncIteration too: the stream goes on without
                     deltas = None
                 else:
-                    if piece.call_id not in said:
-                        yield delta_frame(piece)
+                    if (out := gate.piece(piece)) is not None:
+                        yield delta_frame(out)
                 if pending not in done:
                     continue
             if pending not in done:
@@ -170,12 +221,16 @@ async def sse_stream(
                     "error": {"code": "stream_failed", "message": f"{type(err).__name__}: {err}"}
                 }), with_id=False)
                 return
+            held = gate.sent(item)
+            if item.event == LLM_CALL_SCHEDULED:  # a marker, not an event to send
+                if held is not None:
+                    yield delta_frame(held)
+                continue
             last_id = item.seq
-            if item.event == "text" and isinstance(item.data, dict) and item.data.get("call_id"):
-                said.add(str(item.data["call_id"]))
             yield b"".join([frame(item), *(
                 frame(StreamEvent(seq=item.seq, event=alias, data=item.data))
-                for alias in ALIASES.get(item.event, ()))])
+                for alias in ALIASES.get(item.event, ())),
+                *([delta_frame(held)] if held is not None else [])])
     finally:
         for task in (pending, delta, stop_task):
             if task is not None and not task.done():

@@ -73,6 +73,10 @@ AT_MOST_ONCE = RetryPolicy(maximum_attempts=1)
 ONE_ATTEMPT = RetryPolicy(maximum_attempts=1)
 TOOL_TIMEOUT = timedelta(minutes=5)
 TOOL_HEARTBEAT = timedelta(seconds=15)
+# The LLM activity heartbeats every few seconds while it runs (a streamed answer, or
+# a model that thinks long before its first token): a lost worker is seen within
+# this, not after the whole call's timeout.
+LLM_HEARTBEAT = timedelta(seconds=30)
 
 
 # Errors raised before a tool call was sent (the worker's MCP pool was full): the
@@ -210,6 +214,7 @@ class AgentTurn:
                     ),
                     result_type=LLMCallResult,
                     start_to_close_timeout=timedelta(seconds=llm.timeout_s + 30),
+                    heartbeat_timeout=LLM_HEARTBEAT,
                     retry_policy=ONE_ATTEMPT if v2 else RETRY_FREELY,
                 )
                 break

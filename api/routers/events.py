@@ -18,6 +18,7 @@ wait forever or skip events); on a finished session with no event after it, a 20
 
 from __future__ import annotations
 
+import functools
 import inspect
 from typing import Annotated
 
@@ -35,7 +36,8 @@ def default_event_provider() -> tuple[EventProvider, HeadProvider]:
     # THE PLUG POINT: the exporter's live, mapped history (imported on first use).
     from observation.exporter import session_events, stream_head
 
-    return session_events, stream_head
+    # With the markers where LLM calls were scheduled (their text deltas go from there).
+    return functools.partial(session_events, calls=True), stream_head
 
 
 def _providers(state: object) -> tuple[EventProvider, HeadProvider | None]:

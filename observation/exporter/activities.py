@@ -185,3 +185,16 @@ class ActivityMapper(GateMapper):
         a = e.activity_task_canceled_event_attributes
         self._ended_badly(e, a.scheduled_event_id, None, "CancelledError",
                           "the activity was cancelled")
+
+
+def scheduled_llm_call(e: HistoryEvent) -> str | None:
+    """The call id of the ``llm_call`` activity ``e`` schedules (None for any other
+    event): where a stream may let that call's streamed text through."""
+    if not e.HasField("activity_task_scheduled_event_attributes"):
+        return None
+    a = e.activity_task_scheduled_event_attributes
+    if a.activity_type.name != "llm_call":
+        return None
+    value = first_value(a.input)
+    call_id = value.get("call_id") if isinstance(value, dict) else None
+    return call_id if isinstance(call_id, str) else None

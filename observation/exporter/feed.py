@@ -24,6 +24,7 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
+from activities.deltas import LLM_CALL_SCHEDULED, call_scheduled
 from observation.exporter.chain import read_json
 from observation.exporter.log import END_TYPES
 from observation.exporter.model import StreamHead, is_sse
@@ -68,6 +69,12 @@ class _FeedObserver:
             batch, self.batch = self.batch, []
             self.feed.publish(self.session_id, batch)
 
+    def call_scheduled(self, call_id: str) -> None:
+        """After the lines of this batch: at its commit; with none pending, now."""
+        self.batch.append(call_scheduled(call_id))
+        if len(self.batch) == 1:
+            self.commit()
+
 
 class LogFeed:
     """Sessions' committed log lines, pushed to whoever streams them (one process:
@@ -76,6 +83,7 @@ class LogFeed:
     def __init__(self, runs_dir: Path) -> None:
         self.runs_dir = runs_dir
         self._subscribers: dict[str, set[_Subscriber]] = {}
+        self._calls: dict[str, dict[str, Any]] = {}  # session -> its latest call's marker
         self._loop: asyncio.AbstractEventLoop | None = None  # the subscribers'
         #: ``want(session_id)``: ask the exporter to follow the session now (set by
         #: the entry point, e.g. the exporter's wake-ups).
@@ -95,6 +103,11 @@ class LogFeed:
             self._loop.call_soon_threadsafe(self._deliver, session_id, batch)
 
     def _deliver(self, session_id: str, batch: list[dict[str, Any]]) -> None:
+        for line in batch:  # the latest call, for streams that start from the disk
+            if line["type"] == LLM_CALL_SCHEDULED:
+                self._calls[session_id] = line
+            elif line["type"] in END_TYPES:
+                self._calls.pop(session_id, None)
         for sub in self._subscribers.get(session_id, ()):
             sub.put(batch)
 
@@ -107,10 +120,12 @@ class LogFeed:
         return len(self._subscribers.get(session_id, ()))
 
     async def events(self, session_id: str, after_seq: int | None = None, *,
-                     only: Callable[[str], bool] | None = is_sse
+                     only: Callable[[str], bool] | None = is_sse, calls: bool = True
                      ) -> AsyncIterator[dict[str, Any]]:
         """The session's log lines with ``seq > after_seq`` (the SSE types only, by
-        default), in order, live; ends after the line that ends the session."""
+        default), in order, live; ends after the line that ends the session. With
+        ``calls``, a ``call_scheduled`` marker where each LLM call was scheduled (the
+        SSE stream's ``DeltaGate``; a stream from the disk gets the latest one)."""
         self._loop = asyncio.get_running_loop()
         sub = _Subscriber()
         self._subscribers.setdefault(session_id, set()).add(sub)
@@ -127,9 +142,15 @@ class LogFeed:
                         yield line
                     if line["type"] in END_TYPES:
                         return
+                if calls and session_id in self._calls:  # its lines are on the disk
+                    yield self._calls[session_id]
                 # Then what the exporter commits, until the subscriber falls behind.
                 try:
                     async for line in self._live(sub, last):
+                        if line["type"] == LLM_CALL_SCHEDULED:
+                            if calls:
+                                yield line
+                            continue
                         last = line["seq"]
                         if only is None or only(line["type"]):
                             yield line
@@ -152,7 +173,9 @@ class LogFeed:
                 raise _Lagged
             batch = await sub.queue.get()
             for line in batch:
-                if line["seq"] > last:  # already read from the disk
+                if line["type"] == LLM_CALL_SCHEDULED:
+                    yield line
+                elif line["seq"] > last:  # already read from the disk
                     last = line["seq"]
                     yield line
 

@@ -22,10 +22,12 @@ from typing import Any, TypeVar
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client, WorkflowExecutionStatus
 
+from activities.deltas import call_scheduled
+from observation.exporter.activities import scheduled_llm_call
 from observation.exporter.chain import Chain
 from observation.exporter.log import LogError, LogObserver, LogWriter
 from observation.exporter.mapping import SessionMapper
-from observation.exporter.model import LogEvent, StreamHead, is_sse
+from observation.exporter.model import StreamHead, is_sse
 from observation.exporter.note import Signer
 from observation.exporter.verify import SNAPSHOT_NAME
 
@@ -64,8 +66,8 @@ async def history_events(
 
 async def session_events(
     client: Client, session_id: str, after_seq: int | None = None, *, follow: bool = True,
-    only: Callable[[str], bool] | None = is_sse,
-) -> AsyncIterator[LogEvent]:
+    only: Callable[[str], bool] | None = is_sse, calls: bool = False,
+) -> AsyncIterator[Any]:
     """The session's log events with ``seq > after_seq``, mapped from history (the
     same events, ids and hashes as the log), live until the session ends.
 
@@ -74,13 +76,17 @@ async def session_events(
     ``tool_result``); ``seq`` (the log's line number) is the SSE id, strictly
     increasing, so ``Last-Event-ID`` resumes (:func:`stream_head` says how far it
     goes now). ``only=None``: every event;
-    ``follow=False``: stop at the current end of history."""
+    ``follow=False``: stop at the current end of history; ``calls``: with a
+    :func:`~observation.exporter.model.call_scheduled` marker where each LLM call
+    was scheduled (not a log line; the SSE stream's ``DeltaGate`` takes it)."""
     mapper, chain = SessionMapper(session_id), Chain()
     async for event, _ in history_events(client, session_id, follow=follow):
         for m in mapper.feed(event):
             e = chain.link(m)
             if e.seq > (after_seq or 0) and (only is None or only(e.type)):
                 yield e
+        if calls and (call_id := scheduled_llm_call(event)) is not None:
+            yield call_scheduled(call_id)
 
 
 async def stream_head(client: Client, session_id: str,
@@ -138,6 +144,10 @@ class SessionExport:
                     "log was written from another history or mapping version")
             if m.artifact is not None:  # already logged: put back a lost artifact file
                 w.write_artifact(m.artifact)
+        if (call_id := scheduled_llm_call(event)) is not None and w.observer is not None:
+            told = getattr(w.observer, "call_scheduled", None)
+            if told is not None:  # after the lines before it (the SSE feed)
+                told(call_id)
         if page_end and self.dirty:
             w.commit()
             self.dirty = False

@@ -80,6 +80,9 @@ class LogObserver(Protocol):
 
     def commit(self) -> None: ...
 
+    # Optional: ``call_scheduled(call_id)``, an LLM call was scheduled after the lines
+    # told so far (not a line of the log; the SSE feed passes it on to its streams).
+
 
 class LogWriter:
     def __init__(self, run_dir: Path, observer: LogObserver | None = None,

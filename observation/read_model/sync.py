@@ -85,6 +85,11 @@ class Tee:
         for o in self.observers:
             o.commit()
 
+    def call_scheduled(self, call_id: str) -> None:
+        for o in self.observers:
+            if (told := getattr(o, "call_scheduled", None)) is not None:
+                told(call_id)
+
 
 def _head(run_dir: Path) -> tuple[int, str] | None:
     try:

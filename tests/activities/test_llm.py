@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 import socket
+import threading
 from datetime import timedelta
 from email.utils import formatdate
 
@@ -16,6 +17,7 @@ import pytest
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
+from activities import llm as llm_module
 from activities.llm import (
     ASK_USER,
     END_CONVERSATION,
@@ -30,6 +32,8 @@ from tests.fakes.openai_server import FakeOpenAIServer, tool_call
 from workflows.config import EcsRequest, LLMConfig, ScriptedResponse, ToolCallRequest
 from workflows.io import ChatMessage, LLMCallFailed, LLMCallInput, LLMCallResult, ToolSpec
 from workflows.safety import SafetyClass, ToolAnnotations
+
+HANG_GUARD_S = 20
 
 KEY_ENV = "HITLFLOW_TEST_LLM_KEY"
 KEY = "sk-fake-4f1c0d2e9b7a6358"
@@ -687,3 +691,25 @@ async def test_a_failed_call_ends_its_stream(fake_openai: FakeOpenAIServer, api_
     result, bus, _ = await run_streaming(openai_input(fake_openai))
     assert isinstance(result, ApplicationError)
     assert bus.pieces == [] and bus.finished == [("s1", "s1-llm-0")]
+
+
+async def test_a_model_slow_to_start_still_heartbeats(
+    fake_openai: FakeOpenAIServer, api_key: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before the first token nothing streams; the activity heartbeats all the same
+    (the workflow's heartbeat timeout would otherwise take a thinking model for a
+    lost worker)."""
+    monkeypatch.setattr(llm_module, "TICK_EVERY_S", 0.01)
+    held = threading.Event()
+    guard = threading.Timer(HANG_GUARD_S, held.set)  # only if no heartbeat comes
+    guard.start()
+    fake_openai.reply_text("Late.", pieces=["Late."], hold=held, hold_after=-1)
+    beats: list = []  # (details, whether the model had started)
+    env = ActivityEnvironment()
+    env.on_heartbeat = lambda *details: (beats.append((details, held.is_set())), held.set())
+    try:
+        result = await env.run(LlmActivities(Recorder()).llm_call, openai_input(fake_openai))
+    finally:
+        guard.cancel()
+    assert result.text == "Late."
+    assert beats[0] == (({"call_id": "s1-llm-0", "chars": 0},), False)  # before any chunk

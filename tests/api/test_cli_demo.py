@@ -12,8 +12,9 @@ from pathlib import Path
 
 from temporalio.client import Client
 
-from api.cli_demo import show
+from api.cli_demo import console, show
 from api.cli_stack import READY_LINE
+from api.cli_text import AgentText
 from tests.api.test_cli_stack import cli, wait_for_pollers
 
 DEMO_TIMEOUT_S = 120
@@ -96,7 +97,20 @@ async def test_demo_tells_what_the_person_decided(tmp_path: Path,
 
 
 def test_show_prints_agent_text_verbatim(capsys):
-    show({"type": "text", "payload": {"text": "[SUCCESS] kept [bold]as is[/bold]"}})
-    show({"type": "text", "payload": {"text": ""}})  # a turn with only tool calls
-    show({"type": "WORK_ITEM_QUEUED", "payload": {}})  # not shown
+    text = AgentText(console, "agent: ")
+    show({"type": "text", "payload": {"text": "[SUCCESS] kept [bold]as is[/bold]"}}, text)
+    show({"type": "text", "payload": {"text": ""}}, text)  # a turn with only tool calls
+    show({"type": "WORK_ITEM_QUEUED", "payload": {}}, text)  # not shown
     assert capsys.readouterr().out == "agent: [SUCCESS] kept [bold]as is[/bold]\n"
+
+
+def test_show_streams_the_agent_text_then_the_next_line(capsys):
+    text = AgentText(console, "agent: ")
+    for piece in ({"call_id": "c1", "delta": "Do", "text": "Do"},
+                  {"call_id": "c1", "delta": "ne."}):
+        show({"type": "text.delta", "payload": piece}, text)
+    assert capsys.readouterr().out == "agent: Done."  # as it is written: no newline yet
+    show({"type": "text", "payload": {"call_id": "c1", "text": "Done."}}, text)
+    show({"type": "conversation.state.changed",
+          "payload": {"from": "running", "to": "succeeded", "trigger": "t"}}, text)
+    assert capsys.readouterr().out == "\nsession running → succeeded (t)\n"

@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from activities.deltas import InProcessDeltaBus
+from activities.deltas import LLM_CALL_SCHEDULED, InProcessDeltaBus
 from api.app import ApiServer, create_app
 from api.deps import ApiTuning
 from api.sse import STREAM_COMPLETE, SseMessage, SseParser, StreamEvent
@@ -31,6 +31,7 @@ class Bus:
 
     def __init__(self) -> None:
         self.events: list[StreamEvent] = []
+        self.last_seq = 0
         self.closed = False
         self.fail: str | None = None
         self.calls: list[int | None] = []
@@ -38,7 +39,15 @@ class Bus:
 
     async def publish(self, event: str, data: Any) -> None:
         async with self._cond:
-            self.events.append(StreamEvent(seq=len(self.events) + 1, event=event, data=data))
+            self.last_seq += 1
+            self.events.append(StreamEvent(seq=self.last_seq, event=event, data=data))
+            self._cond.notify_all()
+
+    async def mark(self, call_id: str) -> None:
+        """Where an LLM call was scheduled: a marker, as the exporter's providers give."""
+        async with self._cond:
+            self.events.append(StreamEvent(seq=0, event=LLM_CALL_SCHEDULED,
+                                           data={"call_id": call_id}))
             self._cond.notify_all()
 
     async def close(self, fail: str | None = None) -> None:
@@ -47,20 +56,20 @@ class Bus:
             self._cond.notify_all()
 
     async def head(self) -> StreamHead:
-        return StreamHead(len(self.events), len(self.events), self.closed)
+        return StreamHead(self.last_seq, self.last_seq, self.closed)
 
     async def stream(self, after_seq: int | None) -> AsyncIterator[StreamEvent]:
         self.calls.append(after_seq)
-        sent = after_seq or 0
+        taken = 0  # events (and markers) taken from the list
         while True:
             async with self._cond:
                 await self._cond.wait_for(
-                    lambda sent=sent: len(self.events) > sent or self.closed)
-                new = self.events[sent:]
+                    lambda taken=taken: len(self.events) > taken or self.closed)
+                new, taken = self.events[taken:], len(self.events)
             for event in new:
-                yield event
-                sent = event.seq
-            if self.closed and sent >= len(self.events):
+                if event.event == LLM_CALL_SCHEDULED or event.seq > (after_seq or 0):
+                    yield event
+            if self.closed and taken >= len(self.events):
                 if self.fail:
                     raise RuntimeError(self.fail)
                 return
@@ -168,9 +177,13 @@ async def test_text_deltas_have_no_id_and_stop_at_their_calls_text(http_stack, s
     DELTAS.publish(sid, "c1", "Hel", first=True)
     async with http.stream("GET", f"/api/sessions/{sid}/events") as r:
         reader = Reader(r)
-        got = [await reader.next() for _ in range(2)]
-        assert sorted((m.id or "", m.event) for m in got) == [
-            ("", "text.delta"), ("1", "conversation.state.changed")]
+        state = await reader.next()
+        assert (state.id, state.event) == ("1", "conversation.state.changed")
+        # Held until the stream passes where its call was scheduled, then the text so far.
+        await bus.mark("c1")
+        first = await reader.next()
+        assert (first.id, first.event, first.json()) == (
+            None, "text.delta", {"call_id": "c1", "delta": "", "text": "Hel"})
         DELTAS.publish(sid, "c1", "lo")
         delta = await reader.next()
         assert (delta.id, delta.event, delta.json()) == (
@@ -179,16 +192,23 @@ async def test_text_deltas_have_no_id_and_stop_at_their_calls_text(http_stack, s
         text = await reader.next()
         assert (text.id, text.event) == ("2", "text")
         DELTAS.publish(sid, "c1", " (late)")  # after its text: dropped
+        # The next call's text does not run ahead of what the log has before it.
         DELTAS.publish(sid, "c2", "Next", first=True)
+        await bus.publish("tool_result", {"text": "before the call"})
+        before = await reader.next()
+        assert (before.id, before.event) == ("3", "tool_result")
+        await bus.mark("c2")
         nxt = await reader.next()
-        assert (nxt.id, nxt.json()) == (None, {"call_id": "c2", "delta": "Next", "text": "Next"})
+        assert (nxt.id, nxt.json()) == (None, {"call_id": "c2", "delta": "", "text": "Next"})
+        DELTAS.publish(sid, "c2", "!")
+        assert (await reader.next()).json() == {"call_id": "c2", "delta": "!"}
         DELTAS.finish(sid, "c1")
         DELTAS.finish(sid, "c2")
         await bus.close()
         assert await reader.rest() == []
-        # A delta is not an id: the stream's last id (what a resume names) is the log's.
-        assert reader.parser.last_id == "2" and reader.complete.id == "2"
-    r = await http.get(f"/api/sessions/{sid}/events", headers={"Last-Event-ID": "2"})
+        # Neither a delta nor a marker is an id: the last id (what a resume names) is the log's.
+        assert reader.parser.last_id == "3" and reader.complete.id == "3"
+    r = await http.get(f"/api/sessions/{sid}/events", headers={"Last-Event-ID": "3"})
     assert r.status_code == 204
 
 

@@ -104,7 +104,8 @@ class FakeOpenAIServer:
         hold_after: int = 1,
     ) -> None:
         """``pieces``: how a stream sends ``text`` (joined, they must be it); ``hold``:
-        a streamed reply waits for it after ``hold_after`` pieces."""
+        a streamed reply waits for it after ``hold_after`` pieces (-1: before its
+        first chunk)."""
         if pieces is not None and "".join(pieces) != text:
             raise ValueError("the pieces must join to the text")
         with self._lock:
@@ -173,7 +174,9 @@ class FakeOpenAIServer:
                     "choices": [{"index": 0, "delta": delta, "finish_reason": finish,
                                  "logprobs": None}], **extra}
 
-        out: list[dict[str, Any] | str] = [chunk({"role": "assistant", "content": ""})]
+        out: list[dict[str, Any] | str] = ["hold"] if reply.hold is not None \
+            and reply.hold_after < 0 else []  # before anything, even the role
+        out.append(chunk({"role": "assistant", "content": ""}))
         pieces = reply.pieces if reply.pieces is not None \
             else text_pieces(message.get("content") or "")
         for i, piece in enumerate(pieces):

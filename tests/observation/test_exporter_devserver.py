@@ -82,6 +82,18 @@ async def check_log(client, d: Path, session_id: str, tmp_path: Path) -> list[di
     sse = [e async for e in session_events(client, session_id, None)]  # the SSE plug point
     assert [e.seq for e in sse] == [e["seq"] for e in events if is_sse(e["type"])]
     assert {e.type for e in sse} >= {"execution_state", "conversation.state.changed", "text"}
+    # With the markers where each LLM call was scheduled: after the lines before the
+    # call (its STARTED line is written when it ends), before that call's text.
+    marked = [e async for e in session_events(client, session_id, None, only=None, calls=True)]
+    order = [e["payload"]["call_id"] if isinstance(e, dict) else e.type for e in marked]
+    calls = [e["payload"]["call_id"] for e in events if e["type"] == "LLM_CALL_STARTED"]
+    assert [x for x in order if x in calls] == calls and calls
+    for call in calls:
+        at = order.index(call)
+        assert order[at + 1] == "LLM_CALL_STARTED"
+        assert [e for e in marked if isinstance(e, dict)][calls.index(call)]["seq"] == 0
+    assert [e for e in marked if not isinstance(e, dict)] == [
+        e async for e in session_events(client, session_id, None, only=None)]
     return events
 
 
