@@ -37,12 +37,14 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import itertools
 import json
 import os
 import re
 import time
 import traceback
 import typing
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
 from email.utils import parsedate_to_datetime
@@ -267,13 +269,24 @@ _FUNCTION_NAME_OK = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 _FUNCTION_NAME_BAD_CHARS = re.compile(r"[^a-zA-Z0-9_-]")
 
 
-def _function_name(server: str, tool: str) -> str:
+def _function_names(server: str, tool: str) -> Iterator[str]:
+    """The function names ``(server, tool)`` may have, best first (README: "What the
+    model sees"): ``<server>__<tool>`` when the function-name rules allow it, then
+    that name made safe (other characters as ``_``, cut to 55) with a digest of the
+    original, then with digests of ``<server>__<tool>#2``, ``#3``, ... for a name
+    another tool took already (server ``a__b`` with tool ``c`` and server ``a``
+    with tool ``b__c`` are both ``a__b__c``)."""
     raw = f"{server}__{tool}"
     if _FUNCTION_NAME_OK.fullmatch(raw):
-        return raw
-    # Sanitised or shortened: a digest of the original keeps distinct tools distinct.
-    digest = hashlib.sha256(raw.encode("utf-8")).hexdigest()[:8]
-    return f"{_FUNCTION_NAME_BAD_CHARS.sub('_', raw)[:55]}_{digest}"
+        yield raw
+    safe = _FUNCTION_NAME_BAD_CHARS.sub("_", raw)[:55]
+    for n in itertools.count(1):
+        seed = raw if n == 1 else f"{raw}#{n}"
+        yield f"{safe}_{hashlib.sha256(seed.encode('utf-8')).hexdigest()[:8]}"
+
+
+def _function_name(server: str, tool: str) -> str:
+    return next(_function_names(server, tool))
 
 
 def _literal_values(model: type, field_name: str) -> list[str]:
@@ -351,9 +364,9 @@ class ToolNames:
             key = (spec.server, spec.name)
             if key in names.by_tool:
                 continue
-            fname = _function_name(spec.server, spec.name)
-            if fname in names.by_function:  # pragma: no cover - needs a sha256 prefix clash
-                raise LLMConfigError(f"two tools map to the same function name {fname!r}")
+            # The first name no earlier tool (nor a pseudo tool) has: never a clash.
+            fname = next(f for f in _function_names(spec.server, spec.name)
+                         if f not in names.by_function)
             names.by_function[fname] = key
             names.by_tool[key] = fname
         return names

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, cast
@@ -109,8 +110,10 @@ class McpClientPool:
 
     @staticmethod
     def _key(server: McpServerConfig) -> str:
-        # Overrides change how tools are classified, not the session.
-        return server.model_dump_json(exclude={"tool_overrides"})
+        # Overrides change how tools are classified, not the session; the order of
+        # ``env`` changes nothing either (README: "Tool servers").
+        return json.dumps(server.model_dump(mode="json", exclude={"tool_overrides"}),
+                          sort_keys=True)
 
     async def _acquire(self, server: McpServerConfig) -> Connection:
         """A session for ``server`` with this call counted in flight.

@@ -204,6 +204,16 @@ class McpServerConfig(_Strict):
             raise ValueError(f"MCP server {self.name!r} needs exactly one of command or url")
         if self.command is not None and not self.command:
             raise ValueError(f"MCP server {self.name!r}: command is empty")
+        if self.url is not None and self.env:
+            raise ValueError(f"MCP server {self.name!r}: env is for a command; a url server "
+                             "runs elsewhere, with its own environment")
+        # What the worker could not start the process with: refused here, not at its start.
+        for key, value in self.env.items():
+            if not key or "=" in key or "\0" in key:
+                raise ValueError(f"MCP server {self.name!r}: env name {key!r} is not a "
+                                 "variable name (empty, or with '=' or a NUL character)")
+            if "\0" in value:
+                raise ValueError(f"MCP server {self.name!r}: env {key} holds a NUL character")
         return self
 
 

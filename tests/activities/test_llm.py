@@ -25,6 +25,7 @@ from activities.llm import (
     LlmActivities,
     ToolNames,
     llm_call_started,
+    openai_tools,
     retry_after_s,
     sha256_json,
 )
@@ -268,6 +269,24 @@ def test_tool_names_are_valid_distinct_and_map_back() -> None:
     for tool, function in zip(tools, functions, strict=True):
         assert names.resolve(function) == (tool.server, tool.name)
     assert names.resolve("not_offered") == (None, "not_offered")
+
+
+def test_tools_whose_names_clash_still_get_names_of_their_own() -> None:
+    # Both are ``a__b__c``; the made-safe forms clash too when the names are not valid.
+    tools = [ToolSpec(server="a__b", name="c"), ToolSpec(server="a", name="b__c"),
+             ToolSpec(server="x__y", name="z.w"), ToolSpec(server="x", name="y__z.w"),
+             ToolSpec(server="x", name="y__z.w")]  # listed twice: one function
+    input = scripted_input(SCRIPT).model_copy(update={"tools": tools})
+    llm_call_started(input)  # the exporter recomputes it: it must not fail
+
+    names = ToolNames.build(tools)
+    functions = [t["function"]["name"] for t in openai_tools(tools, names)]
+    assert functions[:2] == ["a__b__c", "a__b__c_8a954b24"]
+    assert len(functions) == 6 and len(set(functions)) == 6
+    assert all(FUNCTION_NAME.fullmatch(f) for f in functions)
+    for tool in tools:
+        assert names.resolve(names.function_name(tool.server, tool.name)) == (
+            tool.server, tool.name)
 
 
 # -- openai-compatible over HTTP --------------------------------------------------------

@@ -8,6 +8,7 @@ start their own pool so their counts are exact.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import sys
@@ -46,6 +47,23 @@ async def main():
 
 anyio.run(main)
 """
+
+# A server whose one tool says what environment and working directory it was given.
+ENV_SERVER = """
+import json, os
+from mcp.server.mcpserver import MCPServer
+
+mcp = MCPServer("env", log_level="WARNING")
+
+@mcp.tool()
+def environment() -> str:
+    return json.dumps({"env": dict(os.environ), "cwd": os.getcwd()})
+
+mcp.run("stdio")
+"""
+
+# What the shell and Python put in a process's environment by themselves.
+RUNTIME_VARS = {"PWD", "SHLVL", "_", "OLDPWD", "LC_CTYPE"}
 
 
 @pytest.fixture(scope="module")
@@ -208,6 +226,32 @@ async def test_server_that_cannot_start_raises_a_clear_error(own_pool, tmp_path)
 
     with pytest.raises(McpTransportError, match="'broken' could not be started"):
         await own_pool.list_tools(server)
+
+
+async def test_a_server_gets_env_over_the_sdks_few_variables_and_runs_in_cwd(
+        own_pool, tmp_path, monkeypatch):
+    """README "Resolved in the worker's environment": a relative command is found
+    against ``cwd``; the server sees the SDK's default variables from the worker and
+    ``env`` over them, literally, and nothing else of the worker's environment."""
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "env_server.py").write_text(ENV_SERVER)
+    script = tmp_path / "bin" / "serve"
+    script.write_text(f"#!/bin/sh\nexec '{sys.executable}' env_server.py\n")
+    script.chmod(0o755)
+    monkeypatch.setenv("HITLFLOW_WORKER_ONLY", "secret")
+    monkeypatch.setenv("HOME", "/home/from-worker")
+    server = McpServerConfig(name="env", command=["bin/serve"], cwd=str(tmp_path),
+                             env={"TOOL_TOKEN": "${HITLFLOW_WORKER_ONLY}", "HOME": "/h"})
+
+    result = await own_pool.call_tool(server, "environment", {})
+
+    seen = json.loads(result.text)
+    assert Path(seen["cwd"]) == tmp_path.resolve()
+    env = {k: v for k, v in seen["env"].items() if k not in RUNTIME_VARS}
+    assert env == {"PATH": os.environ["PATH"], "HOME": "/h",
+                   "TOOL_TOKEN": "${HITLFLOW_WORKER_ONLY}",
+                   **{k: os.environ[k] for k in ("LOGNAME", "SHELL", "TERM", "USER")
+                      if k in os.environ}}
 
 
 async def test_roots_are_declared_only_when_configured(tmp_path):

@@ -12,6 +12,7 @@ from workflows import agent
 from workflows.config import (
     FormField,
     LLMConfig,
+    McpServerConfig,
     ScriptedResponse,
     SessionConfig,
     ToolCallRequest,
@@ -399,3 +400,20 @@ def test_mistake_bound_and_tool_result_limit_are_validated_config():
         with pytest.raises(ValueError):
             SessionConfig.model_validate({"agent": {
                 "llm": {"provider": "scripted", "responses": [{"text": "hi"}]}, **bad}})
+
+
+@pytest.mark.parametrize(("server", "why"), [
+    ({"url": "http://127.0.0.1:9/mcp", "env": {"A": "1"}}, "env is for a command"),
+    ({"command": ["srv"], "env": {"A=B": "1"}}, "env name 'A=B' is not a variable name"),
+    ({"command": ["srv"], "env": {"": "1"}}, "env name '' is not a variable name"),
+    ({"command": ["srv"], "env": {"A\0": "1"}}, "is not a variable name"),
+    ({"command": ["srv"], "env": {"A": "1\0"}}, "env A holds a NUL character"),
+    ({"command": ["srv"], "url": "http://127.0.0.1:9/mcp"}, "exactly one of command or url"),
+])
+def test_a_tool_server_the_worker_could_not_start_is_refused_with_the_config(server, why):
+    body = {"agent": {"llm": {"provider": "scripted", "responses": [{"text": "hi"}]},
+                      "tools": [{"name": "srv", **server}]}}
+    with pytest.raises(ValidationError, match=why):
+        SessionConfig.model_validate(body)
+    fine = McpServerConfig(name="srv", command=["srv"], env={"GIT_DIR": "${HOME}/x", "E": ""})
+    assert fine.env == {"GIT_DIR": "${HOME}/x", "E": ""}  # kept literally, expanded nowhere
