@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from activities.deltas import LLM_CALL_SCHEDULED
 from observation.exporter import (
     LogFeed,
     LogWriter,
@@ -75,8 +76,12 @@ def test_log_head_says_how_far_the_stream_goes(tmp_path, exported, monkeypatch):
     assert feed_mod.log_head(path).finished
 
 
-async def collect(feed: LogFeed, after: int | None = None) -> list[dict]:
-    return [e async for e in feed.events(SID, after)]
+async def collect(feed: LogFeed, after: int | None = None, markers: bool = False
+                  ) -> list[dict]:
+    """The lines a stream gets (with ``markers``, the ``llm_call.scheduled`` markers
+    too, where they came)."""
+    return [e async for e in feed.events(SID, after)
+            if markers or e["type"] != LLM_CALL_SCHEDULED]
 
 
 async def test_a_finished_log_streams_from_disk_and_ends(tmp_path, exported):
@@ -109,7 +114,7 @@ async def test_lines_committed_while_streaming_arrive_once_in_order(tmp_path, ex
                 export.feed_page(page)
             export.finish()
 
-    streams = [asyncio.create_task(collect(feed))]
+    streams = [asyncio.create_task(collect(feed, markers=True))]
     writer = asyncio.create_task(asyncio.to_thread(export))
     for n, ready in enumerate(go):
         if n == len(go) // 2:  # one more stream joins mid-way, one resumes mid-way
@@ -120,6 +125,16 @@ async def test_lines_committed_while_streaming_arrive_once_in_order(tmp_path, ex
     await asyncio.wait_for(writer, 60)
     got = await asyncio.wait_for(asyncio.gather(*streams), 60)
     want = [e for e in exported if is_sse(e["type"])]
+    # Each LLM call's marker comes after the lines from before it, before its text.
+    calls = [e["payload"]["call_id"] for e in exported if e["type"] == "LLM_CALL_STARTED"]
+    marks = [e for e in got[0] if e["type"] == LLM_CALL_SCHEDULED]
+    assert [m["payload"]["call_id"] for m in marks] == calls and calls
+    for mark in marks:
+        at, call = got[0].index(mark), mark["payload"]["call_id"]
+        said = next(e for e in exported if e["type"] == "text"
+                    and e["payload"]["call_id"] == call)
+        assert got[0][at - 1]["seq"] < said["seq"] and said in got[0][at:]
+    got[0] = [e for e in got[0] if e not in marks]
     assert got[0] == want and got[1] == want
     assert got[2] == [e for e in want if e["seq"] > 5]
     assert asked == [SID, SID, SID]  # each stream asked the exporter to follow
