@@ -94,12 +94,22 @@ async def start_sessions(http: httpx.AsyncClient, count: int, concurrency: int) 
     return list(await asyncio.gather(*(one() for _ in range(count))))
 
 
-async def until_waiting(client: Client, count: int, timeout_s: float = 3600) -> None:
-    deadline = time.monotonic() + timeout_s
+async def until_waiting(client: Client, count: int, timeout_s: float) -> int:
+    """Until ``count`` sessions wait (progress on stderr each minute); on time out,
+    say so and go on with those that wait (the figures then say how many)."""
+    t0 = time.monotonic()
+    said = t0
     while (n := (await client.count_workflows(WAITING)).count) < count:
-        if time.monotonic() > deadline:
-            raise SystemExit(f"only {n} of {count} sessions wait after {timeout_s:.0f} s")
+        now = time.monotonic()
+        if now - t0 > timeout_s:
+            print(f"only {n} of {count} sessions wait after {timeout_s:.0f} s; measuring "
+                  "those", file=sys.stderr, flush=True)
+            return n
+        if now - said >= 60:
+            print(f"{n} of {count} wait after {now - t0:.0f} s", file=sys.stderr, flush=True)
+            said = now
         await asyncio.sleep(1)
+    return n
 
 
 # ---------------------------------------------------------------------------
@@ -241,6 +251,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--settle-s", type=float, default=5.0, help="quiet before sampling (5)")
     p.add_argument("--gets", type=int, default=500, help="GETs per measure (500)")
     p.add_argument("--probes", type=int, default=10, help="replies per measure (10)")
+    p.add_argument("--wait-s", type=float, default=3600.0,
+                   help="how long N may take to wait before measuring those that do (3600)")
+    p.add_argument("--data-dir", help="keep up's data here (default: a temporary folder)")
     args = p.parse_args(argv)
     if not 0 < args.base + args.probes < args.n:
         p.error("need 0 < --base + --probes < -n")
@@ -250,17 +263,19 @@ def parse(argv: list[str]) -> argparse.Namespace:
 async def main(argv: list[str]) -> None:
     args = parse(argv)
     with tempfile.TemporaryDirectory() as tmp:
-        up = await start_up(Path(tmp))
+        data = Path(args.data_dir or tmp)  # kept with --data-dir (up.stderr.log, runs/)
+        data.mkdir(parents=True, exist_ok=True)
+        up = await start_up(data)
         try:
             client = await connect(HitlflowSettings(temporal_address=up.temporal))
             limits = httpx.Limits(max_connections=args.concurrency + 8)
             async with httpx.AsyncClient(base_url=up.url, timeout=120, limits=limits) as http:
                 sids = await start_sessions(http, args.base, args.concurrency)
-                await until_waiting(client, args.base)
+                await until_waiting(client, args.base, args.wait_s)
                 base = await measure(up, http, client, sids, args)
                 t0 = time.perf_counter()
                 more = await start_sessions(http, args.n - args.base, args.concurrency)
-                await until_waiting(client, args.n)
+                await until_waiting(client, args.n, args.wait_s)
                 start_rate = (args.n - args.base) / (time.perf_counter() - t0)
                 full = await measure(up, http, client, sids + more, args)
                 restart = await worker_restart(up, client)
