@@ -148,11 +148,11 @@ async def reply_to_next_step(http: httpx.AsyncClient, client: Client, sid: str) 
 
 
 async def measure(up: Up, http: httpx.AsyncClient, client: Client, unreplied: list[str],
-                  args: argparse.Namespace) -> Figures:
+                  args: argparse.Namespace, settle_s: float) -> Figures:
     waiting = (await client.count_workflows(WAITING)).count
     print(f"measuring at {waiting} waiting", file=sys.stderr, flush=True)
     f = Figures(waiting)
-    await asyncio.sleep(args.settle_s)
+    await asyncio.sleep(settle_s)
     pids = {"up": up.pid, "server": up.server_pid}
     f.cpu = await cpu_share(pids, args.idle_s)
     f.rss = {k: rss_mib(p) for k, p in pids.items()}
@@ -249,6 +249,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--concurrency", type=int, default=16, help="POSTs at a time (16)")
     p.add_argument("--idle-s", type=float, default=30.0, help="CPU sampling, s (30)")
     p.add_argument("--settle-s", type=float, default=5.0, help="quiet before sampling (5)")
+    p.add_argument("--settle-full-s", type=float, default=None,
+                   help="quiet before sampling at N (default: --settle-s); the exporter "
+                        "may still be catching up when the last session waits")
     p.add_argument("--gets", type=int, default=500, help="GETs per measure (500)")
     p.add_argument("--probes", type=int, default=10, help="replies per measure (10)")
     p.add_argument("--wait-s", type=float, default=3600.0,
@@ -272,12 +275,13 @@ async def main(argv: list[str]) -> None:
             async with httpx.AsyncClient(base_url=up.url, timeout=120, limits=limits) as http:
                 sids = await start_sessions(http, args.base, args.concurrency)
                 await until_waiting(client, args.base, args.wait_s)
-                base = await measure(up, http, client, sids, args)
+                base = await measure(up, http, client, sids, args, args.settle_s)
                 t0 = time.perf_counter()
                 more = await start_sessions(http, args.n - args.base, args.concurrency)
                 await until_waiting(client, args.n, args.wait_s)
                 start_rate = (args.n - args.base) / (time.perf_counter() - t0)
-                full = await measure(up, http, client, sids + more, args)
+                full = await measure(up, http, client, sids + more, args,
+                                     args.settle_full_s or args.settle_s)
                 restart = await worker_restart(up, client)
         finally:
             print(f"`hitlflow up` exit code on Ctrl-C: {await up.stop()}", file=sys.stderr)

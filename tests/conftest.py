@@ -17,12 +17,18 @@ import socket
 from collections.abc import AsyncIterator, Callable, Iterator
 
 import pytest
+from hypothesis import settings
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 from api.devserver import temporal_cli_path, temporal_test_server_path, tuning_args
 from tests.fakes.openai_server import FakeOpenAIServer
 from workflows.search_attributes import SEARCH_ATTRIBUTES
+
+# No per-example deadline: a deadline is a timing assertion, and fails under load
+# (speed belongs in bench/).
+settings.register_profile("hitlflow", deadline=None)
+settings.load_profile("hitlflow")
 
 
 @pytest.fixture(scope="session")

@@ -98,8 +98,8 @@ class Exporter:
         self._stop = asyncio.Event()
         self._since: datetime | None = None
         # Every poll lists what started, closed or left its wait lately; every
-        # `rescan_every`-th one lists every running session too (one visibility
-        # missed for a minute).
+        # `rescan_every`-th one lists every running session that does not wait (a
+        # visibility update missed for a minute; a waiting one is the sweep's).
         self.rescan_every, self._polls = rescan_every, 0
         self._sweep: asyncio.Task[None] | None = None
         self._swept = 0.0
@@ -122,7 +122,9 @@ class Exporter:
                 if loop.time() - self._swept >= self.sweep_every_s and (
                         self._sweep is None or self._sweep.done()):
                     self._swept = loop.time()
-                    self._sweep = asyncio.create_task(self.sweep(), name="exporter sweep")
+                    self._sweep = asyncio.create_task(self.sweep(
+                        pace_s=self.sweep_every_s / max(1, len(self.parked))),
+                        name="exporter sweep")
                 await asyncio.wait({stopping, watcher}, timeout=self.discover_every_s,
                                    return_when=asyncio.FIRST_COMPLETED)
         finally:
@@ -142,7 +144,8 @@ class Exporter:
         query = self.query
         if self._since is not None:
             since = (self._since - timedelta(minutes=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
-            recent = "ExecutionStatus=\"Running\"" if self._polls % self.rescan_every == 0 \
+            rescan = self._polls % self.rescan_every == 0
+            recent = f'ExecutionStatus="Running" AND SessionStatus != "{WAITING}"' if rescan \
                 else (f'StartTime > "{since}" OR (ExecutionStatus="Running" AND '
                       f'(SessionStatus != "{WAITING}" OR WaitingSince > "{since}"))')
             query += f' AND ({recent} OR CloseTime > "{since}")'
@@ -155,24 +158,25 @@ class Exporter:
             elif parked.changed(wf):
                 self.wake(wf.id)
 
-    async def sweep(self) -> None:
+    async def sweep(self, pace_s: float = 0.0) -> None:
         """Wake the parked sessions whose history grew without a change visibility
-        shows (e.g. ``restart.preserve_waiting``): one describe each, a few at a time."""
-        gate = asyncio.Semaphore(4)
-
-        async def check(session_id: str, parked: Parked) -> None:
-            async with gate:
-                if self.parked.get(session_id) is not parked:
-                    return
-                try:
-                    desc = await self.client.get_workflow_handle(session_id).describe()
-                except Exception as err:
-                    log.warning("exporter: describing parked %s failed: %s", session_id, err)
-                    return
-                if desc.run_id != parked.run_id or desc.history_length != parked.history_length:
-                    self.wake(session_id)
-
-        await asyncio.gather(*(check(s, p) for s, p in list(self.parked.items())))
+        shows (e.g. ``restart.preserve_waiting``): one describe each, one at a time,
+        ``pace_s`` apart (the run loop spreads a sweep over its period: a steady
+        trickle, not a burst every 5 minutes that other reads would queue behind)."""
+        loop = asyncio.get_running_loop()
+        for session_id, parked in list(self.parked.items()):
+            started = loop.time()
+            if self.parked.get(session_id) is not parked:
+                continue
+            try:
+                desc = await self.client.get_workflow_handle(session_id).describe()
+            except Exception as err:
+                log.warning("exporter: describing parked %s failed: %s", session_id, err)
+                continue
+            if desc.run_id != parked.run_id or desc.history_length != parked.history_length:
+                self.wake(session_id)
+            if (rest := pace_s - (loop.time() - started)) > 0:
+                await asyncio.sleep(rest)
 
     def follow(self, session_id: str) -> None:
         if session_id not in self.tasks and session_id not in self.done \

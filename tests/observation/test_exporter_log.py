@@ -238,11 +238,45 @@ async def test_discovery_lists_new_sessions_and_rescans_running_ones_now_and_the
     first, *later = queries
     assert "StartTime" not in first and "Running" not in first  # everything, once
     # Every poll lists running sessions that are not parked waiting; every third one
-    # lists every running session (the full rescan: no StartTime window).
+    # lists every running session that does not wait (the rescan: no StartTime
+    # window; a waiting one is the sweep's, so the rescan costs nothing per waiting
+    # session).
     assert all("Running" in q for q in later)
     assert ["StartTime" not in q for q in later] == [False, False, True, False]
+    assert 'SessionStatus != "waiting_user"' in later[2]
     assert all("CloseTime >" in q for q in later)
     assert all("StartTime >" in q for q in later if "Running" not in q)
+
+
+async def test_the_sweep_describes_each_parked_session_once_paced(tmp_path):
+    """A sweep is a steady trickle of describes (one per parked session, ``pace_s``
+    apart), not a burst; a session whose history grew is woken."""
+    from types import SimpleNamespace
+
+    from observation.exporter.service import Parked
+    described: list[str] = []
+
+    class FakeClient:
+        def get_workflow_handle(self, session_id):
+            async def describe():
+                described.append(session_id)
+                return SimpleNamespace(run_id="r", history_length=12 if session_id == "s1" else 10)
+            return SimpleNamespace(describe=describe)
+
+    exporter = Exporter(FakeClient(), tmp_path)  # type: ignore[arg-type]
+    for sid in ("s0", "s1", "s2"):
+        exporter.parked[sid] = Parked(run_id="r", waiting_since=None, history_length=10)
+    waits: list[float] = []
+
+    async def no_wait(seconds: float) -> None:
+        waits.append(seconds)
+
+    with mock.patch("observation.exporter.service.asyncio.sleep", no_wait), \
+            mock.patch.object(Exporter, "follow", lambda self, sid: None):
+        await exporter.sweep(pace_s=100.0)
+    assert described == ["s0", "s1", "s2"]
+    assert len(waits) == 3 and all(90 < w <= 100 for w in waits)
+    assert "s1" not in exporter.parked and {"s0", "s2"} <= set(exporter.parked)
 
 
 def test_replay_rebuilds_snapshot_json_byte_for_byte(reference, tmp_path):
