@@ -248,7 +248,7 @@ def exporter_command(
         await run_exporter(await connect(settings), settings.data_dir, stop,
                            read_model_url=settings.read_model_url, park=settings.exporter_park,
                            max_followers=settings.exporter_max_followers,
-                           signer=signer)
+                           sweep_every_s=settings.exporter_sweep_s, signer=signer)
 
     try:
         asyncio.run(main())

@@ -227,7 +227,7 @@ async def _up(settings: HitlflowSettings, run_worker: RunWorker | None,
             run_exporter(await connect(stack), stack.data_dir, exporter_stop, wakeups=wakeups,
                          read_model_url=stack.read_model_url, park=stack.exporter_park,
                          max_followers=stack.exporter_max_followers,
-                         feed=feed, signer=signer),
+                         sweep_every_s=stack.exporter_sweep_s, feed=feed, signer=signer),
             name="exporter")
         await asyncio.sleep(0)  # let a worker that cannot even start fail before "up"
 

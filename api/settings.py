@@ -40,6 +40,10 @@ class HitlflowSettings(BaseSettings):
     # Temporal caps them per namespace, 1,200 on a dev server): the others wait for
     # a slot, which a session that parks or ends frees.
     exporter_max_followers: int = Field(default=400, ge=1, le=100_000)
+    # Seconds over which the exporter describes each parked session once (what
+    # history gains without a visible change reaches the log within this): the idle
+    # cost of a waiting session is one DescribeWorkflowExecution per period.
+    exporter_sweep_s: float = Field(default=1800.0, ge=1, le=86_400)
     # The key that signs each log's checkpoint: a file holding a signer key
     # (`hitlflow log keygen`) or the key itself (PRIVATE+KEY+...). Unset:
     # <data_dir>/checkpoint.key, created by the exporter's first start (api.checkpoint_key).

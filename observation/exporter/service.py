@@ -77,7 +77,7 @@ class Exporter:
 
     def __init__(self, client: Client, runs_dir: Path, *, query: str = SESSION_QUERY,
                  discover_every_s: float = 1.0, retry_after_s: float = 5.0,
-                 rescan_every: int = 60, sweep_every_s: float = 300.0, park: bool = True,
+                 rescan_every: int = 60, sweep_every_s: float = 1800.0, park: bool = True,
                  max_followers: int = 400,
                  observers: Callable[[str], LogObserver | None] | None = None,
                  signer: Signer | None = None) -> None:
@@ -162,7 +162,7 @@ class Exporter:
         """Wake the parked sessions whose history grew without a change visibility
         shows (e.g. ``restart.preserve_waiting``): one describe each, one at a time,
         ``pace_s`` apart (the run loop spreads a sweep over its period: a steady
-        trickle, not a burst every 5 minutes that other reads would queue behind)."""
+        trickle, not a burst every period that other reads would queue behind)."""
         loop = asyncio.get_running_loop()
         for session_id, parked in list(self.parked.items()):
             started = loop.time()
