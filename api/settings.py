@@ -40,6 +40,9 @@ class HitlflowSettings(BaseSettings):
     # Temporal caps them per namespace, 1,200 on a dev server): the others wait for
     # a slot, which a session that parks or ends frees.
     exporter_max_followers: int = Field(default=400, ge=1, le=100_000)
+    # Sessions a worker keeps in memory (the SDK's sticky cache): a reply to one
+    # outside it replays the session's history first (of its current run: short).
+    worker_max_cached_workflows: int = Field(default=1000, ge=0, le=1_000_000)
     # Seconds over which the exporter describes each parked session once (what
     # history gains without a visible change reaches the log within this): the idle
     # cost of a waiting session is one DescribeWorkflowExecution per period.

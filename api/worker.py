@@ -81,7 +81,8 @@ async def run_worker(
             log.warning("cannot list the task queue's pollers: %s", err)
             others = []
         async with build_worker(client, settings.task_queue, pool, identity=identity,
-                                deltas=deltas):
+                                deltas=deltas,
+                                max_cached_workflows=settings.worker_max_cached_workflows):
             if others:
                 log.info("worker %s started next to %d live worker(s): nothing to recover",
                          identity, len(others))

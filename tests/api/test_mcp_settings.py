@@ -1,4 +1,5 @@
-"""The MCP pool's two knobs: read from HITLFLOW_*, refused when nonsense, passed to the pool."""
+"""The worker's knobs (the MCP pool's two, the workflow cache): read from HITLFLOW_*,
+refused when nonsense, passed to the pool and the worker."""
 
 from __future__ import annotations
 
@@ -30,7 +31,9 @@ def test_defaults_match_the_pools_and_the_environment_sets_them(monkeypatch):
     ("var", "value", "field"),
     [("HITLFLOW_MCP_MAX_SERVERS", "0", "mcp_max_servers"),
      ("HITLFLOW_MCP_MAX_SERVERS", "-3", "mcp_max_servers"),
-     ("HITLFLOW_MCP_IDLE_S", "-1", "mcp_idle_s")],
+     ("HITLFLOW_MCP_IDLE_S", "-1", "mcp_idle_s"),
+     ("HITLFLOW_WORKER_MAX_CACHED_WORKFLOWS", "-1", "worker_max_cached_workflows"),
+     ("HITLFLOW_WORKER_MAX_CACHED_WORKFLOWS", "lots", "worker_max_cached_workflows")],
 )
 def test_nonsense_is_refused(monkeypatch, var, value, field):
     monkeypatch.setenv(var, value)
@@ -50,10 +53,12 @@ def test_the_worker_command_refuses_a_cap_of_zero_before_starting(tmp_path):
 
 async def test_run_worker_builds_the_pool_from_the_settings(monkeypatch):
     pools: list[McpClientPool] = []
+    caches: list[int] = []
 
     @contextlib.asynccontextmanager
     async def no_worker(client, task_queue, pool, **options):
         pools.append(pool)
+        caches.append(options["max_cached_workflows"])
         yield
 
     async def another_worker_is_alive(client, task_queue, window) -> list[str]:
@@ -63,8 +68,10 @@ async def test_run_worker_builds_the_pool_from_the_settings(monkeypatch):
     monkeypatch.setattr(worker, "other_workers", another_worker_is_alive)
     stop = asyncio.Event()
     stop.set()
-    settings = HitlflowSettings(mcp_idle_s=12, mcp_max_servers=3)
+    settings = HitlflowSettings(mcp_idle_s=12, mcp_max_servers=3,
+                                worker_max_cached_workflows=5000)
 
     await worker.run_worker(settings, stop, client=object())  # type: ignore[arg-type]
 
     assert [(p.idle_s, p.max_servers) for p in pools] == [(12, 3)]
+    assert caches == [5000]
