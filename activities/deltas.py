@@ -172,7 +172,6 @@ def split_text(text: str, pieces: int = 4) -> list[str]:
     return [" ".join(g) + (" " if i < len(groups) - 1 else "") for i, g in enumerate(groups)]
 
 
-
 def cluster_delta_bus(read_model_url: str | None) -> Any:
     """The bus separate worker and API processes share: PostgreSQL ``LISTEN``/``NOTIFY``
     when the read model is in PostgreSQL, else None (no transport: no deltas)."""

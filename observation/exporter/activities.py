@@ -83,6 +83,18 @@ class ActivityMapper(GateMapper):
             "schema_id": schema_id, "media_type": "application/json", **about},
             *self._spans(act), artifact=Artifact(path=path, content=content))
 
+    def llm_call_scheduled(self, e: HistoryEvent) -> str | None:
+        """Once ``e`` was fed: the call id of the ``llm_call`` activity it scheduled
+        (None for any other event), from the input already decoded: where a stream
+        may let that call's streamed text through."""
+        if not e.HasField("activity_task_scheduled_event_attributes"):
+            return None
+        act = self.activities.get((self.run_id, e.event_id))
+        if act is None or act.type != "llm_call":
+            return None
+        call_id = act.input.get("call_id") if isinstance(act.input, dict) else None
+        return call_id if isinstance(call_id, str) else None
+
     # -- history events -------------------------------------------------------------
 
     def _scheduled(self, e: HistoryEvent) -> None:
@@ -185,16 +197,3 @@ class ActivityMapper(GateMapper):
         a = e.activity_task_canceled_event_attributes
         self._ended_badly(e, a.scheduled_event_id, None, "CancelledError",
                           "the activity was cancelled")
-
-
-def scheduled_llm_call(e: HistoryEvent) -> str | None:
-    """The call id of the ``llm_call`` activity ``e`` schedules (None for any other
-    event): where a stream may let that call's streamed text through."""
-    if not e.HasField("activity_task_scheduled_event_attributes"):
-        return None
-    a = e.activity_task_scheduled_event_attributes
-    if a.activity_type.name != "llm_call":
-        return None
-    value = first_value(a.input)
-    call_id = value.get("call_id") if isinstance(value, dict) else None
-    return call_id if isinstance(call_id, str) else None

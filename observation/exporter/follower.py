@@ -23,7 +23,6 @@ from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client, WorkflowExecutionStatus
 
 from activities.deltas import call_scheduled
-from observation.exporter.activities import scheduled_llm_call
 from observation.exporter.chain import Chain
 from observation.exporter.log import LogError, LogObserver, LogWriter
 from observation.exporter.mapping import SessionMapper
@@ -85,7 +84,7 @@ async def session_events(
             e = chain.link(m)
             if e.seq > (after_seq or 0) and (only is None or only(e.type)):
                 yield e
-        if calls and (call_id := scheduled_llm_call(event)) is not None:
+        if calls and (call_id := mapper.llm_call_scheduled(event)) is not None:
             yield call_scheduled(call_id)
 
 
@@ -144,7 +143,7 @@ class SessionExport:
                     "log was written from another history or mapping version")
             if m.artifact is not None:  # already logged: put back a lost artifact file
                 w.write_artifact(m.artifact)
-        if (call_id := scheduled_llm_call(event)) is not None and w.observer is not None:
+        if w.observer is not None and (call_id := self.mapper.llm_call_scheduled(event)):
             told = getattr(w.observer, "call_scheduled", None)
             if told is not None:  # after the lines before it (the SSE feed)
                 told(call_id)
