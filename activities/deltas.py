@@ -7,11 +7,14 @@ events. Nothing here reaches the history or the log: the final text stays one
 ``text`` event, as before. A subscriber that comes while a call is being written
 gets the text so far first (a :class:`TextDelta` with ``text`` set), then deltas.
 
-Implementations: :class:`InProcessDeltaBus` (``hitlflow up``: worker and API in
-one process), ``activities.deltas_postgres.PostgresDeltaBus`` (a cluster: workers
-and API processes share the PostgreSQL read model; ``cluster_delta_bus``) and
+Implementations: :class:`InProcessDeltaBus` (publisher and subscribers in one
+process; ``hitlflow up``'s API, fed by its worker process's
+``activities.deltas_pipe.PipeDeltaBus``),
+``activities.deltas_postgres.PostgresDeltaBus`` (a cluster: workers and API
+processes share the PostgreSQL read model; ``cluster_delta_bus``) and
 :class:`NullDeltaBus` (nobody listens). The bus is passed in by the entry points
-(``api.worker``, ``api.app.run_api``, ``api.cli_stack``), never imported from ``api/``.
+(``api.worker``, ``api.app.run_api``, ``api.cli_stack``), never imported from
+``api/``.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """``hitlflow up`` (the whole stack on one machine) and ``hitlflow worker``.
 
-``up`` starts the Temporal dev server (``api.devserver``), a session worker in
-the same asyncio loop and the HTTP service, prints where they listen, and on
+``up`` starts the Temporal dev server (``api.devserver``), a session worker in a
+child process (``api.worker_process``), the exporter and the HTTP service in this
+process, prints where they listen once the worker polls, and on
 Ctrl-C / SIGTERM stops them in reverse order: API, worker, server. ``worker``
 runs a session worker alone against any Temporal frontend.
 
@@ -35,7 +36,7 @@ WORKER_STOP_TIMEOUT_S = 30.0
 #: The line `up` prints once everything runs (tests and scripts wait for it).
 READY_LINE = "hitlflow is up"
 
-RunWorker = Callable[..., Awaitable[None]]  # (settings, stop, *, deltas=None)
+RunWorker = Callable[..., Awaitable[None]]  # (settings, stop, *, deltas=None, on_ready=None)
 
 
 class _Usage(Exception):
@@ -66,13 +67,16 @@ def _fail_usage(message: str) -> None:
     raise typer.Exit(2)
 
 
-def _load_run_worker() -> RunWorker:
+def _load_run_worker(*, process: bool = False) -> RunWorker:
+    """The session worker in this process, or (``up``) in a child process
+    (``api.worker_process``: the worker's CPU and heap apart from the API's)."""
     try:
         from api.worker import run_worker
+        from api.worker_process import run_worker_process
     except ImportError as e:
         raise DevServerError(f"the session worker (api.worker.run_worker) is not available: {e}"
                              ) from None
-    return run_worker
+    return run_worker_process if process else run_worker
 
 
 # ---------------------------------------------------------------------------
@@ -211,10 +215,13 @@ async def _up(settings: HitlflowSettings, run_worker: RunWorker | None,
         stack = settings.model_copy(update={"temporal_address": server.address})
         worker_stop, api_stop = asyncio.Event(), asyncio.Event()
         # The worker's LLM activity streams the model's text to the API's SSE streams
-        # (text.delta) through this bus: one process, so in memory.
+        # (text.delta) through this bus: the worker process's pipe is replayed into it.
         deltas = InProcessDeltaBus()
-        worker = (asyncio.create_task(run_worker(stack, worker_stop, deltas=deltas),
-                                      name="worker") if run_worker else None)
+        worker_ready = asyncio.Event()
+        worker = (asyncio.create_task(
+            run_worker(stack, worker_stop, deltas=deltas,
+                       on_ready=lambda _identity: worker_ready.set()),
+            name="worker") if run_worker else None)
         # The exporter mirrors every session's history into <data_dir>/runs/ as it runs;
         # the API wakes a parked session's follower as soon as it accepted a write, and
         # its SSE streams take the exporter's lines (one follower per session, not two).
@@ -229,27 +236,19 @@ async def _up(settings: HitlflowSettings, run_worker: RunWorker | None,
                          max_followers=stack.exporter_max_followers,
                          sweep_every_s=stack.exporter_sweep_s, feed=feed, signer=signer),
             name="exporter")
-        await asyncio.sleep(0)  # let a worker that cannot even start fail before "up"
+        if worker is not None:  # "up" once it polls; a worker that cannot start fails here
+            await _first(worker_ready.wait(), asyncio.shield(worker), signals.stop.wait(),
+                         server.wait())
+        recorded = None
+        if worker is None or worker_ready.is_set():
+            _print_where(settings, server, api, worker)
+            # The client commands find this API from the data directory (api.cli_options).
+            recorded = _record_api_url(server.data_dir, stack) if api is not None else None
+            typer.echo(f"{READY_LINE}; press Ctrl-C to stop.")
 
-        typer.echo(f"Temporal frontend: {server.address} (namespace {settings.namespace})")
-        typer.echo(f"Temporal UI:       {server.ui_url}")
-        if api is not None:
-            typer.echo(f"API:               http://{settings.api_host}:{settings.api_port}")
-            typer.echo(f"Inbox:             http://{settings.api_host}:{settings.api_port}/ "
-                       "(answer waiting sessions in a browser)")
-        else:
-            typer.echo("API:               (not started: the HTTP service is not wired in yet)")
-        where = f"task queue {settings.task_queue}" if worker else "not started (--no-worker)"
-        typer.echo(f"Worker:            {where}")
-        typer.echo(f"Data:              {server.data_dir} (server log {server.log_path.name})")
-        typer.echo(f"Audit logs:        {server.data_dir / 'runs'} (hitlflow log verify <id>)")
-        # The client commands find this API from the data directory (api.cli_options).
-        recorded = _record_api_url(server.data_dir, stack) if api is not None else None
-        typer.echo(f"{READY_LINE}; press Ctrl-C to stop.")
-
-        watched: list[Awaitable[Any]] = [signals.stop.wait(), server.wait()]
-        watched += [asyncio.shield(t) for t in (worker, api, exporter) if t is not None]
-        await _first(*watched)
+            watched: list[Awaitable[Any]] = [signals.stop.wait(), server.wait()]
+            watched += [asyncio.shield(t) for t in (worker, api, exporter) if t is not None]
+            await _first(*watched)
 
         errors: list[str] = []
         if not server.running:
@@ -277,6 +276,22 @@ async def _up(settings: HitlflowSettings, run_worker: RunWorker | None,
     finally:
         await server.stop()
         signals.close()
+
+
+def _print_where(settings: HitlflowSettings, server: DevServer, api: Any, worker: Any) -> None:
+    typer.echo(f"Temporal frontend: {server.address} (namespace {settings.namespace})")
+    typer.echo(f"Temporal UI:       {server.ui_url}")
+    if api is not None:
+        typer.echo(f"API:               http://{settings.api_host}:{settings.api_port}")
+        typer.echo(f"Inbox:             http://{settings.api_host}:{settings.api_port}/ "
+                   "(answer waiting sessions in a browser)")
+    else:
+        typer.echo("API:               (not started: the HTTP service is not wired in yet)")
+    where = (f"task queue {settings.task_queue} (a process of its own)" if worker
+             else "not started (--no-worker)")
+    typer.echo(f"Worker:            {where}")
+    typer.echo(f"Data:              {server.data_dir} (server log {server.log_path.name})")
+    typer.echo(f"Audit logs:        {server.data_dir / 'runs'} (hitlflow log verify <id>)")
 
 
 def _record_api_url(data_dir: Path, settings: HitlflowSettings) -> Path | None:
@@ -326,7 +341,7 @@ def up_command(
     except _Usage as e:
         _fail_usage(str(e))
     try:
-        run_worker = _load_run_worker() if worker else None
+        run_worker = _load_run_worker(process=True) if worker else None
         signer = exporter_signer(settings)  # created at the first start
     except (DevServerError, NoteKeyError, OSError) as e:
         typer.echo(f"Error: {e}", err=True)

@@ -13,6 +13,7 @@ import logging
 import os
 import socket
 import uuid
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -63,11 +64,12 @@ def worker_identity() -> str:
 
 async def run_worker(
     settings: HitlflowSettings, stop: asyncio.Event, client: Client | None = None,
-    deltas: DeltaBus | None = None,
+    deltas: DeltaBus | None = None, on_ready: Callable[[str], None] | None = None,
 ) -> None:
     """Run a worker until ``stop`` is set; MCP servers are closed on the way out;
     ``deltas``: see :func:`build_worker` (default: PostgreSQL's ``NOTIFY`` when the
-    read model is there, for the API processes of a cluster)."""
+    read model is there, for the API processes of a cluster); ``on_ready(identity)``
+    once it polls."""
     client = client or await connect(settings)
     own = cluster_delta_bus(settings.read_model_url) if deltas is None else None
     deltas = deltas or own
@@ -90,6 +92,8 @@ async def run_worker(
                 job = await start_recovery(client, settings.task_queue, identity)
                 log.info("worker %s started cold; waiting sessions asked to recover "
                          "(batch %s)", identity, job)
+            if on_ready is not None:
+                on_ready(identity)
             await stop.wait()
     finally:
         await pool.aclose()

@@ -7,8 +7,9 @@ Run by hand (not a test), from the repository root::
     .venv/bin/python bench/http_bench.py -n 1 --replies 10   # the unloaded latencies
     .venv/bin/python bench/http_bench.py --mode read --read-s 5
 
-It starts ``hitlflow up`` (the tuned dev server, a worker, the exporter and the API:
-one process, as a user runs it) on free ports in a temporary data dir. The load
+It starts ``hitlflow up`` as a user runs it (the tuned dev server; the exporter and the
+API in ``up``'s process, the worker in its child process) on free ports in a temporary
+data dir. The load
 generator is kept apart from what it measures: the clients run in ``--procs`` client
 processes (asyncio, each client its own connections), started by this one, which
 only orchestrates and probes ``/healthz``. Phases, in one run against one ``up``:

@@ -5,14 +5,15 @@ Run by hand (not a test), from the repository root::
     .venv/bin/python bench/idle_bench.py               # 10,000 waiting sessions
     .venv/bin/python bench/idle_bench.py -n 500 --idle-s 10   # quick, for development
 
-It starts ``hitlflow up`` (server, worker, exporter and API in one process, as a user
-runs it) and, through the HTTP API, ``--base`` (100) sessions whose scripted LLM first
-asks for a confirmation, so each waits for a person; it measures, then starts more
-until N wait and measures again, in the same run:
+It starts ``hitlflow up`` as a user runs it (server; exporter and API in ``up``'s
+process; the session worker in a child process of its own) and, through the HTTP API,
+``--base`` (100) sessions whose scripted LLM first asks for a confirmation, so each
+waits for a person; it measures, then starts more until N wait and measures again, in
+the same run:
 
-* RSS of the ``up`` process (worker, exporter and API share it) and of the Temporal
-  server;
-* CPU of both while everything waits (``/proc/<pid>/stat`` over ``--idle-s``), and
+* RSS of the ``up`` process (exporter and API), of its worker process and of the
+  Temporal server;
+* CPU of each while everything waits (``/proc/<pid>/stat`` over ``--idle-s``), and
   the idle cost per waiting session ((at N - at base) / (N - base));
 * ``GET /api/sessions/{id}`` p50/p99 over random waiting sessions (``--gets``
   requests, 8 at a time) at N against at base;
@@ -24,7 +25,7 @@ Then a worker restart: a ``hitlflow worker`` process started against the same se
 (on a task queue of its own, so that only it can serve the session started with it):
 the time until it polls the task queue, and until that new session's first step is
 done (it waits for the person). It does whatever a starting worker does for the N
-waiting sessions meanwhile. Targets: RSS <= 1 GiB, GET p99 at N <= 1.2x at base, idle
+waiting sessions meanwhile. Targets: worker RSS <= 1 GiB, GET p99 at N <= 1.2x at base, idle
 CPU near zero.
 """
 
@@ -153,7 +154,7 @@ async def measure(up: Up, http: httpx.AsyncClient, client: Client, unreplied: li
     print(f"measuring at {waiting} waiting", file=sys.stderr, flush=True)
     f = Figures(waiting)
     await asyncio.sleep(settle_s)
-    pids = {"up": up.pid, "server": up.server_pid}
+    pids = {"up": up.pid, "worker": up.worker_pid, "server": up.server_pid}
     f.cpu = await cpu_share(pids, args.idle_s)
     f.rss = {k: rss_mib(p) for k, p in pids.items()}
     await get_latencies(http, unreplied, args.gets, f)
@@ -219,16 +220,18 @@ def report(base: Figures, full: Figures, restart: Restart, start_rate: float,
     def row(name: str, a: float, b: float, unit: str) -> None:
         print(f"{name:28} {a:12.1f}{unit:>2} {b:12.1f}{unit:>2} {ratio(b, a):>7}")
 
-    row("RSS up (worker+exporter+API)", base.rss["up"], full.rss["up"], "Mi")
+    row("RSS up (exporter+API)", base.rss["up"], full.rss["up"], "Mi")
+    row("RSS up's worker process", base.rss["worker"], full.rss["worker"], "Mi")
     row("RSS Temporal server", base.rss["server"], full.rss["server"], "Mi")
     row("CPU up, % of a core", base.cpu["up"] * 100, full.cpu["up"] * 100, "%")
+    row("CPU worker, % of a core", base.cpu["worker"] * 100, full.cpu["worker"] * 100, "%")
     row("CPU server, % of a core", base.cpu["server"] * 100, full.cpu["server"] * 100, "%")
     row("GET session p50", pct(base.get, 50), pct(full.get, 50), "ms")
     row("GET session p99", pct(base.get, 99), pct(full.get, 99), "ms")
     row("reply -> next step p50", pct(base.reply, 50), pct(full.reply, 50), "ms")
     extra = full.waiting - base.waiting
     if extra > 0:
-        for who in ("up", "server"):
+        for who in ("up", "worker", "server"):
             per = (full.cpu[who] - base.cpu[who]) / extra * 1e6
             print(f"idle CPU per waiting session, {who}: {per:.2f} us of CPU per second")
     print(f"GET errors: {base.get_errors} at base, {full.get_errors} at N")
@@ -239,7 +242,7 @@ def report(base: Figures, full: Figures, restart: Restart, start_rate: float,
     print(f"worker restart (`hitlflow worker`, own process): polls after "
           f"{secs(restart.polls_s)}, a new session's first step done after "
           f"{secs(restart.first_step_s)}, its RSS then {restart.worker_rss:.0f} MiB")
-    print("targets: RSS <= 1024 MiB; GET p99 at N <= 1.2x at base; idle CPU near zero")
+    print("targets: worker RSS <= 1024 MiB; GET p99 at N <= 1.2x at base; idle CPU near zero")
 
 
 def parse(argv: list[str]) -> argparse.Namespace:

@@ -137,6 +137,13 @@ class Up:
         return int((self.data / PID_FILENAME).read_text().strip())
 
     @property
+    def worker_pid(self) -> int:
+        """The session worker's pid: ``up`` runs it in a child process."""
+        children = Path(f"/proc/{self.pid}/task/{self.pid}/children").read_text().split()
+        return next(int(pid) for pid in children
+                    if b"api.worker_process" in Path(f"/proc/{pid}/cmdline").read_bytes())
+
+    @property
     def stderr_path(self) -> Path:
         return self.data / "up.stderr.log"
 

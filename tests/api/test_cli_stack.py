@@ -137,6 +137,21 @@ async def wait_for_pollers(client: Client, task_queue: str, timeout: float = 30)
         await asyncio.sleep(0.2)
 
 
+def worker_processes(parent: int) -> list[int]:
+    """``up``'s worker child processes (``python -m api.worker_process``)."""
+    children = Path(f"/proc/{parent}/task/{parent}/children").read_text().split()
+    return [int(pid) for pid in children
+            if b"api.worker_process" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+
+
+def pid_alive(pid: int) -> bool:
+    """Running (a zombie nobody reaped yet counts as gone)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
 def assert_free(*ports: int) -> None:
     for port in ports:
         check_port_free("127.0.0.1", port, "test")
@@ -158,9 +173,15 @@ async def run_up_until_ready_then_interrupt(
         # The exporter's checkpoint key, made at the first start, readable by its owner only.
         assert stat.S_IMODE((data_dir / "checkpoint.key").stat().st_mode) == 0o600
         await frontend_answers(f"127.0.0.1:{temporal}")
+        workers = worker_processes(up.proc.pid)
         if "--no-worker" not in extra:
+            # Polling once "up" says so: the worker in a process of its own.
             await wait_for_pollers(await Client.connect(f"127.0.0.1:{temporal}"), TASK_QUEUE)
+            assert len(workers) == 1, workers
+        else:
+            assert workers == []
         rc = await up.interrupt()
+    assert all(not pid_alive(pid) for pid in workers)
     assert_free(temporal, ui, api)
     assert not (data_dir / PID_FILENAME).exists()
     return up, rc
@@ -173,6 +194,24 @@ async def test_up_runs_the_stack_and_stops_cleanly_on_ctrl_c(
     up, rc = await run_up_until_ready_then_interrupt(tmp_path, free_port)
     assert rc == 0, up.stderr
     assert "stopped" in up.stderr
+
+
+@needs_worker
+async def test_up_killed_leaves_no_worker_process_behind(
+    tmp_path: Path, free_port: Callable[[], int]
+) -> None:
+    ports = [str(free_port()) for _ in range(3)]
+    async with cli(tmp_path, "up", "--data-dir", str(tmp_path / "stack"), "--temporal-port",
+                   ports[0], "--ui-port", ports[1], "--api-port", ports[2]) as up:
+        await up.wait_for_line(READY_LINE)
+        [worker] = worker_processes(up.proc.pid)
+        up.proc.kill()  # no chance to stop anything: the worker sees its stdin end
+        await up.proc.wait()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + STOP_TIMEOUT_S
+        while pid_alive(worker):
+            assert loop.time() < deadline, "the worker outlived up"
+            await asyncio.sleep(0.1)
 
 
 async def test_up_without_worker_runs_temporal_alone(

@@ -1,13 +1,15 @@
-"""Streamed tokens over real HTTP: the worker's LLM activity streams the model's text
-(the real openai SDK, ``stream=True``, against the fake OpenAI-compatible server) to
-a ``DeltaBus``; the API's SSE stream (the exporter's ``LogFeed``) merges it in as
-ephemeral ``text.delta`` events. Two layouts: ``hitlflow up`` (one in-process bus)
-and a cluster's (worker and API each with their own ``PostgresDeltaBus`` on a real
-PostgreSQL: nothing shared but the database)."""
+"""Streamed tokens over real HTTP: the worker's LLM activity streams the model's text (the
+real openai SDK, ``stream=True``, against the fake OpenAI-compatible server) to a
+``DeltaBus``; the API's SSE stream (the exporter's ``LogFeed``) merges it in as
+ephemeral ``text.delta`` events. Two layouts: ``hitlflow up`` (the worker in a child
+process, its text over a pipe into the API's in-process bus) and a cluster's (worker and
+API each with their own ``PostgresDeltaBus`` on a real PostgreSQL: nothing shared but
+the database)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import threading
 import uuid
@@ -22,6 +24,7 @@ from activities.deltas_postgres import PostgresDeltaBus
 from api.app import create_app
 from api.settings import HitlflowSettings
 from api.sse import TEXT_DELTA, SseMessage
+from api.worker_process import run_worker_process
 from observation.exporter import LogFeed
 from observation.exporter.verify import LOG_NAME
 from tests.api.http_support import HttpStack, eventually, serve
@@ -45,18 +48,20 @@ async def stream_stack(request: pytest.FixtureRequest, dev_env: WorkflowEnvironm
         task_queue=f"tq-delta-{uuid.uuid4().hex[:8]}", api_token=None,
         data_dir=tmp_path_factory.mktemp("delta-data"))
     if request.param == "up":
-        worker_bus = api_bus = InProcessDeltaBus()
-        buses = []
+        api_bus, buses = InProcessDeltaBus(), []
     else:
         url = postgres_url()
-        worker_bus, api_bus = buses = [PostgresDeltaBus(url), PostgresDeltaBus(url)]
+        buses = [PostgresDeltaBus(url), PostgresDeltaBus(url)]  # the worker's, the API's
+        api_bus = buses[1]
         api_bus.listen()
         assert await asyncio.to_thread(api_bus.listening.wait, 30), "not listening"
     feed = LogFeed(settings.data_dir / "runs")
     app = create_app(settings, event_provider=lambda _c, sid, after: feed.events(sid, after),
                      stream_head=lambda _c, sid: feed.head(sid), delta_bus=api_bus)
+    worker = (worker_process(settings, api_bus) if request.param == "up"
+              else running_worker(dev_env.client, settings.task_queue, deltas=buses[0]))
     try:
-        async with running_worker(dev_env.client, settings.task_queue, deltas=worker_bus), \
+        async with worker, \
                 running_exporter(dev_env.client, settings.data_dir, settings.task_queue,
                                  feed=feed), \
                 serve(app, free_port()) as server, \
@@ -66,6 +71,26 @@ async def stream_stack(request: pytest.FixtureRequest, dev_env: WorkflowEnvironm
     finally:
         for bus in buses:
             await asyncio.to_thread(bus.close)
+
+
+@contextlib.asynccontextmanager
+async def worker_process(settings: HitlflowSettings, bus: InProcessDeltaBus
+                         ) -> AsyncIterator[None]:
+    """The worker as ``up`` runs it: a child process whose text comes over a pipe.
+    The child has the environment it started with: the model's key is set first."""
+    stop, ready = asyncio.Event(), asyncio.Event()
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv(KEY_ENV, "sk-delta")
+        task = asyncio.create_task(run_worker_process(settings, stop, deltas=bus,
+                                                      on_ready=lambda _id: ready.set()))
+        await asyncio.wait({task, asyncio.ensure_future(ready.wait())}, timeout=60,
+                           return_when=asyncio.FIRST_COMPLETED)
+    assert ready.is_set(), f"the worker process is not ready: {task}"
+    try:
+        yield
+    finally:
+        stop.set()
+        await task  # stopped cleanly: exit code 0
 
 
 async def until(reader: Reader, event: str) -> tuple[list[SseMessage], SseMessage]:
