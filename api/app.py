@@ -17,7 +17,7 @@ import contextlib
 import hmac
 import logging
 import socket
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import uvicorn
@@ -279,9 +279,11 @@ class ApiServer:
 
 
 async def run_api(settings: HitlflowSettings, stop: asyncio.Event,
-                  client: Client | None = None) -> None:
+                  client: Client | None = None,
+                  on_serving: Callable[[], object] | None = None) -> None:
     """Serve the API on ``settings.api_host:api_port`` until ``stop`` is set; with the
-    read model in PostgreSQL, SSE streams hear the workers' text deltas there."""
+    read model in PostgreSQL, SSE streams hear the workers' text deltas there.
+    ``on_serving()`` once it listens."""
     deltas = cluster_delta_bus(settings.read_model_url)
     if deltas is not None:
         deltas.listen()
@@ -289,6 +291,8 @@ async def run_api(settings: HitlflowSettings, stop: asyncio.Event,
                        settings.api_port)
     try:
         await server.start()
+        if on_serving is not None:
+            on_serving()
         await server.serve_until(stop)
     finally:
         if deltas is not None:

@@ -227,6 +227,7 @@ def exporter_command(
     import asyncio
     import signal
 
+    from api.heap import freeze_startup
     from api.settings import HitlflowSettings
     from api.worker import connect
     from observation.exporter import run_exporter
@@ -245,7 +246,9 @@ def exporter_command(
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
         typer.echo(f"exporting sessions of {settings.target} into {settings.data_dir / 'runs'}")
-        await run_exporter(await connect(settings), settings.data_dir, stop,
+        client = await connect(settings)
+        freeze_startup()
+        await run_exporter(client, settings.data_dir, stop,
                            read_model_url=settings.read_model_url, park=settings.exporter_park,
                            max_followers=settings.exporter_max_followers,
                            sweep_every_s=settings.exporter_sweep_s, signer=signer)

@@ -552,6 +552,7 @@ def api_command(
     """Serve the HTTP API alone against a Temporal frontend until Ctrl-C (more API
     processes may serve the same sessions)."""
     from api.app import ApiStartError, run_api
+    from api.heap import freeze_startup
     from api.settings import HitlflowSettings
 
     given = {"api_host": host, "api_port": port, "temporal_address": temporal_address}
@@ -565,7 +566,7 @@ def api_command(
         try:
             typer.echo(f"API: http://{settings.api_host}:{settings.api_port} "
                        f"(Temporal {settings.target}); press Ctrl-C to stop.")
-            await run_api(settings, stop)
+            await run_api(settings, stop, on_serving=freeze_startup)
         except ApiStartError as err:
             typer.echo(f"Error: {err}", err=True)
             return 1

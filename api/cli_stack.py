@@ -27,6 +27,7 @@ from pydantic import ValidationError
 from activities.deltas import DeltaBus, InProcessDeltaBus
 from api.checkpoint_key import exporter_signer
 from api.devserver import DevServer, DevServerError
+from api.heap import freeze_startup
 from api.settings import HitlflowSettings
 from observation.exporter import LogFeed, Wakeups, run_exporter
 from observation.exporter.note import NoteKeyError, Signer
@@ -245,6 +246,7 @@ async def _up(settings: HitlflowSettings, run_worker: RunWorker | None,
             # The client commands find this API from the data directory (api.cli_options).
             recorded = _record_api_url(server.data_dir, stack) if api is not None else None
             typer.echo(f"{READY_LINE}; press Ctrl-C to stop.")
+            freeze_startup()
 
             watched: list[Awaitable[Any]] = [signals.stop.wait(), server.wait()]
             watched += [asyncio.shield(t) for t in (worker, api, exporter) if t is not None]
@@ -356,7 +358,9 @@ def up_command(
 async def _worker(settings: HitlflowSettings, run_worker: RunWorker) -> int:
     signals = _Signals(asyncio.get_running_loop())
     try:
-        task = asyncio.create_task(run_worker(settings, signals.stop), name="worker")
+        task = asyncio.create_task(run_worker(settings, signals.stop,
+                                              on_ready=lambda _id: freeze_startup()),
+                                   name="worker")
         typer.echo(f"worker: Temporal {settings.target}, namespace {settings.namespace}, "
                    f"task queue {settings.task_queue}; press Ctrl-C to stop.")
         await _first(asyncio.shield(task), signals.stop.wait())

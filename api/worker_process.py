@@ -24,6 +24,7 @@ from collections.abc import Callable
 
 from activities.deltas import InProcessDeltaBus
 from activities.deltas_pipe import PipeDeltaBus, replay_line
+from api.heap import freeze_startup
 from api.settings import HitlflowSettings
 
 #: A line of the pipe is at most a piece (``deltas_pipe.PIECE_CHARS``) as JSON.
@@ -119,7 +120,8 @@ async def _child(fd: int) -> int:
 
     watcher = asyncio.create_task(stop_at_eof())
     try:
-        await run_worker(settings, stop, deltas=bus, on_ready=bus.ready)
+        await run_worker(settings, stop, deltas=bus,
+                         on_ready=lambda identity: (bus.ready(identity), freeze_startup()))
     finally:
         watcher.cancel()
         await asyncio.to_thread(bus.close)
