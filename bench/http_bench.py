@@ -120,7 +120,9 @@ async def drive_client(tally: dict, url: str, replies: int, data_dir: Path) -> t
             return await asyncio.wait_for(drive(tally, http, replies, data_dir, where),
                                           STUCK_AFTER_S)
         except Exception as err:
-            print(f"client failed: {where}: {type(err).__name__}: {err}", file=sys.stderr)
+            body = err.response.text[:300] if isinstance(err, httpx.HTTPStatusError) else ""
+            print(f"client failed: {where}: {type(err).__name__}: {err} {body}",
+                  file=sys.stderr)
             tally["errors"] += 1
             return -1, -1
 
