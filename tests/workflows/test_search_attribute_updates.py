@@ -21,5 +21,5 @@ def test_status_updates_are_the_sdks_and_built_once():
 
 
 def test_waiting_since_unset_is_the_sdks():
-    assert WAITING_SINCE_UNSET == WAITING_SINCE.value_unset()
+    assert WAITING_SINCE.value_unset() == WAITING_SINCE_UNSET
     assert WAITING_SINCE_UNSET.key == WAITING_SINCE and WAITING_SINCE_UNSET.value is None
