@@ -20,6 +20,7 @@ from typing import Any
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Worker
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from activities.commands import run_command
 from activities.deltas import DeltaBus, cluster_delta_bus
@@ -32,6 +33,14 @@ from workflows.journal_carrier import INTERCEPTORS
 from workflows.session import SessionWorkflow
 
 log = logging.getLogger("hitlflow.worker")
+
+#: The default sandbox, with the workflow's own module passed through: the sandbox
+#: re-imports a workflow's module for every new workflow instance (executing its body
+#: and ``workflow.defn`` again: measured, the largest part of a new session's cost on
+#: the worker). Everything ``workflows.session`` imports is passed through already, and
+#: the module holds no state of its own; its determinism is what the replay tests check.
+SESSION_RUNNER = SandboxedWorkflowRunner(
+    restrictions=SandboxRestrictions.default.with_passthrough_modules("workflows.session"))
 
 
 async def connect(settings: HitlflowSettings) -> Client:
@@ -52,6 +61,7 @@ def build_worker(
         task_queue=task_queue,
         workflows=[SessionWorkflow],
         interceptors=[*INTERCEPTORS, *options.pop("interceptors", [])],
+        workflow_runner=options.pop("workflow_runner", SESSION_RUNNER),
         activities=[LlmActivities(deltas).llm_call, tools.list_tools, tools.call_tool, run_command],
         **options,
     )

@@ -56,7 +56,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.plan import TaskStopped
     from workflows.plan_dispatch import step_command_problem
     from workflows.plan_turn import PlanTurn
-    from workflows.search_attributes import SESSION_STATUS, WAITING_SINCE
+    from workflows.search_attributes import WAITING_SINCE, WAITING_SINCE_UNSET, status_update
     from workflows.session_state import (
         JOURNAL_MEMO_KEY,
         PendingRequest,
@@ -190,9 +190,9 @@ class SessionWorkflow(AgentTurn, PlanTurn):
         if self._input.search_attributes and (self._published != self._s.status or rewait):
             self._published, self._published_since = self._s.status, since
             workflow.upsert_search_attributes([
-                SESSION_STATUS.value_set(self._s.status.value),
+                status_update(self._s.status.value),
                 WAITING_SINCE.value_set(self._s.status_history[-1].at)
-                if waiting and self._s.status_history else WAITING_SINCE.value_unset(),
+                if waiting and self._s.status_history else WAITING_SINCE_UNSET,
             ])
 
     def _wait_began(self) -> Any:
