@@ -16,7 +16,7 @@ the same run:
 * CPU of each while everything waits (``/proc/<pid>/stat`` over ``--idle-s``), and
   the idle cost per waiting session ((at N - at base) / (N - base));
 * ``GET /api/sessions/{id}`` p50/p99 over random waiting sessions (``--gets``
-  requests, 8 at a time) at N against at base;
+  requests, 8 at a time, from a client process of its own) at N against at base;
 * reply -> next step of a few sessions among them (``--probes``): from just before
   ``POST .../reply`` to the next ``llm_call``'s start, read from the session's history
   (a long-poll; the session then waits again at its second confirmation).
@@ -40,7 +40,9 @@ import sys
 import tempfile
 import time
 import uuid
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
+from multiprocessing import get_context
 from pathlib import Path
 
 import httpx
@@ -117,21 +119,41 @@ async def until_waiting(client: Client, count: int, timeout_s: float) -> int:
 # Measures
 
 
-async def get_latencies(http: httpx.AsyncClient, sids: list[str], count: int, f: Figures
-                        ) -> None:
-    gate = asyncio.Semaphore(8)
+def _gets(url: str, sids: list[str], count: int) -> tuple[list[float], int]:
+    """In a client process of its own: ``count`` GETs of random sessions, 8 at a time;
+    (latencies in ms, errors)."""
+    latencies: list[float] = []
+    errors = 0
 
-    async def one(sid: str) -> None:
-        async with gate:
-            t0 = time.perf_counter()
-            try:
-                (await http.get(f"/api/sessions/{sid}")).raise_for_status()
-            except httpx.HTTPError:
-                f.get_errors += 1
-                return
-            f.get.append((time.perf_counter() - t0) * 1000)
+    async def run() -> None:
+        nonlocal errors
+        gate = asyncio.Semaphore(8)
+        async with httpx.AsyncClient(base_url=url, timeout=60) as http:
+            async def one(sid: str) -> None:
+                nonlocal errors
+                async with gate:
+                    t0 = time.perf_counter()
+                    try:
+                        (await http.get(f"/api/sessions/{sid}")).raise_for_status()
+                    except httpx.HTTPError:
+                        errors += 1
+                        return
+                    latencies.append((time.perf_counter() - t0) * 1000)
 
-    await asyncio.gather(*(one(random.choice(sids)) for _ in range(count)))
+            await one(sids[0])  # connections open, imports done: not measured
+            latencies.clear()
+            await asyncio.gather(*(one(random.choice(sids)) for _ in range(count)))
+
+    asyncio.run(run())
+    return latencies, errors
+
+
+async def get_latencies(url: str, sids: list[str], count: int, f: Figures) -> None:
+    """Measured from a fresh process: this one holds what it needed to start N sessions,
+    and its own garbage collector's pauses would count as the API's latency."""
+    with ProcessPoolExecutor(1, mp_context=get_context("spawn")) as pool:
+        f.get, f.get_errors = await asyncio.get_running_loop().run_in_executor(
+            pool, _gets, url, sids, count)
 
 
 async def reply_to_next_step(http: httpx.AsyncClient, client: Client, sid: str) -> float:
@@ -157,7 +179,7 @@ async def measure(up: Up, http: httpx.AsyncClient, client: Client, unreplied: li
     pids = {"up": up.pid, "worker": up.worker_pid, "server": up.server_pid}
     f.cpu = await cpu_share(pids, args.idle_s)
     f.rss = {k: rss_mib(p) for k, p in pids.items()}
-    await get_latencies(http, unreplied, args.gets, f)
+    await get_latencies(up.url, unreplied, args.gets, f)
     for _ in range(args.probes):
         f.reply.append(await reply_to_next_step(http, client, unreplied.pop()))
     return f

@@ -214,6 +214,23 @@ async def test_up_killed_leaves_no_worker_process_behind(
             await asyncio.sleep(0.1)
 
 
+@needs_worker
+async def test_up_whose_worker_dies_stops_with_an_error(
+    tmp_path: Path, free_port: Callable[[], int]
+) -> None:
+    ports = [str(free_port()) for _ in range(3)]
+    async with cli(tmp_path, "up", "--data-dir", str(tmp_path / "stack"), "--temporal-port",
+                   ports[0], "--ui-port", ports[1], "--api-port", ports[2]) as up:
+        await up.wait_for_line(READY_LINE)
+        [worker] = worker_processes(up.proc.pid)
+        os.kill(worker, signal.SIGKILL)
+        rc = await asyncio.wait_for(up.proc.wait(), STOP_TIMEOUT_S)
+    assert rc == 1, up.stderr
+    assert "the worker process exited with code -9" in up.stderr
+    assert "Traceback" not in up.stderr
+    assert not (tmp_path / "stack" / PID_FILENAME).exists()  # the server stopped too
+
+
 async def test_up_without_worker_runs_temporal_alone(
     tmp_path: Path, free_port: Callable[[], int]
 ) -> None:
