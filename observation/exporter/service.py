@@ -38,6 +38,12 @@ log = logging.getLogger("hitlflow.exporter")
 WAITING = "waiting_user"
 
 
+#: How far before the last poll each poll looks (visibility shows a change late).
+POLL_OVERLAP = timedelta(seconds=5)
+#: How far before the last rescan a rescan looks (a change visibility showed later).
+RESCAN_OVERLAP = timedelta(minutes=1)
+
+
 @dataclass(frozen=True)
 class Parked:
     """What a parked session looked like when its follower stopped."""
@@ -96,11 +102,14 @@ class Exporter:
         self.fatal: BaseException | None = None
         self._woken: set[str] = set()  # woken while its follower was still running
         self._stop = asyncio.Event()
-        self._since: datetime | None = None
-        # Every poll lists what started, closed or left its wait lately; every
-        # `rescan_every`-th one lists every running session that does not wait (a
-        # visibility update missed for a minute; a waiting one is the sweep's).
+        self._since: datetime | None = None  # when the last poll started
+        # Every poll lists the running sessions that do not wait, and what started,
+        # closed or began a wait since the last poll (POLL_OVERLAP earlier); every
+        # `rescan_every`-th one looks back to the previous rescan (RESCAN_OVERLAP
+        # earlier): a change visibility showed late is caught within a minute, while a
+        # burst of new sessions is listed about once, not for a minute every second.
         self.rescan_every, self._polls = rescan_every, 0
+        self._rescanned: datetime | None = None  # when the last rescan started
         self._sweep: asyncio.Task[None] | None = None
         self._swept = 0.0
 
@@ -141,16 +150,17 @@ class Exporter:
             raise self.fatal
 
     async def discover(self) -> None:
-        query = self.query
+        query, now = self.query, datetime.now(UTC)
+        rescan = self._polls % self.rescan_every == 0
         if self._since is not None:
-            since = (self._since - timedelta(minutes=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
-            rescan = self._polls % self.rescan_every == 0
-            recent = f'ExecutionStatus="Running" AND SessionStatus != "{WAITING}"' if rescan \
-                else (f'StartTime > "{since}" OR (ExecutionStatus="Running" AND '
-                      f'(SessionStatus != "{WAITING}" OR WaitingSince > "{since}"))')
-            query += f' AND ({recent} OR CloseTime > "{since}")'
-        self._since = datetime.now(UTC)
-        self._polls += 1
+            after = (self._rescanned - RESCAN_OVERLAP if rescan and self._rescanned
+                     else self._since - POLL_OVERLAP).strftime("%Y-%m-%dT%H:%M:%SZ")
+            query += (f' AND (StartTime > "{after}" OR CloseTime > "{after}" OR '
+                      f'(ExecutionStatus="Running" AND (SessionStatus != "{WAITING}" '
+                      f'OR WaitingSince > "{after}")))')
+        self._since, self._polls = now, self._polls + 1
+        if rescan:
+            self._rescanned = now
         async for wf in self.client.list_workflows(query):
             parked = self.parked.get(wf.id)
             if parked is None:

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import errno
 import json
+import re
 import shutil
 from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from unittest import mock
 
@@ -237,15 +239,21 @@ async def test_discovery_lists_new_sessions_and_rescans_running_ones_now_and_the
     await exporter.run()
     first, *later = queries
     assert "StartTime" not in first and "Running" not in first  # everything, once
-    # Every poll lists running sessions that are not parked waiting; every third one
-    # lists every running session that does not wait (the rescan: no StartTime
-    # window; a waiting one is the sweep's, so the rescan costs nothing per waiting
-    # session).
-    assert all("Running" in q for q in later)
-    assert ["StartTime" not in q for q in later] == [False, False, True, False]
-    assert 'SessionStatus != "waiting_user"' in later[2]
-    assert all("CloseTime >" in q for q in later)
-    assert all("StartTime >" in q for q in later if "Running" not in q)
+    # Every poll lists the running sessions that do not wait, and what started,
+    # closed or began a wait lately; "lately" is since the last poll (5 s before it),
+    # and for every third poll (the rescan) since the previous rescan, a minute before
+    # it: a change visibility shows late is still caught, and a burst of new sessions
+    # is not listed again every second for a minute.
+    assert all('ExecutionStatus="Running" AND (SessionStatus != "waiting_user"' in q
+               for q in later)
+    after = [datetime.strptime(re.search(r'StartTime > "([^"]+)"', q)[1],
+                               "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC) for q in later]
+    assert all(f'CloseTime > "{a:%Y-%m-%dT%H:%M:%SZ}"' in q and f'WaitingSince > '
+               f'"{a:%Y-%m-%dT%H:%M:%SZ}"' in q for a, q in zip(after, later, strict=True))
+    now = datetime.now(UTC)
+    regular = [a for i, a in enumerate(after) if i != 2]
+    assert all(timedelta(seconds=4) <= now - a <= timedelta(seconds=10) for a in regular)
+    assert timedelta(seconds=59) <= now - after[2] <= timedelta(seconds=65)
 
 
 async def test_the_sweep_describes_each_parked_session_once_paced(tmp_path):
