@@ -26,7 +26,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 __all__ = ["LLM_CALL_SCHEDULED", "QUEUE_DELTAS", "DeltaBus", "InProcessDeltaBus",
-           "NullDeltaBus", "TextDelta", "call_scheduled", "cluster_delta_bus", "split_text"]
+           "NullDeltaBus", "TextDelta", "apply_wire", "call_scheduled", "cluster_delta_bus",
+           "split_text", "wire_end", "wire_messages"]
 
 #: Deltas a subscriber may have queued; past that it gets one snapshot instead.
 QUEUE_DELTAS = 1024
@@ -173,6 +174,29 @@ def split_text(text: str, pieces: int = 4) -> list[str]:
     size = -(-len(words) // pieces)
     groups = [words[i:i + size] for i in range(0, len(words), size)]
     return [" ".join(g) + (" " if i < len(groups) - 1 else "") for i, g in enumerate(groups)]
+
+
+def wire_messages(session_id: str, call_id: str, delta: str, first: bool,
+                  piece_chars: int) -> list[dict[str, Any]]:
+    """A published piece as the messages a bus between processes sends (pipe,
+    ``NOTIFY``): cut to at most ``piece_chars`` characters each, ``first`` on the first."""
+    pieces = [delta[i:i + piece_chars] for i in range(0, len(delta), piece_chars)]
+    return [{"s": session_id, "c": call_id, "d": piece, "f": first and i == 0}
+            for i, piece in enumerate(pieces or [""])]
+
+
+def wire_end(session_id: str, call_id: str) -> dict[str, Any]:
+    """The message that says a call ended."""
+    return {"s": session_id, "c": call_id, "end": True}
+
+
+def apply_wire(bus: InProcessDeltaBus, message: Any) -> None:
+    """Replay one message of :func:`wire_messages`/:func:`wire_end` into ``bus``;
+    raises KeyError, TypeError or AttributeError for anything else."""
+    if message.get("end"):
+        bus.finish(message["s"], message["c"])
+    else:
+        bus.publish(message["s"], message["c"], message["d"], first=bool(message.get("f")))
 
 
 def cluster_delta_bus(read_model_url: str | None) -> Any:

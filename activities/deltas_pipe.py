@@ -1,9 +1,10 @@
 """The ``DeltaBus`` between ``hitlflow up`` and its worker process: JSON lines on a pipe.
 
-``up`` runs its session worker in a child process (so the worker's CPU and heap
-stay out of the API's event loop). The child's LLM activity publishes into a
-:class:`PipeDeltaBus`, which writes one JSON line per piece to a pipe from one
-sending thread; ``up`` reads the pipe (:func:`replay_lines`) into the
+``up`` runs its session worker in a child process (so the worker's CPU and heap stay
+out of the API's event loop). The child's LLM activity publishes into a
+:class:`PipeDeltaBus`, which writes one JSON line per piece
+(``activities.deltas.wire_messages``, the messages PostgreSQL's bus sends too) to a
+pipe from one sending thread; ``up`` reads the pipe (:func:`replay_line`) into the
 :class:`~activities.deltas.InProcessDeltaBus` its SSE streams subscribe to.
 
 Best effort, as the bus promises, but never garbled: when the pipe is full
@@ -23,7 +24,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from activities.deltas import InProcessDeltaBus
+from activities.deltas import InProcessDeltaBus, apply_wire, wire_end, wire_messages
 
 __all__ = ["PIECE_CHARS", "PipeDeltaBus", "replay_line"]
 
@@ -57,9 +58,7 @@ class PipeDeltaBus:
             text = self._texts[key] = ("" if first else self._texts.get(key, "")) + delta
             if key in self._lagged:  # resend it whole: the reader's copy has a hole
                 first, delta = True, text
-            pieces = [delta[i:i + PIECE_CHARS] for i in range(0, len(delta), PIECE_CHARS)]
-            if self._put(*({"s": session_id, "c": call_id, "d": piece, "f": first and i == 0}
-                           for i, piece in enumerate(pieces or [""]))):
+            if self._put(*wire_messages(session_id, call_id, delta, first, PIECE_CHARS)):
                 self._lagged.discard(key)
             else:
                 self._lagged.add(key)
@@ -68,7 +67,7 @@ class PipeDeltaBus:
         with self._lock:
             self._texts.pop((session_id, call_id), None)
             self._lagged.discard((session_id, call_id))
-            self._put({"s": session_id, "c": call_id, "end": True})
+            self._put(wire_end(session_id, call_id))
 
     def ready(self, identity: str) -> None:
         """The worker polls: ``up`` may say it is up."""
@@ -120,9 +119,7 @@ def replay_line(line: bytes, bus: InProcessDeltaBus,
         if "ready" in m:
             if on_ready is not None:
                 on_ready(str(m["ready"]))
-        elif m.get("end"):
-            bus.finish(m["s"], m["c"])
         else:
-            bus.publish(m["s"], m["c"], m["d"], first=bool(m.get("f")))
+            apply_wire(bus, m)
     except (ValueError, KeyError, TypeError, AttributeError) as err:
         log.warning("a line from the worker's pipe that is not a delta: %s", err)

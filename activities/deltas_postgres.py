@@ -25,7 +25,13 @@ import threading
 from collections.abc import AsyncIterator
 from typing import Any
 
-from activities.deltas import InProcessDeltaBus, TextDelta
+from activities.deltas import (
+    InProcessDeltaBus,
+    TextDelta,
+    apply_wire,
+    wire_end,
+    wire_messages,
+)
 
 __all__ = ["CHANNEL", "PIECE_CHARS", "PostgresDeltaBus"]
 
@@ -57,12 +63,11 @@ class PostgresDeltaBus:
 
     def publish(self, session_id: str, call_id: str, delta: str, *, first: bool = False
                 ) -> None:
-        pieces = [delta[i:i + PIECE_CHARS] for i in range(0, len(delta), PIECE_CHARS)]
-        for i, piece in enumerate(pieces or [""]):
-            self._send({"s": session_id, "c": call_id, "d": piece, "f": first and i == 0})
+        for message in wire_messages(session_id, call_id, delta, first, PIECE_CHARS):
+            self._send(message)
 
     def finish(self, session_id: str, call_id: str) -> None:
-        self._send({"s": session_id, "c": call_id, "end": True})
+        self._send(wire_end(session_id, call_id))
 
     def _send(self, message: dict[str, Any]) -> None:
         self._start("sender", self._send_loop)
@@ -115,11 +120,7 @@ class PostgresDeltaBus:
 
     def _heard(self, payload: str) -> None:
         try:
-            m = json.loads(payload)
-            if m.get("end"):
-                self.local.finish(m["s"], m["c"])
-            else:
-                self.local.publish(m["s"], m["c"], m["d"], first=bool(m.get("f")))
+            apply_wire(self.local, json.loads(payload))
         except (ValueError, KeyError, TypeError, AttributeError) as err:  # not ours
             log.warning("a notification on %s that is not a delta: %s", CHANNEL, err)
 

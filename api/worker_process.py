@@ -66,9 +66,7 @@ async def run_worker_process(settings: HitlflowSettings, stop: asyncio.Event, *,
         if not exited.done():
             proc.stdin.close()  # the child's stop
             await exited
-        elif not stop.is_set():
-            raise WorkerProcessError(f"the worker process exited with code {proc.returncode}")
-        if proc.returncode:
+        if proc.returncode or not stop.is_set():  # failed, or ended unasked
             raise WorkerProcessError(f"the worker process exited with code {proc.returncode}")
     finally:
         if proc.returncode is None:  # cancelled (a forced stop): do not wait for it

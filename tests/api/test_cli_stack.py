@@ -196,15 +196,23 @@ async def test_up_runs_the_stack_and_stops_cleanly_on_ctrl_c(
     assert "stopped" in up.stderr
 
 
-@needs_worker
-async def test_up_killed_leaves_no_worker_process_behind(
-    tmp_path: Path, free_port: Callable[[], int]
-) -> None:
+@contextlib.asynccontextmanager
+async def up_with_its_worker(tmp_path: Path, free_port: Callable[[], int]
+                             ) -> AsyncIterator[tuple[Cli, int]]:
+    """``up`` on free ports, once it says it is up, and its worker process's pid."""
     ports = [str(free_port()) for _ in range(3)]
     async with cli(tmp_path, "up", "--data-dir", str(tmp_path / "stack"), "--temporal-port",
                    ports[0], "--ui-port", ports[1], "--api-port", ports[2]) as up:
         await up.wait_for_line(READY_LINE)
         [worker] = worker_processes(up.proc.pid)
+        yield up, worker
+
+
+@needs_worker
+async def test_up_killed_leaves_no_worker_process_behind(
+    tmp_path: Path, free_port: Callable[[], int]
+) -> None:
+    async with up_with_its_worker(tmp_path, free_port) as (up, worker):
         up.proc.kill()  # no chance to stop anything: the worker sees its stdin end
         await up.proc.wait()
         loop = asyncio.get_running_loop()
@@ -218,11 +226,7 @@ async def test_up_killed_leaves_no_worker_process_behind(
 async def test_up_whose_worker_dies_stops_with_an_error(
     tmp_path: Path, free_port: Callable[[], int]
 ) -> None:
-    ports = [str(free_port()) for _ in range(3)]
-    async with cli(tmp_path, "up", "--data-dir", str(tmp_path / "stack"), "--temporal-port",
-                   ports[0], "--ui-port", ports[1], "--api-port", ports[2]) as up:
-        await up.wait_for_line(READY_LINE)
-        [worker] = worker_processes(up.proc.pid)
+    async with up_with_its_worker(tmp_path, free_port) as (up, worker):
         os.kill(worker, signal.SIGKILL)
         rc = await asyncio.wait_for(up.proc.wait(), STOP_TIMEOUT_S)
     assert rc == 1, up.stderr
