@@ -35,11 +35,12 @@ from workflows.session import SessionWorkflow
 
 log = logging.getLogger("hitlflow.worker")
 
-#: The sandbox (compiled once: ``api.sandbox``), with the workflow's own module passed through: the sandbox
-#: re-imports a workflow's module for every new workflow instance (executing its body
-#: and ``workflow.defn`` again: measured, the largest part of a new session's cost on
-#: the worker). Everything ``workflows.session`` imports is passed through already, and
-#: the module holds no state of its own; its determinism is what the replay tests check.
+#: The sandbox (entered through code compiled once: ``api.sandbox``), with the
+#: workflow's own module passed through: the sandbox re-imports a workflow's module for
+#: every new workflow instance (executing its body and ``workflow.defn`` again:
+#: measured, the largest part of a new session's cost on the worker). Everything
+#: ``workflows.session`` imports is passed through already, and the module holds no
+#: state of its own; its determinism is what the replay tests check.
 SESSION_RUNNER = CompiledSandboxRunner(
     restrictions=SandboxRestrictions.default.with_passthrough_modules("workflows.session"))
 

@@ -1,5 +1,5 @@
 """Bare workflows for the benchmarks' baselines, in a module of their own so the
-default (sandboxed) runner can import them, as it imports ``SessionWorkflow``."""
+sandboxed runner can import them, as it imports ``SessionWorkflow``."""
 
 from __future__ import annotations
 

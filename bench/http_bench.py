@@ -20,7 +20,7 @@ stream and, R times, on ``conversation.state.changed`` to ``waiting_user`` does
 requests/s and GET requests/s, GET/POST p50/p99, reply -> SSE, and nothing lost
 (every accepted reply exactly once in the session's state and in its audit log).
 The baseline, once before the drive and once after: a bare workflow
-(``bare_workflow.UpdateLoop``, its worker in a process of its own, default sandboxed
+(``bare_workflow.UpdateLoop``, its worker in a process of its own, the sandboxed
 runner) on the same Temporal server, the same number of clients each sending R
 updates through the Temporal client: the bare update round trip, against which the
 reply's p50 is a ratio (both baseline runs pooled, and each).

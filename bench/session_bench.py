@@ -9,8 +9,8 @@ Run by hand (not a test), from the repository root::
 What ``hitlflow up`` runs, measured against a baseline in the same run: a tuned dev
 server as ``up`` starts it (``api.devserver``'s flags, SQLite file; ``--synchronous``
 varies the pragma, by default what ``up`` uses), and for each variant a worker in a
-process of its own (the benchmark's clients stay out of it), with the default
-sandboxed runner:
+process of its own (the benchmark's clients stay out of it), both with
+``build_worker``'s sandboxed runner (``api.sandbox``):
 
 * ``hitlflow``: the worker exactly as ``api.worker.build_worker`` builds it;
   ``SessionWorkflow`` with the scripted LLM, each answer an ECS confirm request, so a
@@ -144,7 +144,7 @@ async def run_server(sync: str, args: argparse.Namespace) -> dict[str, Result]:
 def report(all_results: dict[str, dict[str, Result]], args: argparse.Namespace) -> None:
     print(f"\n{args.sessions} sessions x {args.turns} replies, {args.n} at a time, "
           f"{args.rounds} round(s); one tuned dev server per synchronous= value; "
-          f"workers in their own process, default sandboxed runner")
+          f"workers in their own process, build_worker's sandboxed runner")
     print(f"{'sync':7} {'variant':9} {'reply p50':>10} {'reply p99':>10} {'turns/s':>8} "
           f"{'events/turn':>12}")
     rows = {s: {k: r.row() for k, r in res.items()} for s, res in all_results.items()}

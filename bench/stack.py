@@ -199,8 +199,8 @@ async def start_cli_worker(temporal: str, task_queue: str) -> asyncio.subprocess
 # Worker processes (the benchmark's clients stay out of the measured process)
 
 #: ``hitlflow``: the worker exactly as ``api.worker.build_worker`` builds it (what ``up``
-#: runs, default sandboxed runner). ``bare``: ``bare_workflow``'s workflows with the same
-#: activities and the same (default) runner.
+#: runs, its sandboxed runner). ``bare``: ``bare_workflow``'s workflows with the same
+#: activities and the same runner (its own module passed through, as build_worker's).
 WORKER_KINDS = ("hitlflow", "bare")
 
 
@@ -216,11 +216,13 @@ def _worker_main(kind: str, address: str, task_queue: str, ready: multiprocessin
 async def _run_worker(kind: str, address: str, task_queue: str,
                       ready: multiprocessing.Event) -> None:
     from temporalio.worker import Worker
+    from temporalio.worker.workflow_sandbox import SandboxRestrictions
 
     from activities.commands import run_command
     from activities.llm import LlmActivities
     from activities.mcp_pool import McpClientPool
     from activities.tools import McpToolActivities
+    from api.sandbox import CompiledSandboxRunner
     from api.settings import HitlflowSettings
     from api.worker import build_worker, connect
 
@@ -232,9 +234,12 @@ async def _run_worker(kind: str, address: str, task_queue: str,
         from bare_workflow import BareSession, UpdateLoop
 
         tools = McpToolActivities(pool)  # the activities build_worker registers
+        # The same runner as build_worker's, with this workflow's module passed through.
+        runner = CompiledSandboxRunner(
+            restrictions=SandboxRestrictions.default.with_passthrough_modules("bare_workflow"))
         worker = Worker(client, task_queue=task_queue, workflows=[BareSession, UpdateLoop],
                         activities=[LlmActivities().llm_call, tools.list_tools,
-                                    tools.call_tool, run_command])
+                                    tools.call_tool, run_command], workflow_runner=runner)
     async with worker:
         ready.set()
         await asyncio.Event().wait()
