@@ -24,13 +24,16 @@ answer it), sends the ``reply`` update and reads from history when the next
 ``llm_call`` started. Reported per variant: reply -> next step p50/p99 (from just
 before the update is sent to the next ``llm_call``'s start, server event time, same
 clock), turns/s over the run with ``-n`` sessions at a time, history events per turn;
-and the ratios hitlflow/bare (and full/normal with two ``--synchronous`` values).
+and the ratios hitlflow/bare (and full/normal with two ``--synchronous`` values). Then
+where a reply's time goes, from the history's event times (``SEGMENTS``), and the CPU
+per turn of the worker process and of the server over the run.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import sys
 import tempfile
 import time
@@ -41,6 +44,7 @@ from pathlib import Path
 from stack import StepFollower as Follower
 from stack import (
     WorkerProcess,
+    cpu_s,
     free_port,
     pct,
     ratio,
@@ -48,6 +52,8 @@ from stack import (
     sqlite_tuning,
     up_synchronous,
 )
+from temporalio.api.enums.v1 import EventType
+from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client, WorkflowHandle
 from temporalio.common import SearchAttributePair, TypedSearchAttributes
 
@@ -67,11 +73,53 @@ class Result:
     events: int = 0
     turns: int = 0
     wall_s: float = 0.0
+    cpu_s: dict[str, float] = field(default_factory=dict)  # worker / server, in the run
+    steps: dict[str, list[float]] = field(default_factory=dict)  # SEGMENTS, ms
+    # Each session driven and when each reply was sent (ms): read after the run.
+    replies: list[tuple[WorkflowHandle, list[float]]] = field(default_factory=list)
 
     def row(self) -> dict[str, float]:
         return {"p50": pct(self.samples, 50), "p99": pct(self.samples, 99),
                 "turns_per_s": self.turns / self.wall_s,
                 "events_per_turn": self.events / self.turns}
+
+    def add(self, other: Result) -> None:
+        self.samples += other.samples
+        self.events += other.events
+        self.turns += other.turns
+        self.wall_s += other.wall_s
+        for k, v in other.cpu_s.items():
+            self.cpu_s[k] = self.cpu_s.get(k, 0.0) + v
+        for k, vs in other.steps.items():
+            self.steps.setdefault(k, []).extend(vs)
+
+
+#: Where a reply's time goes, from the history's event times (ms, server clock = this
+#: machine's): the update reaching the server (its workflow task scheduled), the task
+#: waiting for the worker, the worker's task (started -> completed: the activation,
+#: the round trips and the server taking the completion), then the next activity's
+#: start.
+SEGMENTS = ("sent -> task scheduled", "task queued", "workflow task", "task done -> activity")
+
+
+def reply_segments(events: list[HistoryEvent], sent: list[float]) -> dict[str, list[float]]:
+    """Per accepted reply, in order, the SEGMENTS."""
+    out: dict[str, list[float]] = {k: [] for k in SEGMENTS}
+    accepted = [i for i, e in enumerate(events)
+                if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED]
+    for at, i in zip(sent, accepted, strict=False):
+        j = next(k for k in range(i, -1, -1)
+                 if events[k].event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED)
+        m = next(k for k in range(i, len(events))
+                 if events[k].event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED)
+        times = [at, ms(events[j]), ms(events[j + 1]), ms(events[j + 2]), ms(events[m])]
+        for k, (a, b) in zip(SEGMENTS, itertools.pairwise(times), strict=True):
+            out[k].append(b - a)
+    return out
+
+
+def ms(ev: HistoryEvent) -> float:
+    return ev.event_time.ToMicroseconds() / 1000.0
 
 
 async def start(client: Client, kind: str, tq: str, turns: int) -> WorkflowHandle:
@@ -88,6 +136,7 @@ async def drive(client: Client, kind: str, tq: str, turns: int, out: Result | No
     """One session: start it, answer each request once history shows it waits."""
     h = await start(client, kind, tq, turns)
     follower = Follower(h)
+    sent_ms: list[float] = []
     for i in range(turns):
         await follower.next_wait()
         pending = await h.query("pending_request", result_type=PendingRequest | None)
@@ -97,15 +146,17 @@ async def drive(client: Client, kind: str, tq: str, turns: int, out: Result | No
         started = await follower.started(i + 1)
         if out is not None:
             out.samples.append((started - sent) * 1000)
+            sent_ms.append(sent * 1000)
     await h.result()
     events = await follower.done()
     if out is not None:
         out.events += events
         out.turns += turns
+        out.replies.append((h, sent_ms))
 
 
-async def run_variant(client: Client, address: str, kind: str, args: argparse.Namespace
-                      ) -> tuple[Result, int]:
+async def run_variant(client: Client, address: str, kind: str, server_pid: int,
+                      args: argparse.Namespace) -> Result:
     tq = f"bench-{kind}-{uuid.uuid4().hex[:6]}"
     with WorkerProcess(kind, address, tq) as worker:
         await drive(client, kind, tq, args.turns, None)  # warm-up: first sandbox load
@@ -115,10 +166,17 @@ async def run_variant(client: Client, address: str, kind: str, args: argparse.Na
             async with gate:
                 await drive(client, kind, tq, args.turns, out)
 
+        cpu0 = {"worker": cpu_s(worker.pid), "server": cpu_s(server_pid)}
         t0 = time.perf_counter()
         await asyncio.gather(*(one() for _ in range(args.sessions)))
         out.wall_s = time.perf_counter() - t0
-        return out, worker.pid
+        out.cpu_s = {"worker": cpu_s(worker.pid) - cpu0["worker"],
+                     "server": cpu_s(server_pid) - cpu0["server"]}
+    for h, sent in out.replies:
+        history = [e async for e in h.fetch_history_events()]
+        for k, vs in reply_segments(history, sent).items():
+            out.steps.setdefault(k, []).extend(vs)
+    return out
 
 
 async def run_server(sync: str, args: argparse.Namespace) -> dict[str, Result]:
@@ -132,12 +190,8 @@ async def run_server(sync: str, args: argparse.Namespace) -> dict[str, Result]:
                 for kind in ("bare", "hitlflow"):
                     print(f"synchronous={sync} round {rnd + 1}: {kind}", file=sys.stderr,
                           flush=True)
-                    r, _ = await run_variant(client, server.address, kind, args)
-                    acc = results.setdefault(kind, Result())
-                    acc.samples += r.samples
-                    acc.events += r.events
-                    acc.turns += r.turns
-                    acc.wall_s += r.wall_s
+                    r = await run_variant(client, server.address, kind, server.pid, args)
+                    results.setdefault(kind, Result()).add(r)
             return results
 
 
@@ -157,6 +211,15 @@ def report(all_results: dict[str, dict[str, Result]], args: argparse.Namespace) 
               f"one at a time), p99 {ratio(h['p99'], b['p99'])}, turns/s "
               f"{ratio(h['turns_per_s'], b['turns_per_s'])} (target >= 0.85x at 200), "
               f"events/turn +{h['events_per_turn'] - b['events_per_turn']:.1f} (target <= +4)")
+    print("\nwhere a reply's time goes (p50, ms; history event times) and CPU per turn (ms)")
+    print(f"{'sync':7} {'variant':9} " + " ".join(f"{k:>22}" for k in SEGMENTS)
+          + f" {'worker cpu':>11} {'server cpu':>11}")
+    for sync, res in all_results.items():
+        for kind, r in res.items():
+            print(f"{sync:7} {kind:9} "
+                  + " ".join(f"{pct(r.steps.get(k, []), 50):22.2f}" for k in SEGMENTS)
+                  + "".join(f" {r.cpu_s.get(w, 0.0) * 1000 / r.turns:11.1f}"
+                            for w in ("worker", "server")))
     if "normal" in rows and "full" in rows:
         for kind in ("bare", "hitlflow"):
             f, n = rows["full"][kind], rows["normal"][kind]
