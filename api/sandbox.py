@@ -1,14 +1,13 @@
 """The workers' workflow sandbox: temporalio's own, with the code it runs compiled once.
 
-temporalio's sandbox enters a workflow by ``exec`` of a short source string: once per
-activation, and (since 1.35) several times per payload of each activation and each
+temporalio's sandbox (1.35) enters a workflow by ``exec`` of a short source string:
+once per activation, and several times per payload of each activation and each
 completion, to ask the workflow for its serialization context. ``exec`` of a string
-compiles it every time: about 25 µs each on this machine, the largest part of the
-worker's CPU per workflow task (measured with py-spy on ``bench/session_bench.py``'s
-worker). The strings are the same few for every call of a workflow class, so
-:class:`CompiledSandboxRunner` compiles each one once; what runs, in which sandbox,
-with which restrictions, is temporalio's unchanged.
-"""
+compiles it every time, about 25 µs on this machine. The strings are the same few for
+every call of a workflow class, so :class:`CompiledSandboxRunner` compiles each one
+once; what runs, in which sandbox, under which restrictions, is temporalio's unchanged.
+Measured by replaying the saved histories (7 runs each way, alternating): 0.81× the
+worker's CPU by median."""
 
 from __future__ import annotations
 

@@ -44,7 +44,7 @@ async def test_workflows_run_on_compiled_code_and_the_sandbox_still_restricts(
         assert done.startswith("ran at ")
         # The instance entered the sandbox through compiled code, reused across calls.
         after = compiled.cache_info()
-        assert after.hits > before.hits and after.misses >= before.misses
+        assert after.hits > before.hits
         with pytest.raises(WorkflowFailureError) as failed:
             await dev_env.client.execute_workflow(
                 SandboxProbe.run, True, id=f"probe-{uuid.uuid4().hex[:8]}", task_queue=tq)
