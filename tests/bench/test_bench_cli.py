@@ -15,10 +15,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 import exporter_bench
 import http_bench
 import idle_bench
+import replay_bench
 import session_bench
 import stack
 
 from api.devserver import tuning_args
+from api.worker import SESSION_RUNNER
 from workflows.config import SessionConfig
 
 
@@ -28,6 +30,37 @@ def test_session_bench_arguments() -> None:
     assert session_bench.parse([]).syncs == [stack.up_synchronous()] == ["full"]
     with pytest.raises(SystemExit):
         session_bench.parse(["--synchronous", "sometimes"])
+
+
+def test_replay_bench_arguments_and_runners() -> None:
+    assert (replay_bench.parse([]).runs, replay_bench.parse(["--reps", "2"]).reps) == (7, 2)
+    with pytest.raises(SystemExit):
+        replay_bench.parse(["--runs", "0"])
+    # The same restrictions as the worker's, so the two differ only in the compiling.
+    assert {type(r).__name__ for r in replay_bench.RUNNERS.values()} == {
+        "SandboxedWorkflowRunner", "CompiledSandboxRunner"}
+    assert all(r.restrictions is SESSION_RUNNER.restrictions
+               for r in replay_bench.RUNNERS.values())
+
+
+def test_reply_segments_from_history_event_times() -> None:
+    """Where a reply's time goes: each segment from the events around its acceptance."""
+    from temporalio.api.enums.v1 import EventType as T
+    from temporalio.api.history.v1 import HistoryEvent
+
+    def ev(kind: int, at_ms: int) -> HistoryEvent:
+        e = HistoryEvent(event_type=kind)
+        e.event_time.FromMilliseconds(at_ms)
+        return e
+
+    history = [ev(T.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED, 1_002),
+               ev(T.EVENT_TYPE_WORKFLOW_TASK_STARTED, 1_003),
+               ev(T.EVENT_TYPE_WORKFLOW_TASK_COMPLETED, 1_008),
+               ev(T.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED, 1_008),
+               ev(T.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED, 1_008),
+               ev(T.EVENT_TYPE_ACTIVITY_TASK_STARTED, 1_009)]
+    steps = session_bench.reply_segments(history, [1_000.0])
+    assert [steps[k] for k in session_bench.SEGMENTS] == [[2.0], [1.0], [5.0], [1.0]]
 
 
 def test_http_and_idle_bench_arguments() -> None:
