@@ -13,6 +13,7 @@ from temporalio.worker.workflow_sandbox import (
     RestrictedWorkflowAccessError,
     SandboxedWorkflowRunner,
 )
+from temporalio.worker.workflow_sandbox._runner import _Instance
 
 from api.sandbox import CompiledSandboxRunner, compiled
 from api.worker import SESSION_RUNNER
@@ -51,3 +52,31 @@ async def test_workflows_run_on_compiled_code_and_the_sandbox_still_restricts(
     cause = failed.value.cause
     assert isinstance(cause, ApplicationError)
     assert cause.type == "RestrictedWorkflowAccessError"
+
+
+async def test_a_command_s_context_is_asked_once_per_activation_not_per_payload_pass(
+        dev_env: WorkflowEnvironment, monkeypatch: pytest.MonkeyPatch):
+    """temporalio asks the sandbox for a payload's context in each of its encode and
+    decode passes; the compiled runner asks once per command between activations."""
+    asked: list[object] = []
+    into_sandbox = _Instance.get_serialization_context
+
+    def counted(self: _Instance, command_info: object) -> object:
+        asked.append(command_info)
+        return into_sandbox(self, command_info)
+
+    monkeypatch.setattr(_Instance, "get_serialization_context", counted)
+
+    async def asks(runner: SandboxedWorkflowRunner) -> int:
+        asked.clear()
+        tq = f"sandbox-{uuid.uuid4().hex[:8]}"
+        async with Worker(dev_env.client, task_queue=tq, workflows=[SandboxProbe],
+                          workflow_runner=runner):
+            assert (await dev_env.client.execute_workflow(
+                SandboxProbe.run, False, id=f"probe-{uuid.uuid4().hex[:8]}", task_queue=tq)
+            ).startswith("ran at ")
+        return len(asked)
+
+    stock, compiled_runner = await asks(SandboxedWorkflowRunner()), await asks(
+        CompiledSandboxRunner())
+    assert 0 < compiled_runner < stock
