@@ -20,7 +20,7 @@ from functools import lru_cache
 from types import CodeType
 from typing import Any
 
-from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 from temporalio.worker.workflow_sandbox._runner import _Instance
 
 
@@ -41,11 +41,10 @@ class _CompiledInstance(_Instance):
         super()._run_code(compiled(code) if isinstance(code, str) else code, **extra_globals)
 
     def activate(self, act: Any) -> Any:
-        self._contexts.clear()
         try:
             return super().activate(act)
         finally:
-            self._contexts.clear()
+            self._contexts.clear()  # the state moved: the contexts may have too
 
     def get_serialization_context(self, command_info: Any) -> Any:
         return self._context("serialization", command_info, super().get_serialization_context)
@@ -66,3 +65,12 @@ class CompiledSandboxRunner(SandboxedWorkflowRunner):
 
     def create_instance(self, det: Any) -> _CompiledInstance:
         return _CompiledInstance(det, self.runner_class, self.restrictions)
+
+
+def sandbox_runner(workflow_module: str) -> CompiledSandboxRunner:
+    """The runner with ``workflow_module`` passed through: the sandbox re-imports a
+    workflow's module for every new workflow instance otherwise (executing its body and
+    ``workflow.defn`` again). Only for a module that holds no state of its own and whose
+    imports are passed through already; its determinism is the replay tests' to check."""
+    return CompiledSandboxRunner(
+        restrictions=SandboxRestrictions.default.with_passthrough_modules(workflow_module))

@@ -20,7 +20,6 @@ from typing import Any
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Worker
-from temporalio.worker.workflow_sandbox import SandboxRestrictions
 
 from activities.commands import run_command
 from activities.deltas import DeltaBus, cluster_delta_bus
@@ -28,21 +27,17 @@ from activities.llm import LlmActivities
 from activities.mcp_pool import McpClientPool
 from activities.tools import McpToolActivities
 from api.recovery import other_workers, start_recovery
-from api.sandbox import CompiledSandboxRunner
+from api.sandbox import sandbox_runner
 from api.settings import HitlflowSettings
 from workflows.journal_carrier import INTERCEPTORS
 from workflows.session import SessionWorkflow
 
 log = logging.getLogger("hitlflow.worker")
 
-#: The sandbox (entered through code compiled once: ``api.sandbox``), with the
-#: workflow's own module passed through: the sandbox re-imports a workflow's module for
-#: every new workflow instance (executing its body and ``workflow.defn`` again:
-#: measured, the largest part of a new session's cost on the worker). Everything
-#: ``workflows.session`` imports is passed through already, and the module holds no
-#: state of its own; its determinism is what the replay tests check.
-SESSION_RUNNER = CompiledSandboxRunner(
-    restrictions=SandboxRestrictions.default.with_passthrough_modules("workflows.session"))
+#: The sandbox (``api.sandbox``) with ``workflows.session`` passed through: its
+#: re-import for every new session was, measured, the largest part of a new session's
+#: cost on the worker.
+SESSION_RUNNER = sandbox_runner("workflows.session")
 
 
 async def connect(settings: HitlflowSettings) -> Client:

@@ -216,13 +216,12 @@ def _worker_main(kind: str, address: str, task_queue: str, ready: multiprocessin
 async def _run_worker(kind: str, address: str, task_queue: str,
                       ready: multiprocessing.Event) -> None:
     from temporalio.worker import Worker
-    from temporalio.worker.workflow_sandbox import SandboxRestrictions
 
     from activities.commands import run_command
     from activities.llm import LlmActivities
     from activities.mcp_pool import McpClientPool
     from activities.tools import McpToolActivities
-    from api.sandbox import CompiledSandboxRunner
+    from api.sandbox import sandbox_runner
     from api.settings import HitlflowSettings
     from api.worker import build_worker, connect
 
@@ -234,9 +233,7 @@ async def _run_worker(kind: str, address: str, task_queue: str,
         from bare_workflow import BareSession, UpdateLoop
 
         tools = McpToolActivities(pool)  # the activities build_worker registers
-        # The same runner as build_worker's, with this workflow's module passed through.
-        runner = CompiledSandboxRunner(
-            restrictions=SandboxRestrictions.default.with_passthrough_modules("bare_workflow"))
+        runner = sandbox_runner("bare_workflow")  # build_worker's, for this module
         worker = Worker(client, task_queue=task_queue, workflows=[BareSession, UpdateLoop],
                         activities=[LlmActivities().llm_call, tools.list_tools,
                                     tools.call_tool, run_command], workflow_runner=runner)
