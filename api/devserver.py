@@ -68,10 +68,10 @@ SQLITE_PRAGMAS: tuple[str, ...] = ("journal_mode=wal", "synchronous=full")
 #: The search-attribute cache stays on, as on a cluster: ``start-dev`` turns it off
 #: unless told (Temporal's own configs call that "dev setup only"), and then every
 #: status upsert reads the cluster metadata from SQLite, under one server-wide lock,
-#: while its workflow task completes: 0.8 ms one at a time, 20-100 ms at 200 sessions,
+#: while its workflow task completes: 0.8 ms one at a time, up to 100 ms at 200 sessions,
 #: and the activity scheduled in the same task missed its eager start (measured with
 #: ``bench/session_bench.py``; with the cache, hitlflow's server CPU per turn at
-#: -n 200 went from 68 to 40-45 ms). The session attributes exist before any session
+#: -n 200 went from 68 to 37-45 ms). The session attributes exist before any session
 #: runs (``search_attribute_args``; ``register_search_attributes`` at start).
 #: Not latency: a workflow whose task has failed this many times in a row gets the
 #: ``TemporalReportedProblems`` search attribute (server default 5, i.e. about 40 s of
