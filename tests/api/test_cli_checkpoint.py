@@ -11,7 +11,6 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from api import cli_log
 from api.checkpoint_key import exporter_signer, verifier_key
 from api.settings import HitlflowSettings
 from observation.exporter import export_history
@@ -19,6 +18,7 @@ from observation.exporter.checkpoint import CHECKPOINT_NAME
 from observation.exporter.decode import load_history
 from observation.exporter.keys import KEY_NAME, VERIFIER_NAME, load_or_create_signer
 from observation.exporter.note import NoteKeyError, Signer
+from tests.support.cli import log_app
 from tests.support.logs import forged, rewrite
 
 HISTORIES = Path(__file__).parents[1] / "workflows" / "histories"
@@ -28,14 +28,7 @@ runner = CliRunner()
 
 @pytest.fixture
 def app() -> typer.Typer:
-    app = typer.Typer()
-
-    @app.callback()
-    def _root() -> None:
-        """root"""
-
-    cli_log.register(app)
-    return app
+    return log_app()
 
 
 @pytest.fixture

@@ -13,11 +13,11 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from api import cli_log
 from observation.exporter import export_history
 from observation.exporter.decode import load_history
 from observation.exporter.keys import write_signer
 from observation.exporter.note import Signer
+from tests.support.cli import log_app
 from tests.support.sessions import running_worker, start_session
 from workflows.config import SessionConfig
 
@@ -31,14 +31,7 @@ CLI = ("import typer; from api import cli_log; app = typer.Typer(); "
 
 @pytest.fixture
 def app() -> typer.Typer:
-    app = typer.Typer()
-
-    @app.callback()
-    def _root() -> None:
-        """root"""
-
-    cli_log.register(app)
-    return app
+    return log_app()
 
 
 @pytest.fixture

@@ -44,14 +44,9 @@ def tree(d: Path) -> dict[str, bytes]:
 
 
 def cli_verify(d: Path) -> tuple[int, str]:
-    import typer
+    from tests.support.cli import log_app
 
-    from api import cli_log
-
-    app = typer.Typer()
-    app.callback()(lambda: None)
-    cli_log.register(app)
-    r = runner.invoke(app, ["log", "verify", str(d)])
+    r = runner.invoke(log_app(), ["log", "verify", str(d)])
     assert r.exception is None or isinstance(r.exception, SystemExit), r.exception
     return r.exit_code, r.output
 

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 import rfc8785
-import typer
 
 from observation.exporter import (
     Chain,
@@ -195,12 +194,9 @@ def test_a_mixed_file_is_refused_by_verify_and_by_the_exporter(exported, tmp_pat
 def hitlflow_verify(d: Path, live: bool = False) -> bool:
     from typer.testing import CliRunner
 
-    from api import cli_log
+    from tests.support.cli import log_app
 
-    app = typer.Typer()
-    app.callback()(lambda: None)
-    cli_log.register(app)
-    r = CliRunner().invoke(app, ["log", "verify", str(d), *(["--live"] if live else [])])
+    r = CliRunner().invoke(log_app(), ["log", "verify", str(d), *(["--live"] if live else [])])
     assert r.exit_code in (0, 1) and (r.exception is None or isinstance(r.exception,
                                                                        SystemExit)), r.output
     return r.exit_code == 0

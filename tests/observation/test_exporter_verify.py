@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 import rfc8785
-import typer
 
 from observation.exporter import (
     ChainBrokenError,
@@ -399,16 +398,13 @@ def test_a_bad_line_gets_an_answer_never_a_traceback(log_dir, why):
     TypeError... for some of these)."""
     from typer.testing import CliRunner
 
-    from api import cli_log
     from observation.exporter import LogCorruptError, LogWriter
+    from tests.support.cli import log_app
 
     lines = lines_of(log_dir)
     write_lines(log_dir, [*lines[:4], BAD_LINES[why](lines[4]), *lines[5:]])
     assert broken(log_dir).line == 5
-    app = typer.Typer()
-    app.callback()(lambda: None)
-    cli_log.register(app)
-    r = CliRunner().invoke(app, ["log", "verify", str(log_dir)])
+    r = CliRunner().invoke(log_app(), ["log", "verify", str(log_dir)])
     assert r.exit_code == 1 and "EVENT_CHAIN_BROKEN: line 5: " in r.output, r.exception
     with pytest.raises(LogCorruptError, match="line 5"):
         LogWriter(log_dir).open()

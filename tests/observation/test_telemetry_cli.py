@@ -15,20 +15,14 @@ from observation.exporter import export_history
 from observation.exporter.decode import load_history
 from observation.telemetry import STORE_NAME, TelemetryStore
 from observation.telemetry.hook import SessionTelemetry
+from tests.support.cli import group_app
 
 HISTORIES = Path(__file__).parents[1] / "workflows" / "histories"
 runner = CliRunner()
 
 
 def cli() -> typer.Typer:
-    app = typer.Typer()
-
-    @app.callback()
-    def _root() -> None:
-        """hitlflow"""
-
-    cli_telemetry.register(app)
-    return app
+    return group_app(cli_telemetry.register)
 
 
 def run(*args: str):

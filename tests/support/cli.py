@@ -1,0 +1,23 @@
+"""A command group of ``hitlflow`` on a bare Typer app, for CliRunner tests."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import typer
+
+
+def group_app(register: Callable[[typer.Typer], None]) -> typer.Typer:
+    """A root app with one group registered (its callback makes it a group, so the
+    commands are named as on the real command line: ``log verify``, ...)."""
+    app = typer.Typer()
+    app.callback()(lambda: None)
+    register(app)
+    return app
+
+
+def log_app() -> typer.Typer:
+    """``hitlflow log ...``."""
+    from api import cli_log
+
+    return group_app(cli_log.register)
