@@ -29,7 +29,6 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
-from api.sandbox import CompiledSandboxRunner
 from api.worker import SESSION_RUNNER
 from workflows.journal_carrier import INTERCEPTORS
 from workflows.session import SessionWorkflow
@@ -37,7 +36,7 @@ from workflows.session import SessionWorkflow
 HISTORIES = Path(__file__).resolve().parents[1] / "tests" / "workflows" / "histories"
 RUNNERS: dict[str, WorkflowRunner] = {
     "stock": SandboxedWorkflowRunner(restrictions=SESSION_RUNNER.restrictions),
-    "compiled": CompiledSandboxRunner(restrictions=SESSION_RUNNER.restrictions),
+    "compiled": SESSION_RUNNER,  # build_worker's own
 }
 
 

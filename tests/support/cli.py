@@ -6,6 +6,8 @@ from collections.abc import Callable
 
 import typer
 
+from api import cli_log
+
 
 def group_app(register: Callable[[typer.Typer], None]) -> typer.Typer:
     """A root app with one group registered (its callback makes it a group, so the
@@ -18,6 +20,4 @@ def group_app(register: Callable[[typer.Typer], None]) -> typer.Typer:
 
 def log_app() -> typer.Typer:
     """``hitlflow log ...``."""
-    from api import cli_log
-
     return group_app(cli_log.register)
