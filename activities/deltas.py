@@ -13,7 +13,7 @@ process; ``hitlflow up``'s API, fed by its worker process's
 ``activities.deltas_postgres.PostgresDeltaBus`` (a cluster: workers and API
 processes share the PostgreSQL read model; ``cluster_delta_bus``) and
 :class:`NullDeltaBus` (nobody listens). The bus is passed in by the entry points
-(``api.worker``, ``api.app.run_api``, ``api.cli_stack``), never imported from
+(``api.runtime.worker``, ``api.http.app.run_api``, ``api.cli.stack``), never imported from
 ``api/``.
 """
 
@@ -53,7 +53,7 @@ class TextDelta:
 
 #: Not a line of the log: a stream's marker that an LLM call was scheduled after the
 #: lines before it, so the call's streamed text may go out from there
-#: (``api.sse.DeltaGate``). Its ``seq`` is 0: it is never sent and moves no resume point.
+#: (``api.http.sse.DeltaGate``). Its ``seq`` is 0: it is never sent and moves no resume point.
 LLM_CALL_SCHEDULED = "llm_call.scheduled"
 
 

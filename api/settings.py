@@ -31,7 +31,7 @@ class HitlflowSettings(BaseSettings):
     # in data_dir (read_model.sqlite).
     read_model_url: str | None = None
     # A worker that saw another poll its task queue this recently does not run restart
-    # recovery (api.recovery); just over Temporal's 1-minute long-poll.
+    # recovery (api.runtime.recovery); just over Temporal's 1-minute long-poll.
     live_poller_window_s: float = Field(default=90.0, ge=0)
     # The exporter parks sessions that wait for a person (false: follow them all, as
     # before; for comparisons).
@@ -49,7 +49,7 @@ class HitlflowSettings(BaseSettings):
     exporter_sweep_s: float = Field(default=1800.0, ge=1, le=86_400)
     # The key that signs each log's checkpoint: a file holding a signer key
     # (`hitlflow log keygen`) or the key itself (PRIVATE+KEY+...). Unset:
-    # <data_dir>/checkpoint.key, created by the exporter's first start (api.checkpoint_key).
+    # <data_dir>/checkpoint.key, created by the exporter's first start (api.runtime.signing_keys).
     checkpoint_key: str | None = Field(default=None, repr=False)
 
     @property

@@ -36,7 +36,7 @@ from temporalio import activity, workflow
 from temporalio.client import Client
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
-from api.devserver import DevServer, tuning_args
+from api.runtime.devserver import DevServer, tuning_args
 from workflows.search_attributes import SESSION_STATUS, WAITING_SINCE
 
 TASK_QUEUE = "bench"
@@ -239,7 +239,7 @@ async def main(argv: list[str] | None = None) -> int:
         s50, s99 = _pct(r["vis"], 50), _pct(r["vis"], 99)
         print(f"{r['name']:<20} {_fmt_ms(r50)} {_fmt_ms(r99)} {r50 / b50:6.2f} {r99 / b99:6.2f}"
               f"   {_fmt_ms(s50)} {_fmt_ms(s99)} {s50 / v50:6.2f}")
-    print("\nchosen flags (api.devserver.tuning_args()):\n  " + " ".join(tuning_args()))
+    print("\nchosen flags (api.runtime.devserver.tuning_args()):\n  " + " ".join(tuning_args()))
     return 0
 
 

@@ -57,8 +57,8 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError
 
 from activities.mcp_pool import McpClientPool
-from api.devserver import DevServer
-from api.worker import build_worker
+from api.runtime.devserver import DevServer
+from api.runtime.worker import build_worker
 from observation.exporter import (
     Chain,
     Exporter,

@@ -1,5 +1,5 @@
 """Benchmark: the worker's CPU per workflow task, temporalio's sandbox against
-``build_worker``'s (``api.sandbox.CompiledSandboxRunner``), by replaying the saved
+``build_worker``'s (``api.runtime.sandbox.CompiledSandboxRunner``), by replaying the saved
 histories.
 
 Run by hand (not a test), from the repository root::
@@ -29,7 +29,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
-from api.worker import SESSION_RUNNER
+from api.runtime.worker import SESSION_RUNNER
 from workflows.journal_carrier import INTERCEPTORS
 from workflows.session import SessionWorkflow
 

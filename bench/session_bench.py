@@ -7,12 +7,12 @@ Run by hand (not a test), from the repository root::
     .venv/bin/python bench/session_bench.py -n 1 --synchronous normal,full   # SQLite durability
 
 What ``hitlflow up`` runs, measured against a baseline in the same run: a tuned dev
-server as ``up`` starts it (``api.devserver``'s flags, SQLite file; ``--synchronous``
+server as ``up`` starts it (``api.runtime.devserver``'s flags, SQLite file; ``--synchronous``
 varies the pragma, by default what ``up`` uses), and for each variant a worker in a
 process of its own (the benchmark's clients stay out of it), both with
-``build_worker``'s sandboxed runner (``api.sandbox``):
+``build_worker``'s sandboxed runner (``api.runtime.sandbox``):
 
-* ``hitlflow``: the worker exactly as ``api.worker.build_worker`` builds it;
+* ``hitlflow``: the worker exactly as ``api.runtime.worker.build_worker`` builds it;
   ``SessionWorkflow`` with the scripted LLM, each answer an ECS confirm request, so a
   turn is: LLM activity -> waiting_user -> reply;
 * ``bare``: ``bare_workflow.BareSession`` with the same activities: the same
@@ -57,9 +57,9 @@ from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client, WorkflowHandle
 from temporalio.common import SearchAttributePair, TypedSearchAttributes
 
-from api.devserver import DevServer
+from api.runtime.devserver import DevServer
+from api.runtime.worker import connect
 from api.settings import HitlflowSettings
-from api.worker import connect
 from workflows.messages import CURRENT_BEHAVIOUR, ReplyInput, SessionInput
 from workflows.search_attributes import SESSION_STATUS
 from workflows.session_state import PendingRequest

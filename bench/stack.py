@@ -3,7 +3,7 @@ processes, session configs, following a workflow's history, percentiles and
 /proc figures.
 
 Benchmarks drive the stack through its public entry points only (`hitlflow up`,
-`hitlflow worker`, `api.worker.build_worker`, the HTTP API, Temporal), so they keep
+`hitlflow worker`, `api.runtime.worker.build_worker`, the HTTP API, Temporal), so they keep
 working while the internals change.
 """
 
@@ -27,7 +27,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import WorkflowHandle
 
-from api.devserver import PID_FILENAME, tuning_args
+from api.runtime.devserver import PID_FILENAME, tuning_args
 
 READY_LINE = b"hitlflow is up"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -73,7 +73,7 @@ def up_synchronous() -> str:
 
 
 def sqlite_tuning(synchronous: str) -> list[str]:
-    """``up``'s server flags (``api.devserver.tuning_args``) with ``synchronous`` set."""
+    """``up``'s server flags (``api.runtime.devserver.tuning_args``) with ``synchronous`` set."""
     out = []
     for arg in tuning_args():
         out.append(f"synchronous={synchronous}" if arg.startswith("synchronous=") else arg)
@@ -141,7 +141,7 @@ class Up:
         """The session worker's pid: ``up`` runs it in a child process."""
         children = Path(f"/proc/{self.pid}/task/{self.pid}/children").read_text().split()
         return next(int(pid) for pid in children
-                    if b"api.worker_process" in Path(f"/proc/{pid}/cmdline").read_bytes())
+                    if b"api.runtime.worker_process" in Path(f"/proc/{pid}/cmdline").read_bytes())
 
     @property
     def stderr_path(self) -> Path:
@@ -198,7 +198,7 @@ async def start_cli_worker(temporal: str, task_queue: str) -> asyncio.subprocess
 # ---------------------------------------------------------------------------
 # Worker processes (the benchmark's clients stay out of the measured process)
 
-#: ``hitlflow``: the worker exactly as ``api.worker.build_worker`` builds it (what ``up``
+#: ``hitlflow``: the worker exactly as ``api.runtime.worker.build_worker`` builds it (what ``up``
 #: runs, its sandboxed runner). ``bare``: ``bare_workflow``'s workflows with the same
 #: activities and the same runner (its own module passed through, as build_worker's).
 WORKER_KINDS = ("hitlflow", "bare")
@@ -221,9 +221,9 @@ async def _run_worker(kind: str, address: str, task_queue: str,
     from activities.llm import LlmActivities
     from activities.mcp_pool import McpClientPool
     from activities.tools import McpToolActivities
-    from api.sandbox import sandbox_runner
+    from api.runtime.sandbox import sandbox_runner
+    from api.runtime.worker import build_worker, connect
     from api.settings import HitlflowSettings
-    from api.worker import build_worker, connect
 
     client = await connect(HitlflowSettings(temporal_address=address))
     pool = McpClientPool()

@@ -70,7 +70,7 @@ async def session_events(
     """The session's log events with ``seq > after_seq``, mapped from history (the
     same events, ids and hashes as the log), live until the session ends.
 
-    The SSE feed (``api.sse.EventProvider``): by default only the SSE types
+    The SSE feed (``api.http.sse.EventProvider``): by default only the SSE types
     (``execution_state``, ``conversation.state.changed``, ``interaction.*``, ``text``,
     ``tool_result``); ``seq`` (the log's line number) is the SSE id, strictly
     increasing, so ``Last-Event-ID`` resumes (:func:`stream_head` says how far it

@@ -13,8 +13,8 @@ import httpx
 from fastapi import FastAPI
 from temporalio.client import Client
 
-from api.app import ApiServer, create_app
-from api.demo import demo_config
+from api.cli.demo_config import demo_config
+from api.http.app import ApiServer, create_app
 from api.settings import HitlflowSettings
 from observation.exporter.keys import load_or_create_signer
 from tests.support.sessions import running_exporter, running_worker

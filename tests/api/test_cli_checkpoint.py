@@ -1,5 +1,5 @@
 """``hitlflow log verify --key/--since``, ``log checkpoint|key|keygen`` and where the
-exporter's key comes from (``api.checkpoint_key``)."""
+exporter's key comes from (``api.runtime.signing_keys``)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from api.checkpoint_key import exporter_signer, verifier_key
+from api.runtime.signing_keys import exporter_signer, verifier_key
 from api.settings import HitlflowSettings
 from observation.exporter import export_history
 from observation.exporter.checkpoint import CHECKPOINT_NAME

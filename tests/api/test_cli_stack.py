@@ -22,18 +22,18 @@ from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest, Describe
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
-from api.cli_stack import READY_LINE
-from api.devserver import PID_FILENAME, check_port_free
+from api.cli.stack import READY_LINE
+from api.runtime.devserver import PID_FILENAME, check_port_free
 from api.settings import TASK_QUEUE
 
 try:
-    from api.worker import run_worker  # noqa: F401
+    from api.runtime.worker import run_worker  # noqa: F401
 except ImportError:
     HAS_WORKER = False
 else:
     HAS_WORKER = True
 needs_worker = pytest.mark.skipif(
-    not HAS_WORKER, reason="api.worker.run_worker does not exist yet (the lead writes it)"
+    not HAS_WORKER, reason="api.runtime.worker.run_worker does not exist yet (the lead writes it)"
 )
 
 START_TIMEOUT_S = 90
@@ -138,10 +138,10 @@ async def wait_for_pollers(client: Client, task_queue: str, timeout: float = 30)
 
 
 def worker_processes(parent: int) -> list[int]:
-    """``up``'s worker child processes (``python -m api.worker_process``)."""
+    """``up``'s worker child processes (``python -m api.runtime.worker_process``)."""
     children = Path(f"/proc/{parent}/task/{parent}/children").read_text().split()
     return [int(pid) for pid in children
-            if b"api.worker_process" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+            if b"api.runtime.worker_process" in Path(f"/proc/{pid}/cmdline").read_bytes()]
 
 
 def pid_alive(pid: int) -> bool:

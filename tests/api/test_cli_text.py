@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from rich.console import Console
 
-from api.cli_text import AgentText
+from api.cli.text import AgentText
 
 
 def printer(width: int = 20) -> tuple[AgentText, io.StringIO]:

@@ -9,7 +9,7 @@ import pytest
 from click.testing import Result
 from typer.testing import CliRunner
 
-from api.cli import app
+from api.cli.main import app
 from workflows.contract import CONTRACT_TABLE, ExecutionStatus, Trigger
 from workflows.fsm import derive_topology
 from workflows.statechart import SESSION_TABLE, SessionEvent, SessionStatus

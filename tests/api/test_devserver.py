@@ -24,8 +24,8 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
-from api import devserver
-from api.devserver import (
+from api.runtime import devserver
+from api.runtime.devserver import (
     BinaryNotFoundError,
     DevServer,
     DevServerError,

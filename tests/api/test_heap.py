@@ -10,8 +10,8 @@ def test_freeze_startup_exempts_what_is_alive_and_still_collects_new_garbage() -
     # In a process of its own: freezing the test runner's heap would outlive the test.
     code = """
 import gc, weakref
-from api.heap import freeze_startup
-import api.app  # what a serving process imported
+from api.runtime.heap import freeze_startup
+import api.http.app  # what a serving process imported
 frozen = freeze_startup()
 assert frozen == gc.get_freeze_count() > 50_000, frozen
 assert gc.get_count()[0] < 100  # collected just before freezing

@@ -6,7 +6,7 @@ import json
 
 import httpx
 
-from api.app import create_app
+from api.http.app import create_app
 from observation.exporter import export_session
 from observation.exporter.checkpoint import Checkpoint, root_of
 from observation.exporter.note import Verifier, open_note

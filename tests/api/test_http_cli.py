@@ -12,7 +12,7 @@ from pathlib import Path
 
 from typer.testing import CliRunner, Result
 
-from api.cli import app
+from api.cli.main import app
 from tests.api.http_support import (
     HttpStack,
     chat_body,

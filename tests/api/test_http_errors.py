@@ -8,8 +8,8 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
-from api.app import create_app
-from api.deps import ApiTuning
+from api.http.app import create_app
+from api.http.deps import ApiTuning
 from tests.api.http_support import HttpStack, confirm_body, error_of, serve, session_until, waiting
 
 BAD_IDS = ["..", "../x", "..%2Fx", "%2e%2e", "a b", "a.b", "-x", "_x", "x" * 129, "é", "x%00",

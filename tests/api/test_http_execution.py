@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 
 import httpx
 
-from api.app import create_app
+from api.http.app import create_app
 from api.settings import HitlflowSettings
 from tests.api.http_support import (
     HttpStack,

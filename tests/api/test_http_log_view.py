@@ -9,9 +9,9 @@ from datetime import UTC, datetime
 
 import httpx
 
-from api.app import create_app
-from api.deps import ApiTuning
-from api.paging import encode_cursor
+from api.http.app import create_app
+from api.http.deps import ApiTuning
+from api.http.paging import encode_cursor
 from observation.exporter import export_session
 from observation.log_view import fold
 from observation.projections import ExecutionTimeline, snapshot

@@ -4,8 +4,8 @@ through Temporal visibility); the ones it gave out page on."""
 
 from __future__ import annotations
 
-from api.paging import encode_cursor
-from api.routers.sessions import _visibility_token
+from api.http.paging import encode_cursor
+from api.http.routers.sessions import _visibility_token
 from observation.read_model.store import encode_page_token
 from observation.tokens import decode_token, encode_token
 from tests.api.http_support import HttpStack, confirm_body, error_of, listed, session_until, waiting

@@ -9,8 +9,8 @@ from pathlib import Path
 import httpx
 from temporalio.testing import WorkflowEnvironment
 
-from api.app import create_app
-from api.deps import ApiTuning
+from api.http.app import create_app
+from api.http.deps import ApiTuning
 from api.settings import HitlflowSettings
 from tests.api.http_support import confirm_body, error_of, serve, session_until, waiting
 from tests.support.sessions import running_exporter, running_worker
@@ -82,7 +82,7 @@ async def test_sse_in_up_streams_the_exporters_lines_and_reads_see_them_at_once(
     """`hitlflow up` wires SSE to the exporter's feed: no follower of its own (the
     session is parked while it is watched), and each streamed line is in the read
     model already, so a read with `min_seq` = its id is fresh without waiting."""
-    from api.sse import aparse_lines
+    from api.http.sse import aparse_lines
     from observation.exporter import LogFeed
 
     settings = HitlflowSettings(

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import httpx
 
-from api.app import create_app
+from api.http.app import create_app
 from api.settings import HitlflowSettings
 from tests.api.http_support import HttpStack, confirm_body, serve, session_until, waiting
 

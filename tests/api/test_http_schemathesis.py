@@ -35,8 +35,8 @@ from temporalio.contrib.pydantic import pydantic_data_converter  # noqa: E402
 from temporalio.exceptions import ApplicationError  # noqa: E402
 from temporalio.worker import Worker  # noqa: E402
 
-from api.app import ApiServer, create_app  # noqa: E402
-from api.deps import ApiTuning  # noqa: E402
+from api.http.app import ApiServer, create_app  # noqa: E402
+from api.http.deps import ApiTuning  # noqa: E402
 from api.settings import HitlflowSettings  # noqa: E402
 from observation.exporter.keys import load_or_create_signer  # noqa: E402
 from observation.telemetry import STORE_NAME, TelemetryStore  # noqa: E402

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import httpx
 
-from api.app import create_app
-from api.deps import ApiTuning
+from api.http.app import create_app
+from api.http.deps import ApiTuning
 from tests.api.http_support import (
     HttpStack,
     chat_body,

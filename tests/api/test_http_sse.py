@@ -12,9 +12,9 @@ import httpx
 import pytest
 
 from activities.deltas import LLM_CALL_SCHEDULED, InProcessDeltaBus
-from api.app import ApiServer, create_app
-from api.deps import ApiTuning
-from api.sse import STREAM_COMPLETE, SseMessage, SseParser, StreamEvent
+from api.http.app import ApiServer, create_app
+from api.http.deps import ApiTuning
+from api.http.sse import STREAM_COMPLETE, SseMessage, SseParser, StreamEvent
 from observation.exporter import StreamHead
 from tests.api.http_support import HttpStack, confirm_body, error_of
 

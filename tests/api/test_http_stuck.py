@@ -28,10 +28,10 @@ from temporalio.worker import (
 )
 
 from activities.mcp_pool import McpClientPool
-from api.app import create_app
-from api.deps import ApiTuning
+from api.http.app import create_app
+from api.http.deps import ApiTuning
+from api.runtime.worker import build_worker
 from api.settings import HitlflowSettings
-from api.worker import build_worker
 from tests.api.http_support import (
     HttpStack,
     confirm_body,

@@ -7,7 +7,7 @@ import uuid
 
 import httpx
 
-from api.app import create_app
+from api.http.app import create_app
 from api.settings import HitlflowSettings
 from tests.api.http_support import chat_body, confirm_body, serve, session_until, waiting
 from tests.support.sessions import running_worker

@@ -11,7 +11,7 @@ import sys
 import pytest
 from pydantic import ValidationError
 
-import api.worker as worker
+import api.runtime.worker as worker
 from activities.mcp_pool import DEFAULT_IDLE_S, DEFAULT_MAX_SERVERS, McpClientPool
 from api.settings import HitlflowSettings
 

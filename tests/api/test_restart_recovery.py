@@ -17,9 +17,9 @@ from temporalio.api.taskqueue.v1 import PollerInfo
 from temporalio.client import Client
 from temporalio.service import WorkflowService
 
-from api.recovery import live_pollers, other_workers
+from api.runtime.recovery import live_pollers, other_workers
+from api.runtime.worker import run_worker
 from api.settings import HitlflowSettings
-from api.worker import run_worker
 from observation.exporter.decode import journal_of
 from tests.support.sessions import running_worker, start_session, until_status
 from workflows.config import SessionConfig

@@ -1,4 +1,4 @@
-"""The workers' sandbox (``api.sandbox``): temporalio's, with its code compiled once."""
+"""The workers' sandbox (``api.runtime.sandbox``): temporalio's, with its code compiled once."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from temporalio.worker.workflow_sandbox import (
 )
 from temporalio.worker.workflow_sandbox._runner import _Instance
 
-from api.sandbox import CompiledSandboxRunner, compiled
-from api.worker import SESSION_RUNNER
+from api.runtime.sandbox import CompiledSandboxRunner, compiled
+from api.runtime.worker import SESSION_RUNNER
 from tests.support.sandbox_probe import SandboxProbe
 
 

@@ -9,9 +9,9 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
-from api.deps import get_client
-from api.errors import install as install_error_handlers
-from api.routers.sessions import router
+from api.http.deps import get_client
+from api.http.errors import install as install_error_handlers
+from api.http.routers.sessions import router
 from workflows.statechart import SEED003_RUN_STATES, SessionStatus, status_from_client
 
 

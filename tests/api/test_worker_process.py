@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from activities.deltas import InProcessDeltaBus
+from api.runtime.worker_process import WorkerProcessError, run_worker_process
 from api.settings import HitlflowSettings
-from api.worker_process import WorkerProcessError, run_worker_process
 
 
 async def test_a_worker_that_cannot_start_is_an_error_not_ready(
@@ -31,15 +31,15 @@ async def test_a_worker_that_cannot_start_is_an_error_not_ready(
 
 
 @pytest.mark.parametrize(("argv", "stdin", "expected"), [
-    ([], b"", "usage: python -m api.worker_process <fd>"),
-    (["x"], b"", "usage: python -m api.worker_process <fd>"),
+    ([], b"", "usage: python -m api.runtime.worker_process <fd>"),
+    (["x"], b"", "usage: python -m api.runtime.worker_process <fd>"),
     (["1"], b"not json\n", "the worker failed: ValidationError"),
     (["1"], b'{"temporal_port": 0}\n', "the worker failed: ValidationError"),
     (["1"], b"", "the worker failed: ValidationError"),  # up died before the settings
 ])
 def test_the_child_refuses_broken_input_clearly(argv: list[str], stdin: bytes,
                                                 expected: str) -> None:
-    r = subprocess.run([sys.executable, "-m", "api.worker_process", *argv], input=stdin,
+    r = subprocess.run([sys.executable, "-m", "api.runtime.worker_process", *argv], input=stdin,
                        capture_output=True, timeout=60)
     assert r.returncode != 0
     assert expected in r.stderr.decode(), r.stderr

@@ -8,7 +8,7 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import UnsandboxedWorkflowRunner
 
 from activities.mcp_pool import McpClientPool
-from api.worker import SESSION_RUNNER, build_worker
+from api.runtime.worker import SESSION_RUNNER, build_worker
 
 
 def test_the_session_runner_passes_the_workflow_module_through():

@@ -19,8 +19,8 @@ import replay_bench
 import session_bench
 import stack
 
-from api.devserver import tuning_args
-from api.worker import SESSION_RUNNER
+from api.runtime.devserver import tuning_args
+from api.runtime.worker import SESSION_RUNNER
 from workflows.config import SessionConfig
 
 

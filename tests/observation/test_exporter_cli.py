@@ -25,7 +25,7 @@ HISTORIES = Path(__file__).parents[1] / "workflows" / "histories"
 SID, EVENTS = load_history((HISTORIES / "demo.json").read_text())
 runner = CliRunner()
 # The real command line, in its own process (exit codes as a shell sees them).
-CLI = ("import typer; from api import cli_log; app = typer.Typer(); "
+CLI = ("import typer; from api.cli import log as cli_log; app = typer.Typer(); "
        "app.callback()(lambda: None); cli_log.register(app); app()")
 
 
@@ -131,7 +131,7 @@ async def test_export_all_skips_a_log_that_a_live_exporter_holds(app, tmp_path, 
     from temporalio.client import Client
     from temporalio.contrib.pydantic import pydantic_data_converter
 
-    from api.devserver import DevServer
+    from api.runtime.devserver import DevServer
     from observation.exporter import LogWriter, verify_dir
 
     cfg = SessionConfig.model_validate({"initial_message": "hi", "mode": "auto", "agent": {

@@ -13,7 +13,7 @@ import pytest
 from temporalio.client import WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
-from api.demo import demo_config, notes_server
+from api.cli.demo_config import demo_config, notes_server
 from observation.exporter import (
     Exporter,
     Snapshot,

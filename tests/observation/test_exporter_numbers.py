@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from api.demo import notes_server
+from api.cli.demo_config import notes_server
 from observation.exporter import (
     Snapshot,
     export_history,

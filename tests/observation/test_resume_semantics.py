@@ -11,7 +11,7 @@ from pathlib import Path
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
-from api.demo import demo_config
+from api.cli.demo_config import demo_config
 from observation.exporter import export_session
 from observation.exporter.snapshot import Snapshot
 from observation.exporter.verify import read_lines, verify_lines

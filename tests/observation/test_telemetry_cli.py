@@ -10,7 +10,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from api import cli_telemetry
+from api.cli import telemetry as cli_telemetry
 from observation.exporter import export_history
 from observation.exporter.decode import load_history
 from observation.telemetry import STORE_NAME, TelemetryStore

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from api.demo import demo_config
+from api.cli.demo_config import demo_config
 from observation.exporter import Exporter
 from observation.exporter.verify import read_lines, verify_lines
 from observation.telemetry import STORE_NAME, TelemetryStore, project

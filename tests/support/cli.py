@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import typer
 
-from api import cli_log
+from api.cli import log as cli_log
 
 
 def group_app(register: Callable[[typer.Typer], None]) -> typer.Typer:

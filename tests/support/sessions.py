@@ -16,7 +16,7 @@ from typing import Any
 from temporalio.client import Client, WorkflowHandle
 
 from activities.mcp_pool import McpClientPool
-from api.worker import build_worker
+from api.runtime.worker import build_worker
 from observation.exporter.note import Signer
 from workflows.config import SessionConfig
 from workflows.messages import CURRENT_BEHAVIOUR, SessionInput, SessionResult, SessionSnapshot

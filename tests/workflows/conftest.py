@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
-from api.demo import notes_server
+from api.cli.demo_config import notes_server
 from tests.support.sessions import running_worker
 
 

@@ -23,8 +23,8 @@ from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
-from api.demo import demo_config, notes_server
-from api.devserver import temporal_cli_path, tuning_args
+from api.cli.demo_config import demo_config, notes_server
+from api.runtime.devserver import temporal_cli_path, tuning_args
 from tests.support.mcp_servers import recording_server
 from tests.support.sessions import running_worker, start_session, until, until_status
 from workflows.config import SessionConfig

@@ -12,8 +12,8 @@ from pathlib import Path
 from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.client import Client
 
+from api.runtime.worker import run_worker
 from api.settings import HitlflowSettings
-from api.worker import run_worker
 from observation.exporter.decode import journal_of
 from tests.support.sessions import (
     running_worker,

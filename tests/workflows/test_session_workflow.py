@@ -11,7 +11,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowFailureError, WorkflowUpdateFailedError
 from temporalio.service import RPCError
 
-from api.demo import demo_config
+from api.cli.demo_config import demo_config
 from observation.exporter import export_session
 from tests.support.sessions import start_session, until, until_status
 from workflows.config import SessionConfig

@@ -11,8 +11,8 @@ from typing import Any
 
 import httpx
 
+from api.http.sse import SseMessage, SseParser, parse_lines
 from api.settings import HitlflowSettings
-from api.sse import SseMessage, SseParser, parse_lines
 
 #: The API sends a keep-alive comment every 15 s; silence this long means a dead link.
 READ_TIMEOUT_S = 60.0

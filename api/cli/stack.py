@@ -1,7 +1,7 @@
 """``hitlflow up`` (the whole stack on one machine) and ``hitlflow worker``.
 
-``up`` starts the Temporal dev server (``api.devserver``), a session worker in a
-child process (``api.worker_process``), the exporter and the HTTP service in this
+``up`` starts the Temporal dev server (``api.runtime.devserver``), a session worker in a
+child process (``api.runtime.worker_process``), the exporter and the HTTP service in this
 process, prints where they listen once the worker polls, and on
 Ctrl-C / SIGTERM stops them in reverse order: API, worker, server. ``worker``
 runs a session worker alone against any Temporal frontend.
@@ -25,9 +25,9 @@ import typer
 from pydantic import ValidationError
 
 from activities.deltas import DeltaBus, InProcessDeltaBus
-from api.checkpoint_key import exporter_signer
-from api.devserver import DevServer, DevServerError
-from api.heap import freeze_startup
+from api.runtime.devserver import DevServer, DevServerError
+from api.runtime.heap import freeze_startup
+from api.runtime.signing_keys import exporter_signer
 from api.settings import HitlflowSettings
 from observation.exporter import LogFeed, Wakeups, run_exporter
 from observation.exporter.note import NoteKeyError, Signer
@@ -70,13 +70,13 @@ def _fail_usage(message: str) -> None:
 
 def _load_run_worker(*, process: bool = False) -> RunWorker:
     """The session worker in this process, or (``up``) in a child process
-    (``api.worker_process``: the worker's CPU and heap apart from the API's)."""
+    (``api.runtime.worker_process``: the worker's CPU and heap apart from the API's)."""
     try:
-        from api.worker import run_worker
-        from api.worker_process import run_worker_process
+        from api.runtime.worker import run_worker
+        from api.runtime.worker_process import run_worker_process
     except ImportError as e:
-        raise DevServerError(f"the session worker (api.worker.run_worker) is not available: {e}"
-                             ) from None
+        raise DevServerError(
+            f"the session worker (api.runtime.worker.run_worker) is not available: {e}") from None
     return run_worker_process if process else run_worker
 
 
@@ -96,7 +96,7 @@ async def _start_api(settings: HitlflowSettings, stop: asyncio.Event,
     read ``feed`` (the exporter's committed lines) instead of following history, and
     merge in the model's text as it is written from ``deltas`` (the worker's bus).
     """
-    from api.app import ApiServer, ApiStartError, create_app
+    from api.http.app import ApiServer, ApiStartError, create_app
 
     provider = (lambda _client, sid, after: feed.events(sid, after)) if feed else None
     head = (lambda _client, sid: feed.head(sid)) if feed else None
@@ -228,7 +228,7 @@ async def _up(settings: HitlflowSettings, run_worker: RunWorker | None,
         # its SSE streams take the exporter's lines (one follower per session, not two).
         wakeups, feed = Wakeups(), LogFeed(stack.data_dir / "runs")
         api = await _start_api(stack, api_stop, wakeups, feed, deltas)
-        from api.worker import connect
+        from api.runtime.worker import connect
 
         exporter_stop = asyncio.Event()
         exporter = asyncio.create_task(
@@ -243,7 +243,7 @@ async def _up(settings: HitlflowSettings, run_worker: RunWorker | None,
         recorded = None
         if worker is None or worker_ready.is_set():
             _print_where(settings, server, api, worker)
-            # The client commands find this API from the data directory (api.cli_options).
+            # The client commands find this API from the data directory (api.cli.options).
             recorded = _record_api_url(server.data_dir, stack) if api is not None else None
             typer.echo(f"{READY_LINE}; press Ctrl-C to stop.")
             freeze_startup()
@@ -297,8 +297,8 @@ def _print_where(settings: HitlflowSettings, server: DevServer, api: Any, worker
 
 
 def _record_api_url(data_dir: Path, settings: HitlflowSettings) -> Path | None:
-    from api.cli_options import API_URL_FILE
-    from api.http_client import default_api_url
+    from api.cli.client import default_api_url
+    from api.cli.options import API_URL_FILE
 
     path = data_dir / API_URL_FILE
     try:

@@ -12,8 +12,8 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Query, Response
 from fastapi.responses import FileResponse, PlainTextResponse
 
-from api.deps import SessionIdDep, SettingsDep
-from api.errors import ApiError
+from api.http.deps import SessionIdDep, SettingsDep
+from api.http.errors import ApiError
 from observation.exporter.checkpoint import CHECKPOINT_NAME
 from observation.exporter.keys import VERIFIER_NAME
 from observation.exporter.verify import LOG_NAME

@@ -1,7 +1,7 @@
 """The inbox: the web page where a person sees and answers the sessions that wait
 for them (``GET /``), and its two static files (``/inbox/inbox.js``, ``/inbox/inbox.css``).
 
-The page is plain HTML and JavaScript shipped inside the package (``api/inbox/``): no
+The page is plain HTML and JavaScript shipped inside the package (``api/http/inbox/``): no
 build step, nothing fetched from elsewhere at run time. It only calls the HTTP API
 (with the bearer token the person typed, when one is configured), so these routes are
 open: the page holds no data, and every call it makes is guarded like any other.
@@ -14,7 +14,7 @@ from importlib import resources
 from fastapi import APIRouter
 from fastapi.responses import Response
 
-from api.errors import ApiError
+from api.http.errors import ApiError
 
 router = APIRouter(tags=["inbox"], include_in_schema=False)
 
@@ -24,7 +24,7 @@ FILES = {
     "inbox.js": "text/javascript; charset=utf-8",
     "inbox.css": "text/css; charset=utf-8",
 }
-#: The paths the bearer token does not guard (api.app.OPEN_PATHS).
+#: The paths the bearer token does not guard (api.http.app.OPEN_PATHS).
 PATHS = frozenset({"/", *(f"/inbox/{name}" for name in FILES if name != "index.html")})
 HEADERS = {
     # Revalidate every time: a new version of the package shows at the next reload.
@@ -38,7 +38,7 @@ HEADERS = {
 
 
 def _file(name: str) -> Response:
-    body = resources.files("api.inbox").joinpath(name).read_bytes()
+    body = resources.files("api.http.inbox").joinpath(name).read_bytes()
     return Response(body, media_type=FILES[name], headers=HEADERS)
 
 

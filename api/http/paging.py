@@ -13,7 +13,7 @@ from typing import Annotated, Literal
 
 from fastapi import Query
 
-from api.errors import ApiError
+from api.http.errors import ApiError
 from observation.tokens import decode_token, encode_token
 
 DEFAULT_LIMIT, MAX_LIMIT = 50, 500

@@ -1,7 +1,7 @@
 """``hitlflow session ...``: drive sessions through the HTTP API, and ``hitlflow api``.
 
 Every command talks HTTP to the API of the stack named by the options ``up`` takes
-(``--data-dir``, ``--api-port``, or ``--api-url``; ``api.cli_options``) with
+(``--data-dir``, ``--api-port``, or ``--api-url``; ``api.cli.options``) with
 ``--token`` (env ``HITLFLOW_API_TOKEN``). An API error prints ``error: <code>:
 <message>`` and exits 1; bad arguments exit 2. Contracts are named by any unique
 prefix of their id (or of the part after ``<session id>.``, which ``tail`` and ``show``
@@ -27,10 +27,10 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from api.cli_options import Stack, command_line, stack_options
-from api.cli_text import AgentText
-from api.http_client import ApiClient, ApiClientError
-from api.sse import STREAM_COMPLETE, SseMessage
+from api.cli.client import ApiClient, ApiClientError
+from api.cli.options import Stack, command_line, stack_options
+from api.cli.text import AgentText
+from api.http.sse import STREAM_COMPLETE, SseMessage
 from workflows.contract import actor_of
 
 console = Console(highlight=False)
@@ -551,8 +551,8 @@ def api_command(
 ) -> None:
     """Serve the HTTP API alone against a Temporal frontend until Ctrl-C (more API
     processes may serve the same sessions)."""
-    from api.app import ApiStartError, run_api
-    from api.heap import freeze_startup
+    from api.http.app import ApiStartError, run_api
+    from api.runtime.heap import freeze_startup
     from api.settings import HitlflowSettings
 
     given = {"api_host": host, "api_port": port, "temporal_address": temporal_address}
@@ -574,7 +574,7 @@ def api_command(
 
     code = asyncio.run(main())
     sys.stdout.flush()
-    os._exit(code)  # see api.cli_stack._exit: the Temporal runtime and interpreter teardown
+    os._exit(code)  # see api.cli.stack._exit: the Temporal runtime and interpreter teardown
 
 
 def register(app: typer.Typer) -> None:

@@ -24,7 +24,7 @@ from typing import Annotated, Any
 import typer
 from pydantic import ValidationError
 
-from api.http_client import ApiClient, default_api_url
+from api.cli.client import ApiClient, default_api_url
 from api.settings import HitlflowSettings
 
 #: The file ``up`` writes into its data directory while it serves the API.

@@ -59,19 +59,19 @@ def topology_command(
 
 
 def _register_commands() -> None:
-    from api import cli_demo
+    from api.cli import demo as cli_demo
 
     cli_demo.register(app)
-    from api import cli_stack  # up, worker
+    from api.cli import stack as cli_stack  # up, worker
 
     cli_stack.register(app)
-    from api import cli_log  # log verify/replay/export
+    from api.cli import log as cli_log  # log verify/replay/export
 
     cli_log.register(app)
-    from api import cli_session  # session ..., api
+    from api.cli import session as cli_session  # session ..., api
 
     cli_session.register(app)
-    from api import cli_telemetry  # telemetry runs/rebuild
+    from api.cli import telemetry as cli_telemetry  # telemetry runs/rebuild
 
     cli_telemetry.register(app)
 

@@ -14,9 +14,9 @@ from typing import Annotated, Literal
 from fastapi import Depends, Path, Query, Request
 from temporalio.client import Client
 
-from api.errors import ApiError
-from api.models import SESSION_ID_PATTERN
-from api.read_model import Freshness, store_of
+from api.http.errors import ApiError
+from api.http.models import SESSION_ID_PATTERN
+from api.http.reads import Freshness, store_of
 from api.settings import HitlflowSettings
 from observation.log_reader import LogViews
 from observation.read_model import ReadStore

@@ -18,12 +18,12 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from api.cli_options import Stack, stack_options
-from api.cli_session import follow_events, tool_label
-from api.cli_text import AgentText
-from api.demo import demo_config
-from api.http_client import ApiClient, ApiClientError
-from api.sse import SseMessage
+from api.cli.client import ApiClient, ApiClientError
+from api.cli.demo_config import demo_config
+from api.cli.options import Stack, stack_options
+from api.cli.session import follow_events, tool_label
+from api.cli.text import AgentText
+from api.http.sse import SseMessage
 
 console = Console(highlight=False)
 

@@ -33,8 +33,8 @@ from temporalio.client import Client, WorkflowExecutionDescription
 from temporalio.common import SearchAttributeKey
 from temporalio.service import RPCError, RPCStatusCode
 
-from api.errors import SESSION_STUCK, ApiError, temporal_errors
-from api.models import StuckView
+from api.http.errors import SESSION_STUCK, ApiError, temporal_errors
+from api.http.models import StuckView
 
 log = logging.getLogger("hitlflow.api")
 

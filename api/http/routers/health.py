@@ -7,8 +7,8 @@ from datetime import timedelta
 
 from fastapi import APIRouter, Request
 
-from api.deps import SettingsDep
-from api.models import Health, TemporalHealth
+from api.http.deps import SettingsDep
+from api.http.models import Health, TemporalHealth
 
 router = APIRouter(tags=["health"])
 CHECK_TIMEOUT = timedelta(seconds=2)

@@ -3,7 +3,7 @@
 Any number of workers may run against one Temporal server; nothing here
 assumes it is the only one. A worker that starts while no other polls its task
 queue (a cold start of the orchestrator) asks every session in ``waiting_user``
-to check its pending request with one batch operation (seed 004; ``api.recovery``).
+to check its pending request with one batch operation (seed 004; ``api.runtime.recovery``).
 """
 
 from __future__ import annotations
@@ -26,15 +26,15 @@ from activities.deltas import DeltaBus, cluster_delta_bus
 from activities.llm import LlmActivities
 from activities.mcp_pool import McpClientPool
 from activities.tools import McpToolActivities
-from api.recovery import other_workers, start_recovery
-from api.sandbox import sandbox_runner
+from api.runtime.recovery import other_workers, start_recovery
+from api.runtime.sandbox import sandbox_runner
 from api.settings import HitlflowSettings
 from workflows.journal_carrier import INTERCEPTORS
 from workflows.session import SessionWorkflow
 
 log = logging.getLogger("hitlflow.worker")
 
-#: The sandbox (``api.sandbox``) with ``workflows.session`` passed through: its
+#: The sandbox (``api.runtime.sandbox``) with ``workflows.session`` passed through: its
 #: re-import for every new session was, measured, the largest part of a new session's
 #: cost on the worker.
 SESSION_RUNNER = sandbox_runner("workflows.session")

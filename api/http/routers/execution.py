@@ -10,7 +10,7 @@ from typing import Annotated
 from fastapi import APIRouter, Header, Path, Request, Response
 from temporalio.client import Client
 
-from api.deps import (
+from api.http.deps import (
     ApiTuning,
     ClientDep,
     ConsistencyQuery,
@@ -19,9 +19,9 @@ from api.deps import (
     SessionIdDep,
     TuningDep,
 )
-from api.errors import ApiError, temporal_errors
-from api.models import TimelinePage
-from api.paging import (
+from api.http.errors import ApiError, temporal_errors
+from api.http.models import TimelinePage
+from api.http.paging import (
     DEFAULT_LIMIT,
     CursorQuery,
     LimitQuery,
@@ -29,7 +29,7 @@ from api.paging import (
     decode_cursor,
     encode_cursor,
 )
-from api.read_model import (
+from api.http.reads import (
     Freshness,
     fresh_row,
     freshness_headers,

@@ -5,8 +5,8 @@ cache of up to ``HITLFLOW_WORKER_MAX_CACHED_WORKFLOWS`` sessions) are CPU and
 heap that would otherwise share one interpreter, one GIL and one garbage
 collector with the API's reads, the exporter and every SSE stream.
 
-``up`` calls :func:`run_worker_process` (the shape of ``api.worker.run_worker``);
-it starts ``python -m api.worker_process <fd>`` in a session of its own, writes
+``up`` calls :func:`run_worker_process` (the shape of ``api.runtime.worker.run_worker``);
+it starts ``python -m api.runtime.worker_process <fd>`` in a session of its own, writes
 the stack's settings as one JSON line to its stdin and keeps stdin open: the
 child stops when stdin ends, whether ``up`` closed it (stopping) or died. The
 child writes the model's text as it is written, and one ``ready`` line, to the
@@ -24,7 +24,7 @@ from collections.abc import Callable
 
 from activities.deltas import InProcessDeltaBus
 from activities.deltas_pipe import PipeDeltaBus, replay_line
-from api.heap import freeze_startup
+from api.runtime.heap import freeze_startup
 from api.settings import HitlflowSettings
 
 #: A line of the pipe is at most a piece (``deltas_pipe.PIECE_CHARS``) as JSON.
@@ -45,7 +45,7 @@ async def run_worker_process(settings: HitlflowSettings, stop: asyncio.Event, *,
     read_fd, write_fd = os.pipe()
     try:
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "api.worker_process", str(write_fd),
+            sys.executable, "-m", "api.runtime.worker_process", str(write_fd),
             stdin=asyncio.subprocess.PIPE, pass_fds=(write_fd,),
             start_new_session=True)  # up forwards Ctrl-C: the child never sees it twice
     except BaseException:
@@ -102,7 +102,7 @@ async def _pump(fd: int, bus: InProcessDeltaBus,
 
 
 async def _child(fd: int) -> int:
-    from api.worker import run_worker
+    from api.runtime.worker import run_worker
 
     loop = asyncio.get_running_loop()
     stdin = asyncio.StreamReader(limit=LINE_LIMIT)
@@ -128,14 +128,14 @@ async def _child(fd: int) -> int:
 
 def main(argv: list[str]) -> None:
     if len(argv) != 1 or not argv[0].isdigit():
-        sys.exit("usage: python -m api.worker_process <fd> (hitlflow up starts it)")
+        sys.exit("usage: python -m api.runtime.worker_process <fd> (hitlflow up starts it)")
     code = 1
     try:
         code = asyncio.run(_child(int(argv[0])))
     except Exception as err:
         print(f"Error: the worker failed: {type(err).__name__}: {err}", file=sys.stderr)
     finally:
-        # Everything is stopped: skip interpreter teardown (see api.cli_stack._exit).
+        # Everything is stopped: skip interpreter teardown (see api.cli.stack._exit).
         sys.stderr.flush()
         os._exit(code)
 

@@ -14,7 +14,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from api.cli_options import Stack, stack_options
+from api.cli.options import Stack, stack_options
 from api.settings import HitlflowSettings
 from observation.telemetry import JOB_TYPES, STATUSES, STORE_NAME, TelemetryStore
 from observation.telemetry.model import TelemetryRun

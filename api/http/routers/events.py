@@ -1,11 +1,11 @@
 """``GET /api/sessions/{session_id}/events``: the session's live SSE stream.
 
 Where the events come from is one function, ``session_events(client, session_id,
-after_seq)`` (``api.sse.EventProvider``):
+after_seq)`` (``api.http.sse.EventProvider``):
 
 * THE PLUG POINT — ``observation.exporter.session_events``: the exporter's mapped
   history (DESIGN: one pipeline, no second source of truth). Its events' ``seq`` (the
-  log's line number) is the SSE ``id``; ``api.sse.coerce`` turns each into a frame.
+  log's line number) is the SSE ``id``; ``api.http.sse.coerce`` turns each into a frame.
 * tests inject their own with ``create_app(..., event_provider=...)`` (and, for the
   ``Last-Event-ID`` checks, ``stream_head=...``; without it they are skipped).
 
@@ -25,9 +25,9 @@ from typing import Annotated
 from fastapi import APIRouter, Header, Query, Request, Response
 from fastapi.responses import StreamingResponse
 
-from api.deps import ClientDep, SessionIdDep, TuningDep
-from api.errors import ApiError, temporal_errors
-from api.sse import EventProvider, HeadProvider, sse_stream
+from api.http.deps import ClientDep, SessionIdDep, TuningDep
+from api.http.errors import ApiError, temporal_errors
+from api.http.sse import EventProvider, HeadProvider, sse_stream
 
 router = APIRouter(prefix="/api/sessions", tags=["events"])
 

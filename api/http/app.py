@@ -3,9 +3,9 @@
 * The Temporal client is created in the lifespan (pydantic data converter), lazily:
   the API starts even while Temporal is down; ``/healthz`` says so and calls that
   need Temporal answer 503 ``temporal_unavailable`` until it is back.
-* Every error is ``{"error": {"code", "message"}}`` (``api.errors``).
+* Every error is ``{"error": {"code", "message"}}`` (``api.http.errors``).
 * Request bodies are bounded (413); with ``HITLFLOW_API_TOKEN`` set, everything but
-  ``/healthz`` and the inbox's static page (``api.routers.inbox``, which holds no data)
+  ``/healthz`` and the inbox's static page (``api.http.routers.inbox``, which holds no data)
   needs ``Authorization: Bearer <token>`` (401), docs included.
 * OpenAPI docs at ``/docs``.
 """
@@ -29,12 +29,12 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
 from activities.deltas import DeltaBus, cluster_delta_bus
-from api import errors
-from api.deps import ApiTuning, OnChange
-from api.routers import audit, events, execution, health, inbox, past, sessions
+from api.http import errors
+from api.http.deps import ApiTuning, OnChange
+from api.http.routers import audit, events, execution, health, inbox, past, sessions
+from api.http.sse import EventProvider, HeadProvider
+from api.http.stuck import StuckWatch
 from api.settings import HitlflowSettings
-from api.sse import EventProvider, HeadProvider
-from api.stuck import StuckWatch
 from observation.log_reader import LogViews
 from observation.read_model import ReadModelError, ReadStore, open_store
 

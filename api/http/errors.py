@@ -3,7 +3,7 @@
 Bad input is always a 4xx. Two 503s exist, neither caused by input: Temporal is
 unreachable (``temporal_unavailable``), or no worker answered a query or an
 update in time (``worker_unavailable``). A session whose workflow task keeps
-failing refuses every request with 409 ``session_stuck`` (``api.stuck`` adds
+failing refuses every request with 409 ``session_stuck`` (``api.http.stuck`` adds
 why). A 500 (``internal_error``) is a bug.
 """
 
@@ -27,7 +27,7 @@ from temporalio.client import (
 from temporalio.exceptions import TemporalError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from api.models import ErrorBody
+from api.http.models import ErrorBody
 
 log = logging.getLogger("hitlflow.api")
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import typer
 
-from api.checkpoint_key import verifier_key
-from api.cli_log import _fail, run_dir
-from api.cli_options import Stack, stack_options
+from api.cli.log import _fail, run_dir
+from api.cli.options import Stack, stack_options
+from api.runtime.signing_keys import verifier_key
 from observation.exporter.checkpoint import CHECKPOINT_NAME, verify_checkpoint
 from observation.exporter.keys import read_verifier, write_signer
 from observation.exporter.note import NoteKeyError, Signer

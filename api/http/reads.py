@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 
 from fastapi import Response
 
-from api.errors import ApiError
+from api.http.errors import ApiError
 from observation.log_reader import LogUnreadableError, LogViews
 from observation.log_view import SessionLogView
 from observation.read_model import ReadModelError, ReadStore

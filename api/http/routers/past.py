@@ -13,7 +13,7 @@ from typing import Any
 from fastapi import APIRouter, Request, Response
 from temporalio.client import Client
 
-from api.deps import (
+from api.http.deps import (
     ApiTuning,
     ClientDep,
     ConsistencyQuery,
@@ -22,9 +22,9 @@ from api.deps import (
     SessionIdDep,
     TuningDep,
 )
-from api.errors import temporal_errors
-from api.models import HistoryPage, MemoryPage, StatusChangeView
-from api.paging import (
+from api.http.errors import temporal_errors
+from api.http.models import HistoryPage, MemoryPage, StatusChangeView
+from api.http.paging import (
     DEFAULT_LIMIT,
     CursorQuery,
     LimitQuery,
@@ -32,7 +32,7 @@ from api.paging import (
     decode_cursor,
     encode_cursor,
 )
-from api.read_model import (
+from api.http.reads import (
     Freshness,
     fresh_row,
     freshness_headers,

@@ -23,8 +23,8 @@ from temporalio.client import (
 from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDReusePolicy
 from temporalio.service import RPCError, RPCStatusCode
 
-from api import stuck as stuck_sessions
-from api.deps import (
+from api.http import stuck as stuck_sessions
+from api.http.deps import (
     ApiTuning,
     ClientDep,
     ConsistencyQuery,
@@ -36,8 +36,8 @@ from api.deps import (
     SettingsDep,
     TuningDep,
 )
-from api.errors import SESSION_STUCK, ApiError, temporal_errors
-from api.models import (
+from api.http.errors import SESSION_STUCK, ApiError, temporal_errors
+from api.http.models import (
     NOT_UNICODE,
     SESSION_ID_PATTERN,
     Accepted,
@@ -52,7 +52,7 @@ from api.models import (
     StepActionRequest,
     lone_surrogate,
 )
-from api.paging import (
+from api.http.paging import (
     DEFAULT_LIMIT,
     CursorQuery,
     LimitQuery,
@@ -60,7 +60,7 @@ from api.paging import (
     decode_cursor,
     encode_cursor,
 )
-from api.read_model import (
+from api.http.reads import (
     fresh_row,
     freshness_headers,
     read_log,

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import typer
 
-from api.checkpoint_key import exporter_signer
-from api.cli_options import Stack, stack_options
+from api.cli.options import Stack, stack_options
+from api.runtime.signing_keys import exporter_signer
 from api.settings import HitlflowSettings
 from observation.exporter import (
     ChainBrokenError,
@@ -73,7 +73,7 @@ def verify_command(
     """Check every hash, prev_hash, seq, every field, the head and the artifacts;
     EVENT_CHAIN_BROKEN with the line number (exit 1) on the first failure. With --key,
     the signed checkpoint too (CHECKPOINT_MISSING/INVALID/MISMATCH)."""
-    from api.cli_checkpoint import checkpoint_check
+    from api.cli.checkpoint import checkpoint_check
 
     if live and key is not None:
         raise typer.BadParameter("a checkpoint is checked on a log at rest, not with --live",
@@ -132,7 +132,7 @@ def replay_command(
 
 async def _export(settings: HitlflowSettings, session_id: str | None,
                   signer: Signer | None = None) -> int:
-    from api.worker import connect
+    from api.runtime.worker import connect
 
     client = await connect(settings)
     runs = settings.data_dir / "runs"
@@ -227,9 +227,9 @@ def exporter_command(
     import asyncio
     import signal
 
-    from api.heap import freeze_startup
+    from api.runtime.heap import freeze_startup
+    from api.runtime.worker import connect
     from api.settings import HitlflowSettings
-    from api.worker import connect
     from observation.exporter import run_exporter
 
     overrides = {k: v for k, v in {"data_dir": data_dir, "temporal_address": temporal_address,
@@ -261,7 +261,7 @@ def exporter_command(
 
 
 def register(app: typer.Typer) -> None:
-    from api import cli_checkpoint
+    from api.cli import checkpoint as cli_checkpoint
 
     cli_checkpoint.register(log_app)
     app.add_typer(log_app, name="log")

@@ -18,7 +18,7 @@ stop once its final ``text`` event went out (``DeltaGate``).
 When the provider ends (the session ended and every event went out), a last
 ``stream.complete`` event says so: a client closes its ``EventSource`` on it. One
 that does not reconnects with the id it carries and gets a 204, on which a
-standard ``EventSource`` stops for good (``api.routers.events``).
+standard ``EventSource`` stops for good (``api.http.routers.events``).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from temporalio.client import Client
 
 from activities.deltas import LLM_CALL_SCHEDULED, TextDelta
 
-if TYPE_CHECKING:  # the exporter is imported on first use (api.routers.events)
+if TYPE_CHECKING:  # the exporter is imported on first use (api.http.routers.events)
     from observation.exporter.model import StreamHead
 
 PING = b": keep-alive\n\n"

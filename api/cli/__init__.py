@@ -1,0 +1,2 @@
+"""The command line: one module per command group. Kept light: a command imports
+what it uses when it runs."""

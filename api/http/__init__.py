@@ -1,0 +1,1 @@
+"""The HTTP service: the app, its routers, the inbox page, the SSE stream."""

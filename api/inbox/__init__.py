@@ -1,1 +1,0 @@
-"""The inbox's static files (index.html, inbox.js, inbox.css), served by api.routers.inbox."""
