@@ -57,6 +57,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.deltas import DeltaBus, NullDeltaBus, split_text
+from workflows.canonical import canonical_json
 from workflows.config import EcsRequest, FormField, LLMConfig, ToolCallRequest
 from workflows.io import (
     ChatMessage,
@@ -120,11 +121,6 @@ def api_cost_usd(model: str, usage: TokenUsage) -> float | None:
 
 
 # -- hashing --------------------------------------------------------------------------
-
-
-def canonical_json(value: Any) -> str:
-    """Sorted keys, no whitespace: the same value always gives the same bytes."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
 def sha256_json(value: Any) -> str:

@@ -15,6 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from workflows.canonical import canonical_json
 from workflows.fsm import Edge, InvalidTransitionError, TransitionTable
 
 
@@ -230,7 +231,7 @@ class IdempotencyDecision(BaseModel):
 
 def idempotency_key_for(action_detail: dict[str, Any]) -> str:
     """A key that is the same for the same operation: sha256 of its canonical JSON."""
-    canonical = json.dumps(action_detail, sort_keys=True, separators=(",", ":"), default=str)
+    canonical = canonical_json(action_detail, ascii_only=True, default=str)
     return "idem-" + hashlib.sha256(canonical.encode()).hexdigest()[:32]
 
 

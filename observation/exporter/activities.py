@@ -22,10 +22,11 @@ from temporalio.api.history.v1 import HistoryEvent
 
 from activities.llm import canonical_json, llm_call_started
 from observation.exporter import ids
-from observation.exporter.chain import jcs, jsonable
+from observation.exporter.chain import jsonable
 from observation.exporter.decode import event_ms, first_value, payload_value
 from observation.exporter.gates import GateMapper, is_gate
 from observation.exporter.model import Artifact, MappedEvent
+from workflows.canonical import jcs
 from workflows.io import LLMCallFailed, LLMCallInput, LLMCallResult
 
 LLM_OUTPUT_SCHEMA = "hitlflow/llm_output/v1"

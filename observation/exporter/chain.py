@@ -38,9 +38,8 @@ import re
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-import rfc8785
-
 from observation.exporter.model import LogEvent, MappedEvent
+from workflows.canonical import MAX_SAFE_INT, jcs
 
 HASH_PREFIX = b"hitlflow-log-v1\n"  # v1's event_hash
 LINE_PREFIX = b"hitlflow-log-v2\n"  # v2's line_hash
@@ -49,7 +48,6 @@ GENESIS = "0" * 64
 LOG_VERSION = 2
 LOG_VERSIONS = (1, 2)
 #: JCS (I-JSON) numbers: integers beyond this lose precision, so they become strings.
-MAX_SAFE_INT = 2**53 - 1
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
@@ -102,36 +100,6 @@ def read_json(data: bytes | str) -> Any:
     (``10000000000000000`` is the double 1e16 that JCS wrote), one within stays an
     ``int`` (the same number). ``NaN``/``Infinity`` are refused (``ValueError``)."""
     return json.loads(data, parse_int=_number, parse_constant=_no_constant)
-
-
-def plain(value: Any) -> bool:
-    """No floats, ASCII keys, safe integers: where JCS is ``json.dumps`` sorted."""
-    t = type(value)
-    if t is str or t is bool or value is None:
-        return True
-    if t is int:
-        return -MAX_SAFE_INT <= value <= MAX_SAFE_INT
-    if t is dict:
-        return all(type(k) is str and k.isascii() and plain(v) for k, v in value.items())
-    if t is list or t is tuple:
-        return all(plain(v) for v in value)
-    return False
-
-
-def jcs(value: Any) -> bytes:
-    """RFC 8785 bytes of ``value``.
-
-    Most events hold no floats and only ASCII keys; for those, JCS is exactly the C
-    ``json.dumps`` with sorted keys, no spaces and raw UTF-8 (same escapes; code point
-    order is UTF-16 order for ASCII), several times faster than ``rfc8785``, which
-    does the rest (floats, non-ASCII keys) and raises on what JCS cannot encode."""
-    if plain(value):
-        try:
-            return json.dumps(value, ensure_ascii=False, sort_keys=True,
-                              separators=(",", ":")).encode()
-        except UnicodeEncodeError:
-            pass  # a lone surrogate: rfc8785 raises its own error for it
-    return rfc8785.dumps(value)
 
 
 def hash_body(body: dict[str, Any]) -> str:

@@ -12,7 +12,8 @@ import json
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from observation.exporter.chain import GENESIS, jcs, plain
+from observation.exporter.chain import GENESIS
+from workflows.canonical import jcs, plain
 
 SNAPSHOT_VERSION = "hitlflow-snapshot-v1"
 Event = dict[str, Any]

@@ -38,9 +38,10 @@ from typing import Any
 
 import rfc8785
 
-from observation.exporter.chain import GENESIS, HASH_PREFIX, LINE_PREFIX, jcs, read_json
+from observation.exporter.chain import GENESIS, HASH_PREFIX, LINE_PREFIX, read_json
 from observation.exporter.chain import _number as double
 from observation.exporter.fields import FieldError, LineFields
+from workflows.canonical import canonical_text, jcs
 
 LOG_NAME, HEAD_NAME, SNAPSHOT_NAME = "events.ndjson", "head", "snapshot.json"
 #: The fields of a v1 line; a v2 line has these and ``log_version``, ``line_hash``.
@@ -58,7 +59,7 @@ FIELD_TYPES: dict[str, type | tuple[type, ...]] = {
 #: escape they fail the fast path's encode.
 _SLOW_BYTES = re.compile(rb"[\xee-\xf4]")
 #: ``json.dumps`` as JCS writes the values the fast path lets through.
-_fast_jcs = json.JSONEncoder(ensure_ascii=False, sort_keys=True, separators=(",", ":")).encode
+_fast_jcs = canonical_text
 
 
 class ChainBrokenError(ValueError):

@@ -12,18 +12,15 @@ left at 0: the reader computes it from ``entered_state_at`` and its own clock.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
 
 from observation.log_view import SessionLogView
 from observation.projections import has_suspended, snapshot
+from workflows.canonical import canonical_json
 from workflows.contract import CONTRACT_TABLE
 
-
-def dumps(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
+dumps = canonical_json
 
 
 @dataclass(frozen=True)

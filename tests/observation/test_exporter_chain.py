@@ -7,7 +7,7 @@ import rfc8785
 from hypothesis import given
 from hypothesis import strategies as st
 
-from observation.exporter.chain import MAX_SAFE_INT, jcs
+from workflows.canonical import MAX_SAFE_INT, jcs
 
 scalars = (st.none() | st.booleans() | st.text()
            | st.integers(min_value=-MAX_SAFE_INT, max_value=MAX_SAFE_INT)

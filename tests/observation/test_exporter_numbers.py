@@ -24,10 +24,11 @@ from observation.exporter import (
     snapshot_bytes,
     verify_dir,
 )
-from observation.exporter.chain import jcs, jsonable, plain, read_json
+from observation.exporter.chain import jsonable, read_json
 from observation.exporter.verify import read_lines, verify_lines
 from tests.support.audit_log import DEMO_SID, EDGE, EDGE_LOGGED, carrying, readme_verifier
 from tests.support.sessions import running_worker, start_session
+from workflows.canonical import jcs, plain
 from workflows.config import SessionConfig
 
 SID = DEMO_SID

@@ -9,8 +9,8 @@ from pathlib import Path
 
 from temporalio.api.history.v1 import HistoryEvent
 
-from observation.exporter.chain import MAX_SAFE_INT
 from observation.exporter.decode import load_history
+from workflows.canonical import MAX_SAFE_INT
 
 REPO = Path(__file__).resolve().parents[2]
 README = REPO / "observation" / "exporter" / "README.md"

@@ -7,10 +7,10 @@ import json
 from pathlib import Path
 
 from observation.exporter import GENESIS, Snapshot, line_hash, seed_hash
-from observation.exporter.chain import jcs
 from observation.exporter.checkpoint import CHECKPOINT_NAME, checkpoint_bytes
 from observation.exporter.note import Signer
 from observation.exporter.verify import read_lines, verify_lines
+from workflows.canonical import jcs
 
 
 def events_of(d: Path) -> list[dict]:
