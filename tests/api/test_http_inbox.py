@@ -12,16 +12,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import shutil
 import tempfile
 import uuid
 from collections.abc import AsyncIterator, Callable
+from importlib import resources
 from pathlib import Path
 
 import httpx
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
+from api.http.routers import inbox
 from api.settings import HitlflowSettings
 from tests.api.http_support import (
     HttpStack,
@@ -60,7 +63,9 @@ OTHER_PATHS = ["/inbox/index.html", "/inbox/", "/inbox/nope.js", "/inbox/..%2Fap
 async def test_the_page_is_served_without_the_token_and_nothing_else_is(inbox_stack: HttpStack):
     async with httpx.AsyncClient(base_url=inbox_stack.url, timeout=30) as anonymous:
         for path, media in [("/", "text/html"), ("/inbox/inbox.js", "text/javascript"),
-                            ("/inbox/inbox.css", "text/css")]:
+                            ("/inbox/inbox.css", "text/css"),
+                            *((f"/inbox/{name}", "text/javascript") for name in inbox.FILES
+                              if name.endswith(".js") and name != "inbox.js")]:
             r = await anonymous.get(path)
             assert r.status_code == 200, (path, r.text)
             assert r.headers["content-type"].startswith(media)
@@ -68,16 +73,36 @@ async def test_the_page_is_served_without_the_token_and_nothing_else_is(inbox_st
         page = (await anonymous.get("/")).text
         # Everything it loads is its own (offline: no CDN), by relative paths.
         assert 'src="inbox/inbox.js"' in page and 'href="inbox/inbox.css"' in page
+        assert '<script type="module" src="inbox/inbox.js">' in page  # it imports the rest
         assert "http://" not in page and "https://" not in page
         r = await anonymous.post("/")
         assert r.status_code == 405 and error_of(r)["code"] == "method_not_allowed"
-        # Only those three paths are open; the token guards the rest, files or not.
+        # Only those paths are open; the token guards the rest, files or not.
         for path in [*OTHER_PATHS, "/api/sessions"]:
             r = await anonymous.get(path)
             assert r.status_code == 401 and error_of(r)["code"] == "unauthorized", path
     for path in OTHER_PATHS:  # with the token: none of them is a file it serves
         r = await inbox_stack.http.get(path)
         assert r.status_code == 404 and error_of(r)["code"] == "not_found", path
+
+
+def test_the_served_files_are_the_modules_the_page_loads():
+    """The allow-list names exactly the package's inbox files, and every module the
+    entry reaches by ``import`` is on it (a module left off would break the page)."""
+    package = resources.files("api.http.inbox")
+    shipped = {f.name for f in package.iterdir() if f.name.endswith((".html", ".js", ".css"))}
+    assert set(inbox.FILES) == shipped
+    reached, todo = set(), ["inbox.js"]
+    while todo:
+        name = todo.pop()
+        reached.add(name)
+        text = package.joinpath(name).read_text()
+        for imported in re.findall(r'^import .* from "\./([\w-]+\.js)";$', text, re.M):
+            assert imported in inbox.FILES, (name, imported)
+            if imported not in reached:
+                todo.append(imported)
+    assert reached == {name for name in shipped if name.endswith(".js")}
+    assert all(len(package.joinpath(n).read_text().splitlines()) <= 400 for n in reached)
 
 
 # -- in a browser ----------------------------------------------------------------------

@@ -1,1 +1,2 @@
-"""The inbox's static files (index.html, inbox.js, inbox.css), served by api.http.routers.inbox."""
+"""The inbox's static files, served by api.http.routers.inbox: index.html, inbox.css and
+the JavaScript modules (inbox.js, the entry, imports the others)."""

@@ -1,10 +1,12 @@
 """The inbox: the web page where a person sees and answers the sessions that wait
-for them (``GET /``), and its two static files (``/inbox/inbox.js``, ``/inbox/inbox.css``).
+for them (``GET /``), and its static files (``/inbox/inbox.css`` and the JavaScript
+modules under ``/inbox/``, ``inbox.js`` the entry that imports the others).
 
-The page is plain HTML and JavaScript shipped inside the package (``api/http/inbox/``): no
-build step, nothing fetched from elsewhere at run time. It only calls the HTTP API
-(with the bearer token the person typed, when one is configured), so these routes are
-open: the page holds no data, and every call it makes is guarded like any other.
+The page is plain HTML and JavaScript modules shipped inside the package
+(``api/http/inbox/``): no build step, nothing fetched from elsewhere at run time. It only
+calls the HTTP API (with the bearer token the person typed, when one is configured), so
+these routes are open: the page holds no data, and every call it makes is guarded like
+any other.
 """
 
 from __future__ import annotations
@@ -21,8 +23,10 @@ router = APIRouter(tags=["inbox"], include_in_schema=False)
 #: file name -> media type; nothing else is served.
 FILES = {
     "index.html": "text/html; charset=utf-8",
-    "inbox.js": "text/javascript; charset=utf-8",
     "inbox.css": "text/css; charset=utf-8",
+    **{f"{module}.js": "text/javascript; charset=utf-8" for module in (
+        "inbox",  # the entry: routes the page to a view, asks for the token
+        "api", "dom", "stream", "list", "session", "forms", "conversation", "contracts")},
 }
 #: The paths the bearer token does not guard (api.http.app.OPEN_PATHS).
 PATHS = frozenset({"/", *(f"/inbox/{name}" for name in FILES if name != "index.html")})

@@ -1,0 +1,51 @@
+// The HTTP API, called with the bearer token the person typed (kept in this tab's
+// session storage). A 401 hands over to the sign-in page (see onUnauthorized).
+import { setLive } from "./dom.js";
+
+export const TOKEN_KEY = "hitlflow.api_token";
+export const TERMINAL = new Set(["succeeded", "failed", "canceled"]);
+
+export class Unauthorized extends Error {}
+
+// Set by inbox.js (the router): shows the sign-in page with the API's reason. A hook,
+// not an import, so that the views need not import the router that imports them.
+let showLogin = () => {};
+export function onUnauthorized(fn) { showLogin = fn; }
+
+export function token() { return sessionStorage.getItem(TOKEN_KEY) || ""; }
+
+export async function api(path, { method = "GET", body, headers = {}, signal } = {}) {
+  const all = { ...headers };
+  if (token()) all.Authorization = `Bearer ${token()}`;
+  if (body !== undefined) all["Content-Type"] = "application/json";
+  const r = await fetch(path, {
+    method, headers: all, signal, cache: "no-store",
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  if (r.status === 401) {
+    const why = await messageOf(r);
+    if (!(signal && signal.aborted)) showLogin(why); // once: the login aborts the rest
+    throw new Unauthorized();
+  }
+  return r;
+}
+
+export async function messageOf(r) {
+  try {
+    const body = await r.json();
+    return body.error ? body.error.message : JSON.stringify(body);
+  } catch {
+    return `HTTP ${r.status}`;
+  }
+}
+
+export async function getJson(path, signal) {
+  const r = await api(path, { signal });
+  if (!r.ok) throw new Error(await messageOf(r));
+  return r.json();
+}
+
+export function failed(err) {
+  if (err instanceof Unauthorized || (err && err.name === "AbortError")) return;
+  setLive(`error: ${err.message || err}`);
+}
