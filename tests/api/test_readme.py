@@ -104,7 +104,7 @@ async def test_readme_blocks_work_pasted_as_a_whole(tmp_path: Path,
         assert await up.interrupt() == 0, up.stderr
     assert not (tmp_path / ".hitlflow" / API_URL_FILE).exists()  # up is gone: so is it
 
-    # The curl walkthrough (docs/http-api.md): what it waited for, then the end, the timeline, the log.
+    # The curl walkthrough (docs/http-api.md): what it waited for, the end, the timeline.
     assert '"kind": "approval"' in output
     assert '{"status":"succeeded","replies":2}' in output
     assert "\n5\n" in output  # total_contracts: write, write, delete, confirm, read
