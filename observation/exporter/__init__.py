@@ -1,6 +1,6 @@
 """The history exporter: Temporal history -> hash-chained NDJSON log, snapshot, artifacts.
 
-See README.md in this folder for the exact bytes. Public API:
+See docs/audit-log.md for the exact bytes. Public API:
 
 * mapping (pure): :func:`map_history`, :class:`SessionMapper`, :class:`MappedEvent`
 * chain (pure): :class:`Chain`, :class:`LogEvent`, :func:`line_bytes`, ``GENESIS``

@@ -25,7 +25,7 @@ from activities.mcp_pool import McpClientPool
 from workflows.config import McpServerConfig, SafetyOverride
 from workflows.io import ToolSpec
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+README = Path(__file__).resolve().parents[2] / "docs" / "session-config.md"
 FUNCTION_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 
 

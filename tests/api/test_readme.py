@@ -1,5 +1,6 @@
-"""The README's shell blocks, verbatim, against `hitlflow up` (a real stack): each
-block works when pasted as a whole, in the order the README gives them."""
+"""The shell blocks of README.md and docs/*.md, verbatim, against `hitlflow up` (a real
+stack): each block works when pasted as a whole, in the order the documents give them
+(README first, then ``DOCS``: a later block may use what an earlier one set, ``$SID``)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,11 @@ from api.cli.options import API_URL_FILE
 from api.cli.stack import READY_LINE
 from tests.api.test_cli_stack import cli, cli_env, wait_for_pollers
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+REPO = Path(__file__).resolve().parents[2]
+README = REPO / "README.md"
+#: The documents after the README, in the order their blocks run (every docs/*.md with
+#: a shell block must be listed: ``test_every_document_with_blocks_is_run``).
+DOCS = ("http-api.md", "audit-log.md", "concepts.md", "performance.md", "testing.md")
 BLOCKS_TIMEOUT_S = 240
 
 #: Blocks the test does not run, by a line they hold, and why. Every other `sh` block
@@ -31,6 +36,8 @@ NOT_RUN = {
                       "runs `demo --auto-approve` against `up`)",
     "HITLFLOW_SCREENSHOTS=": "runs the inbox's browser test (part of the suite) to take "
                              "the README's screenshots",
+    "bench/": "benchmarks, run by hand for minutes each (tests/bench/ checks their "
+              "arguments parse)",
 }
 
 
@@ -38,12 +45,26 @@ def sh_blocks(text: str) -> list[str]:
     return re.findall(r"^```sh\n(.*?)^```$", text, flags=re.S | re.M)
 
 
+def documents() -> list[Path]:
+    return [README, *(REPO / "docs" / name for name in DOCS)]
+
+
+def all_blocks() -> list[str]:
+    """Every shell block of the documents, in the order they run."""
+    return [b for doc in documents() for b in sh_blocks(doc.read_text())]
+
+
 def runnable(blocks: list[str]) -> list[str]:
     return [b for b in blocks if not any(mark in b for mark in NOT_RUN)]
 
 
+def test_every_document_with_blocks_is_run():
+    with_blocks = {p.name for p in (REPO / "docs").glob("*.md") if sh_blocks(p.read_text())}
+    assert with_blocks <= set(DOCS), f"add {sorted(with_blocks - set(DOCS))} to DOCS"
+
+
 def test_every_block_is_run_or_says_why_not():
-    blocks = sh_blocks(README.read_text())
+    blocks = all_blocks()
     assert len(blocks) >= 6
     skipped = [b for b in blocks if b not in runnable(blocks)]
     assert all(any(mark in b for b in skipped) for mark in NOT_RUN)  # no stale marks
@@ -67,7 +88,7 @@ async def test_readme_blocks_work_pasted_as_a_whole(tmp_path: Path,
         assert (tmp_path / ".hitlflow" / API_URL_FILE).read_text().strip() == \
             f"http://127.0.0.1:{api}"
         # set -x: on a failure, stderr shows each line run, with its time
-        blocks = runnable(sh_blocks(README.read_text()))
+        blocks = runnable(all_blocks())
         script = "set -e\nPS4='+ $(date +%T.%N) '\nset -x\n" + "\n".join(blocks)
         proc = await asyncio.create_subprocess_exec(
             "bash", "-c", script, cwd=tmp_path, env=env, start_new_session=True,
@@ -83,7 +104,7 @@ async def test_readme_blocks_work_pasted_as_a_whole(tmp_path: Path,
         assert await up.interrupt() == 0, up.stderr
     assert not (tmp_path / ".hitlflow" / API_URL_FILE).exists()  # up is gone: so is it
 
-    # The curl walkthrough: what it waited for, then the end, the timeline, the log.
+    # The curl walkthrough (docs/http-api.md): what it waited for, the end, the timeline.
     assert '"kind": "approval"' in output
     assert '{"status":"succeeded","replies":2}' in output
     assert "\n5\n" in output  # total_contracts: write, write, delete, confirm, read
@@ -97,8 +118,7 @@ async def test_readme_blocks_work_pasted_as_a_whole(tmp_path: Path,
                 if line.startswith("OK: ") and " events" in line]
     assert sum("OK: the checkpoint signed by" in line for line in output.splitlines()) == 2
     # Every `log verify` the blocks run says OK (plain, --live, with the key, --since).
-    verifies = sum(b.count("hitlflow log verify ") for b in runnable(sh_blocks(
-        README.read_text())))
+    verifies = sum(b.count("hitlflow log verify ") for b in runnable(all_blocks()))
     assert verifies >= 4 and len(verified) == verifies, output
     assert re.search(r": \d+ events \(0 new\), complete -> ", output)  # log export
     sessions = [json.loads(line) for line in output.splitlines()

@@ -234,7 +234,7 @@ def test_broken_key_files_are_clear_errors(tmp_path):
 
 def test_the_readme_recipe_checks_a_checkpoint_independently(log_dir):
     """observation/exporter/README.md's checkpoint verifier, run as printed there."""
-    readme = (Path(__file__).parents[2] / "observation/exporter/README.md").read_text()
+    readme = (Path(__file__).parents[2] / "docs/audit-log.md").read_text()
     recipe = next(block for block in readme.split("```python\n")[1:]
                   if "def check_checkpoint" in block).split("```", 1)[0]
     scope: dict = {}

@@ -1,4 +1,4 @@
-"""The audit log as an outsider sees it: the README's verifier, and a real history
+"""The audit log as an outsider sees it: docs/audit-log.md's verifier, and a real history
 that carries a given JSON value into the log."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from observation.exporter.decode import load_history
 from workflows.canonical import MAX_SAFE_INT
 
 REPO = Path(__file__).resolve().parents[2]
-README = REPO / "observation" / "exporter" / "README.md"
+README = REPO / "docs" / "audit-log.md"
 HISTORIES = REPO / "tests" / "workflows" / "histories"
 #: The values a tool, an LLM or a person may send that JSON libraries disagree on.
 EDGE = {
@@ -35,7 +35,7 @@ UPTO_TOOL = 23
 
 
 def readme_verifier() -> Callable[..., int]:
-    """``verify(run_dir, live=False)`` of observation/exporter/README.md: its one
+    """``verify(run_dir, live=False)`` of docs/audit-log.md: its one
     fenced python block, executed as printed."""
     blocks = [b for b in re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
               if "\ndef verify(run_dir, live=False):" in b]
