@@ -17,14 +17,6 @@ from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_
 
 with workflow.unsafe.imports_passed_through():
     import workflows.agent as agent  # `from workflows import agent` is not passed through
-    from observation.projections import (
-        ExecutionConsequenceView,
-        ExecutionFact,
-        ExecutionObserver,
-        ExecutionSnapshot,
-        ExecutionTimeline,
-    )
-    from observation.projections import snapshot as contract_snapshot_at
     from workflows.agent_turn import AgentTurn
     from workflows.cancel import (
         CANCELLED,
@@ -38,6 +30,14 @@ with workflow.unsafe.imports_passed_through():
         ExecutionContract,
         Trigger,
     )
+    from workflows.execution_views import (
+        ExecutionConsequenceView,
+        ExecutionFact,
+        ExecutionObserver,
+        ExecutionSnapshot,
+        ExecutionTimeline,
+    )
+    from workflows.execution_views import snapshot as contract_snapshot_at
     from workflows.fsm import StateMachineTopology
     from workflows.messages import (
         Ack,

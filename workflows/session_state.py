@@ -25,7 +25,6 @@ from pydantic import (
     model_validator,
 )
 
-from observation.projections import ExecutionFact, execution_fact
 from workflows.config import EcsRequest, FormField, SessionConfig, ToolCallRequest
 from workflows.contract import (
     ActionType,
@@ -36,6 +35,7 @@ from workflows.contract import (
     TransitionRecord,
     Trigger,
 )
+from workflows.execution_views import ExecutionFact, execution_fact
 from workflows.io import ChatMessage, ToolSpec
 from workflows.plan import PlanEvent
 from workflows.safety import SafetyClass

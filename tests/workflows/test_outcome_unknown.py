@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
 
-from activities.mcp_pool import McpClientPool
+from activities.mcp.pool import McpClientPool
 from observation.exporter.follower import export_session
 from tests.support.mcp_servers import gone, received, recording_server
 from tests.support.sessions import (
