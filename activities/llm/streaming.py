@@ -17,7 +17,7 @@ from workflows.io import LLMCallInput
 #: Seconds between two heartbeats of a call being streamed (the SDK throttles too).
 HEARTBEAT_EVERY_S = 1.0
 #: Seconds between two heartbeats while nothing streams (the workflow's heartbeat
-#: timeout, ``workflows.agent_turn.LLM_HEARTBEAT``, is 30 s).
+#: timeout, ``workflows.activity_calls.LLM_HEARTBEAT``, is 30 s).
 TICK_EVERY_S = 5.0
 
 

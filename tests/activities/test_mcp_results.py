@@ -1,4 +1,4 @@
-"""MCP call results as data: the blocks the model and the log get (activities/mcp_results)."""
+"""MCP call results as data: the blocks the model and the log get (activities/mcp/results.py)."""
 
 from __future__ import annotations
 

@@ -26,7 +26,7 @@ from tests.support.sessions import (
     worker_process,
 )
 from tests.workflows.test_session_devserver import recorded
-from workflows.agent_turn import TOOL_HEARTBEAT
+from workflows.activity_calls import TOOL_HEARTBEAT
 from workflows.config import SessionConfig
 from workflows.messages import ReplyInput, SessionResult
 from workflows.outcome import (
