@@ -30,7 +30,7 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import ToolAnnotations
 
-# The key activities.mcp_pool sends (kept literal: this server needs no worker code).
+# The key activities.mcp.pool sends (kept literal: this server needs no worker code).
 IDEMPOTENCY_META_KEY = "hitlflow/idempotency_key"
 NOTE_NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 KEYS_FILE = ".idempotency.json"

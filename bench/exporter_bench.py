@@ -56,7 +56,7 @@ from temporalio.client import Client, WorkflowUpdateRPCTimeoutOrCancelledError
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError
 
-from activities.mcp_pool import McpClientPool
+from activities.mcp.pool import McpClientPool
 from api.runtime.devserver import DevServer
 from api.runtime.worker import build_worker
 from observation.exporter import (

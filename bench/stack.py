@@ -218,9 +218,9 @@ async def _run_worker(kind: str, address: str, task_queue: str,
     from temporalio.worker import Worker
 
     from activities.commands import run_command
-    from activities.llm import LlmActivities
-    from activities.mcp_pool import McpClientPool
-    from activities.tools import McpToolActivities
+    from activities.llm.activity import LlmActivities
+    from activities.mcp.pool import McpClientPool
+    from activities.mcp.tools import McpToolActivities
     from api.runtime.sandbox import sandbox_runner
     from api.runtime.worker import build_worker, connect
     from api.settings import HitlflowSettings

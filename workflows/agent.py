@@ -11,7 +11,6 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from observation.projections import consequence_view, render_facts_for_prompt, render_for_prompt
 from workflows.config import McpServerConfig, SessionConfig, ToolCallRequest
 from workflows.contract import (
     ActionType,
@@ -21,6 +20,7 @@ from workflows.contract import (
     already_done_reason,
 )
 from workflows.contract import idempotency_key_for as _key
+from workflows.execution_views import consequence_view, render_facts_for_prompt, render_for_prompt
 from workflows.io import ChatMessage, ToolCallResult, ToolSpec
 from workflows.messages import ReplyInput
 from workflows.safety import SafetyClass

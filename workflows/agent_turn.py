@@ -11,12 +11,22 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError
-from temporalio.exceptions import TimeoutError as ActivityTimeout
+from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     import workflows.agent as agent  # `from workflows import agent` is not passed through
+    from workflows.activity_calls import (
+        AT_MOST_ONCE,
+        LLM_HEARTBEAT,
+        ONE_ATTEMPT,
+        RETRY_FREELY,
+        TOOL_HEARTBEAT,
+        TOOL_TIMEOUT,
+        call_outcome,
+        failure_text,
+        not_sent,
+        provider_failure,
+    )
     from workflows.config import EcsRequest, ToolCallRequest
     from workflows.contract import (
         ActionType,
@@ -45,7 +55,6 @@ with workflow.unsafe.imports_passed_through():
         OUTCOME_UNKNOWN,
         RETRIED,
         attempt_id_for,
-        failed_call_outcome,
         not_sent_message,
         outcome_answer,
         outcome_question,
@@ -63,61 +72,6 @@ with workflow.unsafe.imports_passed_through():
     from workflows.statechart import SessionEvent, SessionStatus
 
 E, S = SessionEvent, SessionStatus
-RETRY_FREELY = RetryPolicy(
-    initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30),
-    maximum_attempts=5,
-)
-AT_MOST_ONCE = RetryPolicy(maximum_attempts=1)
-# One attempt per LLM activity: the workflow waits and tries again itself
-# (workflows/provider_wait.py), so the wait is in history and says so.
-ONE_ATTEMPT = RetryPolicy(maximum_attempts=1)
-TOOL_TIMEOUT = timedelta(minutes=5)
-TOOL_HEARTBEAT = timedelta(seconds=15)
-# The LLM activity heartbeats every few seconds while it runs (a streamed answer, or
-# a model that thinks long before its first token): a lost worker is seen within
-# this, not after the whole call's timeout.
-LLM_HEARTBEAT = timedelta(seconds=30)
-
-
-# Errors raised before a tool call was sent (the worker's MCP pool was full): the
-# outcome is known, the call did not run. (Runs without sent marks only.)
-NOT_SENT_ERRORS = ("McpPoolFullError",)
-
-
-def _not_sent(err: ActivityError) -> bool:
-    return isinstance(err.cause, ApplicationError) and err.cause.type in NOT_SENT_ERRORS
-
-
-def _outcome(err: ActivityError, attempt_id: str | None):
-    cause = err.cause
-    if isinstance(cause, ActivityTimeout):
-        return failed_call_outcome(error_type=None, attempt_id=attempt_id,
-                                   heartbeat_details=cause.last_heartbeat_details)
-    error_type = cause.type if isinstance(cause, ApplicationError) else type(cause).__name__
-    return failed_call_outcome(error_type=error_type or "error", attempt_id=attempt_id,
-                               heartbeat_details=None)
-
-
-def _cause(err: BaseException) -> str:
-    inner = err.__cause__ or err
-    return str(getattr(inner, "message", None) or inner) or type(inner).__name__
-
-
-def provider_failure(err: ActivityError) -> ProviderFailure:
-    """A failed LLM attempt in the provider-wait rules' terms. The activity's own
-    failures carry the LLM_CALL_FAILED payload and the provider's delay; anything
-    else (a timeout: the worker was lost) may pass."""
-    cause = err.cause
-    if isinstance(cause, ApplicationError):
-        detail = cause.details[0] if cause.details and isinstance(cause.details[0], dict) \
-            else {}
-        delay = cause.next_retry_delay
-        return ProviderFailure(
-            summary=_cause(err), retryable=not cause.non_retryable,
-            http_status=detail.get("http_status"),
-            retry_after_s=delay.total_seconds() if delay is not None else None)
-    return ProviderFailure(summary=_cause(err), retryable=True)
-
 
 class AgentTurn:
     """Mixin for SessionWorkflow; relies on its ``_s``, ``_book``, ``_fire``,
@@ -182,7 +136,7 @@ class AgentTurn:
                 start_to_close_timeout=timedelta(minutes=2), retry_policy=RETRY_FREELY,
             )
         except ActivityError as err:
-            self._close(E.RUN_FAILED, f"could not list the MCP tools: {_cause(err)}",
+            self._close(E.RUN_FAILED, f"could not list the MCP tools: {failure_text(err)}",
                         Actor.SYSTEM)
             return False
         self._s.tool_catalog = catalog.tools
@@ -220,7 +174,7 @@ class AgentTurn:
                 break
             except ActivityError as err:
                 if not v2:
-                    self._close(E.RUN_FAILED, f"LLM call failed: {_cause(err)}",
+                    self._close(E.RUN_FAILED, f"LLM call failed: {failure_text(err)}",
                                 Actor.REASONING)
                     return None
                 failure = provider_failure(err)
@@ -348,9 +302,9 @@ class AgentTurn:
                     retry_policy=AT_MOST_ONCE if once else RETRY_FREELY, contract=c,
                 )
             except ActivityError as err:
-                msg, code = _cause(err), None
+                msg, code = failure_text(err), None
                 if marks:
-                    outcome = _outcome(err, attempt_id)
+                    outcome = call_outcome(err, attempt_id)
                     if outcome == "not_sent" and attempt < MAX_UNSENT_ATTEMPTS:
                         continue  # it never left: the same call again, same key
                     if outcome == "not_sent":
@@ -360,7 +314,7 @@ class AgentTurn:
                         return
                     else:
                         msg, code = unknown_message(msg), OUTCOME_UNKNOWN
-                elif once and not _not_sent(err):
+                elif once and not not_sent(err):
                     msg = unknown_message(msg)
                 self._book.transition(c, Trigger.FAIL, Actor.TOOL_NODE, workflow.now(),
                                       error_message=msg, reason_code=code)

@@ -11,8 +11,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from observation.projections import ExecutionFact, ExecutionSnapshot
 from workflows.config import SessionConfig
+from workflows.execution_views import ExecutionFact, ExecutionSnapshot
 from workflows.session_state import PendingRequest, SessionState, StatusChange
 from workflows.statechart import SessionStatus
 

@@ -13,24 +13,15 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_exception
+from temporalio.exceptions import ActivityError, is_cancelled_exception
 
 with workflow.unsafe.imports_passed_through():
     import workflows.agent as agent  # `from workflows import agent` is not passed through
-    from observation.projections import (
-        ExecutionConsequenceView,
-        ExecutionFact,
-        ExecutionObserver,
-        ExecutionSnapshot,
-        ExecutionTimeline,
-    )
-    from observation.projections import snapshot as contract_snapshot_at
     from workflows.agent_turn import AgentTurn
     from workflows.cancel import (
         CANCELLED,
         cancelled_in_flight,
         cancelled_in_flight_code,
-        late_reply_problem,
     )
     from workflows.config import execution_id_for
     from workflows.contract import (
@@ -38,38 +29,28 @@ with workflow.unsafe.imports_passed_through():
         ExecutionContract,
         Trigger,
     )
-    from workflows.fsm import StateMachineTopology
     from workflows.messages import (
-        Ack,
         Behaviour,
-        ContractQuery,
         EndInput,
-        MessageInput,
-        RecoverInput,
         ReplyInput,
         SessionInput,
         SessionResult,
-        SessionSnapshot,
     )
-    from workflows.operators import SIGNALS, refusal, signal_input, waiting_details
+    from workflows.operators import waiting_details
     from workflows.outcome import OUTCOME_UNKNOWN
     from workflows.plan import TaskStopped
-    from workflows.plan_dispatch import step_command_problem
     from workflows.plan_turn import PlanTurn
     from workflows.search_attributes import WAITING_SINCE, WAITING_SINCE_UNSET, status_update
-    from workflows.session_state import (
-        JOURNAL_MEMO_KEY,
-        PendingRequest,
-        SessionBook,
-        SessionState,
-    )
+    from workflows.session_book import SessionBook
+    from workflows.session_handlers import SessionHandlers
+    from workflows.session_state import JOURNAL_MEMO_KEY, PendingRequest, SessionState
     from workflows.statechart import SessionEvent, SessionStatus, is_terminal
 
 E, S = SessionEvent, SessionStatus
 
 
 @workflow.defn(name="SessionWorkflow")
-class SessionWorkflow(AgentTurn, PlanTurn):
+class SessionWorkflow(SessionHandlers, AgentTurn, PlanTurn):
     @workflow.init
     def __init__(self, input: SessionInput) -> None:
         state = input.state or SessionState(
@@ -341,165 +322,3 @@ class SessionWorkflow(AgentTurn, PlanTurn):
             self._fire(decision.event, {"reason": decision.reason})
         else:
             self._close(decision.event, decision.reason, Actor.SYSTEM)
-
-    # -- signals and updates (operators can send the signals from the Temporal UI) --
-
-    def _refuse(self, signal: str, args: tuple[Any, ...], reason: str) -> None:
-        """A stale or malformed signal: one log line, and (``REFUSALS_RECORDED``) an
-        ``interaction.reply.refused`` event in the log and the stream. The session
-        is unchanged; the workflow task does not fail."""
-        workflow.logger.warning("session %s: signal %s refused: %s", self._s.session_id,
-                                signal, reason)
-        if is_terminal(self._s.status) or not self._input.does(Behaviour.REFUSALS_RECORDED):
-            return
-        self._book.refuse(refusal(signal, args, reason), workflow.now())
-        self._flush()  # the main coroutine may wait on: write it into history now
-
-    # Signals take their payload raw and validate it here: the SDK would drop a payload
-    # that does not convert to the input type (with a traceback, and nothing recorded).
-
-    @workflow.signal(name="submit_reply", description=SIGNALS["submit_reply"])
-    def submit_reply(self, *args: Any) -> None:
-        reply, problem = signal_input(ReplyInput, args)
-        if reply is not None:
-            problem = self._reply_problem(reply)
-        if problem or reply is None:
-            self._refuse("submit_reply", args, problem or "no reply")
-            return
-        self._reply = reply
-
-    @workflow.update(name="reply")
-    def reply(self, reply: ReplyInput) -> Ack:
-        problem = self._reply_problem(reply)
-        if problem:  # two replies in one task: the first one wins
-            raise ApplicationError(problem, type="ReplyRefused", non_retryable=True)
-        self._reply = reply
-        return Ack(request_id=reply.request_id, status=self._s.status,
-                   journal_seq=self._s.journal_seq + 1)
-
-    @reply.validator
-    def _validate_reply(self, reply: ReplyInput) -> None:
-        problem = self._reply_problem(reply)
-        if problem:
-            raise ValueError(problem)
-
-    def _reply_problem(self, reply: ReplyInput) -> str | None:
-        if self._reply is not None:
-            return "a reply to this request was already accepted"
-        pending = self._s.pending
-        if pending is None or pending.request_id != reply.request_id:
-            late = late_reply_problem(self._s.unanswered, reply.request_id)
-            if late:
-                return late
-        in_window = pending is not None and pending.kind == "window"
-        if self._s.status != S.WAITING_USER and not in_window:
-            return f"nothing is pending: the session is {self._s.status.value}"
-        problem = agent.reply_problem(pending, reply)
-        if problem is None and pending is not None and pending.kind in ("step", "window"):
-            if reply.request_id != pending.request_id:
-                return (f"reply names request {reply.request_id!r}, but the pending request "
-                        f"is {pending.request_id!r}")
-            if in_window and reply.choice not in pending.options:
-                return f"an in-window step can only be decided with {pending.options}"
-            problem = step_command_problem(self._plan_state(), reply.choice, reply.values)
-        return problem
-
-    @workflow.signal(name="submit_message", description=SIGNALS["submit_message"])
-    def submit_message(self, *args: Any) -> None:
-        message, problem = signal_input(MessageInput, args)
-        if message is not None and is_terminal(self._s.status):
-            problem = f"the session is {self._s.status.value}: it takes no messages"
-        if problem or message is None:
-            self._refuse("submit_message", args, problem or "no message")
-            return
-        self._s.inbox.append(message.text)
-
-    @workflow.update(name="send_message")
-    def send_message(self, message: MessageInput) -> Ack:
-        self._s.inbox.append(message.text)
-        return Ack(status=self._s.status, journal_seq=self._s.journal_seq + 1)
-
-    @send_message.validator
-    def _validate_message(self, message: MessageInput) -> None:
-        if is_terminal(self._s.status):
-            raise ValueError(f"the session is {self._s.status.value}: it takes no messages")
-
-    @workflow.signal(name="end_conversation", description=SIGNALS["end_conversation"])
-    def end_conversation_signal(self, *args: Any) -> None:
-        end, problem = signal_input(EndInput, args)
-        problem = problem or self._end_problem()
-        if problem or end is None:
-            self._refuse("end_conversation", args, problem or "no input")
-            return
-        self._end = end
-
-    def _end_problem(self) -> str | None:
-        if self._s.status != S.WAITING_USER:
-            return (f"the session is {self._s.status.value}: it can be ended while it "
-                    "waits for the person (cancel it otherwise)")
-        return None
-
-    @workflow.update(name="end")
-    def end(self, end: EndInput) -> Ack:
-        self._end = end
-        return Ack(status=self._s.status, journal_seq=self._s.journal_seq + 1)
-
-    @end.validator
-    def _validate_end(self, end: EndInput) -> None:
-        problem = self._end_problem()
-        if problem:
-            raise ValueError(problem)
-
-    @workflow.signal(name="recover")
-    def recover(self, input: RecoverInput) -> None:
-        if self._s.status == S.WAITING_USER:
-            self._recover = True
-
-    # -- queries: everything observation needs ---------------------------------------
-
-    def _observer(self) -> ExecutionObserver:
-        return ExecutionObserver(self._s.session_id, self._s.contracts, workflow.now())
-
-    @workflow.query(name="snapshot")
-    def snapshot(self) -> SessionSnapshot:
-        s, now = self._s, workflow.now()
-        last = next((m.content for m in reversed(s.conversation)
-                     if m.role == "assistant" and m.content), None)
-        return SessionSnapshot(
-            session_id=s.session_id, status=s.status, mode=s.config.mode, pending=s.pending,
-            contracts=[contract_snapshot_at(c, now) for c in s.contracts], memory=s.memory,
-            status_history=s.status_history, replies=s.replies_total,
-            contracts_total=s.contracts_total, turns=s.turns,
-            llm_calls=s.llm_calls, failure_reason=s.failure_reason, last_text=last,
-        )
-
-    @workflow.query(name="contract_snapshot")
-    def contract_snapshot(self, q: ContractQuery) -> ExecutionSnapshot:
-        try:
-            return self._observer().snapshot(q.execution_id)
-        except KeyError:
-            raise ValueError(f"no contract {q.execution_id} in this session") from None
-
-    @workflow.query(name="consequence_views")
-    def consequence_views(self) -> list[ExecutionConsequenceView]:
-        return self._observer().consequence_views()
-
-    @workflow.query(name="timeline")
-    def timeline(self) -> ExecutionTimeline:
-        return self._observer().timeline()
-
-    @workflow.query(name="topology")
-    def topology(self) -> StateMachineTopology:
-        return ExecutionObserver.topology()
-
-    @workflow.query(name="memory")
-    def memory(self) -> list[ExecutionFact]:
-        return self._s.memory
-
-    @workflow.query(name="pending_request")
-    def pending_request(self) -> PendingRequest | None:
-        return self._s.pending
-
-    @workflow.query(name="state")
-    def state(self) -> SessionState:
-        return self._s

@@ -1,7 +1,7 @@
 """A session's state and the pure operations on it (no Temporal import).
 
 The workflow owns one :class:`SessionState` and changes it only through
-:class:`SessionBook`, passing ``workflow.now()`` in. Everything here is
+``workflows.session_book.SessionBook``, passing ``workflow.now()`` in. Everything here is
 deterministic and testable without a server; the same state is what
 continue-as-new carries and what the queries project.
 
@@ -25,21 +25,17 @@ from pydantic import (
     model_validator,
 )
 
-from observation.projections import ExecutionFact, execution_fact
 from workflows.config import EcsRequest, FormField, SessionConfig, ToolCallRequest
 from workflows.contract import (
-    ActionType,
-    Actor,
     ExecutionContract,
     ExecutionStatus,
     ExecutionStep,
-    TransitionRecord,
-    Trigger,
 )
+from workflows.execution_views import ExecutionFact
 from workflows.io import ChatMessage, ToolSpec
 from workflows.plan import PlanEvent
 from workflows.safety import SafetyClass
-from workflows.statechart import FcmpEvent, SessionEvent, SessionStatus, fire
+from workflows.statechart import FcmpEvent, SessionEvent, SessionStatus
 
 RequestKind = Literal["approval", "confirm", "choose", "form", "message", "step", "window"]
 
@@ -211,163 +207,6 @@ class SessionState(BaseModel):
         return [c for c in self.contracts if not c.is_terminal]
 
 
-class SessionBook:
-    """The only writer of a :class:`SessionState`. Every method takes ``now``."""
-
-    def __init__(self, state: SessionState) -> None:
-        self.state = state
-
-    def note(self, kind: JournalKind, now: datetime, data: dict[str, Any]) -> None:
-        s = self.state
-        s.journal_outbox.append(JournalEntry(seq=s.journal_seq, kind=kind, at=now, data=data))
-        s.journal_seq += 1
-
-    def take_journal(self) -> list[JournalEntry]:
-        out, self.state.journal_outbox = self.state.journal_outbox, []
-        return out
-
-    # -- the statechart --------------------------------------------------------
-
-    def fire(
-        self, event: SessionEvent, now: datetime, detail: dict[str, Any] | None = None
-    ) -> StatusChange:
-        t = fire(self.state.status, event, self.state.config.policy, detail)
-        change = StatusChange(
-            from_status=t.from_status, to_status=t.to_status, event=t.event, at=now,
-            fcmp=list(t.fcmp),
-        )
-        self.state.status = t.to_status
-        _append(self.state.status_history, change, RECENT)
-        self.note("session.status", now,
-                  {**change.model_dump(mode="json", exclude={"at"}), "detail": detail or {}})
-        return change
-
-    # -- contracts ------------------------------------------------------------
-
-    def new_contract(
-        self,
-        execution_id: str,
-        action_type: ActionType,
-        detail: dict[str, Any],
-        now: datetime,
-        *,
-        irreversible: bool = False,
-        idempotency_key: str | None = None,
-    ) -> ExecutionContract:
-        c = ExecutionContract(
-            execution_id=execution_id,
-            session_id=self.state.session_id,
-            action_type=action_type,
-            action_detail=detail,
-            irreversible=irreversible,
-            idempotency_key=idempotency_key,
-            created_at=now,
-        )
-        self.state.contracts.append(c)
-        self.state.contracts_total += 1
-        self.note("contract.created", now, c.model_dump(
-            mode="json", include={"execution_id", "action_type", "action_detail",
-                                  "irreversible", "idempotency_key", "created_at"}))
-        return c
-
-    def transition(
-        self,
-        contract: ExecutionContract,
-        trigger: Trigger,
-        actor: Actor,
-        now: datetime,
-        *,
-        result: Any = None,
-        error_message: str | None = None,
-        reason_code: str | None = None,
-    ) -> TransitionRecord:
-        record = contract.transition(
-            trigger, actor=actor, timestamp=now, result=result, error_message=error_message,
-            reason_code=reason_code,
-        )
-        _append(self.state.execution_trace, ExecutionStep.from_record(record), RECENT)
-        outcome: dict[str, Any] = {}
-        if contract.is_terminal:
-            outcome = {"result": _clip(contract.result), "error_message": contract.error_message}
-        if contract.reason_code is not None and (reason_code or contract.is_terminal):
-            outcome["reason_code"] = contract.reason_code  # only when set: older journals
-        self.note("contract.transition", now, {**record.model_dump(mode="json"), **outcome})
-        if contract.is_terminal:
-            self._closed(contract, now)
-        return record
-
-    def _closed(self, contract: ExecutionContract, now: datetime) -> None:
-        s = self.state
-        _append(s.memory, execution_fact(contract, now), self.facts_window)
-        record = once_done_record(contract)
-        if record is not None:
-            s.once_done[contract.idempotency_key] = record  # type: ignore[index]
-        closed = [c for c in s.contracts if c.is_terminal]
-        if len(closed) > RECENT:
-            gone = {c.execution_id for c in closed[:len(closed) - RECENT]}
-            s.contracts = [c for c in s.contracts if c.execution_id not in gone]
-
-    @property
-    def facts_window(self) -> int:
-        agent = self.state.config.agent
-        return agent.context.max_facts if agent is not None else RECENT
-
-    def say(self, message: ChatMessage) -> None:
-        """Add a message to the conversation, keeping it within the context policy."""
-        s = self.state
-        s.conversation.append(message)
-        agent = s.config.agent
-        if agent is not None:
-            keep = context_window(s.conversation, agent.context.max_messages,
-                                  agent.context.max_chars)
-            s.messages_dropped += len(s.conversation) - len(keep)
-            s.conversation = keep
-
-    def cancel_open_contracts(self, now: datetime, reason: str, actor: Actor) -> None:
-        """Close every open contract as CANCELLED (a PENDING one is started first:
-        the table has no PENDING -> CANCELLED edge)."""
-        for c in self.state.open_contracts():
-            if c.status == ExecutionStatus.PENDING:
-                self.transition(c, Trigger.START, actor, now)
-            self.transition(c, Trigger.CANCEL, actor, now, error_message=reason)
-
-    # -- the person ------------------------------------------------------------
-
-    def refuse(self, refusal: dict[str, Any], now: datetime) -> None:
-        """A signal that could not be taken (stale or malformed): recorded, nothing
-        else changes (``interaction.reply.refused`` in the log)."""
-        self.note("reply.refused", now, refusal)
-
-    def request(self, pending: PendingRequest) -> None:
-        self.state.pending = pending
-
-    def record_unanswered(
-        self, pending: PendingRequest, how: Literal["expired", "auto_decided"],
-        now: datetime, answer: dict[str, Any] | None = None,
-    ) -> None:
-        record = UnansweredRequest(request_id=pending.request_id, how=how, at=now,
-                                   answer=answer)
-        self.state.unanswered = [*self.state.unanswered, record][-UNANSWERED_KEPT:]
-
-    def accept_reply(
-        self, answer: dict[str, Any], by: str, now: datetime, *, auto: bool = False
-    ) -> ReplyRecord:
-        pending = self.state.pending
-        if pending is None:
-            raise ValueError("no request is pending")
-        record = ReplyRecord(
-            request_id=pending.request_id, kind=pending.kind, answer=answer, by=by, at=now,
-            auto=auto,
-        )
-        _append(self.state.replies, record, RECENT)
-        self.state.replies_total += 1
-        if not auto:  # max_turns bounds the agent alone; a person's answer resets it
-            self.state.turn_llm_calls = 0
-        self.state.pending = None
-        self.note("reply.accepted", now, record.model_dump(mode="json", exclude={"at"}))
-        return record
-
-
 def once_done_record(contract: ExecutionContract) -> OnceDone | None:
     """The ledger entry of a completed once-only action: irreversible, or at most
     once (a commit, never run twice either); None for anything else."""
@@ -376,33 +215,10 @@ def once_done_record(contract: ExecutionContract) -> OnceDone | None:
     if not (once and contract.idempotency_key and contract.status == ExecutionStatus.COMPLETED):
         return None
     return OnceDone(execution_id=contract.execution_id,
-                    result=_clip(contract.result, LEDGER_RESULT_LIMIT))
+                    result=clip_result(contract.result, LEDGER_RESULT_LIMIT))
 
 
-def context_window(messages: list[ChatMessage], max_messages: int,
-                   max_chars: int) -> list[ChatMessage]:
-    """The latest messages within both budgets (at least the last one). The window
-    never starts with a tool result: a model cannot take one without its call."""
-    start, chars = len(messages), 0
-    while start > 0:
-        size = len(messages[start - 1].content)
-        if len(messages) - start >= max_messages or (
-                start < len(messages) and chars + size > max_chars):
-            break
-        start -= 1
-        chars += size
-    while start < len(messages) - 1 and messages[start].role == "tool":
-        start += 1
-    return messages[start:]
-
-
-def _append(items: list[Any], item: Any, keep: int) -> None:
-    items.append(item)
-    if len(items) > keep:
-        del items[:len(items) - keep]
-
-
-def _clip(result: Any, limit: int = JOURNAL_RESULT_LIMIT) -> Any:
+def clip_result(result: Any, limit: int = JOURNAL_RESULT_LIMIT) -> Any:
     """Results go into the journal whole unless large; the full value stays in the
     activity's completion event in history."""
     text = json.dumps(result, default=str)

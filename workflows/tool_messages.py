@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from observation.projections import ExecutionConsequenceView, render_for_prompt
+from workflows.execution_views import ExecutionConsequenceView, render_for_prompt
 from workflows.io import ToolCallResult
 
 DEFAULT_MAX_CHARS = 20_000

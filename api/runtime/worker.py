@@ -23,9 +23,9 @@ from temporalio.worker import Worker
 
 from activities.commands import run_command
 from activities.deltas import DeltaBus, cluster_delta_bus
-from activities.llm import LlmActivities
-from activities.mcp_pool import McpClientPool
-from activities.tools import McpToolActivities
+from activities.llm.activity import LlmActivities
+from activities.mcp.pool import McpClientPool
+from activities.mcp.tools import McpToolActivities
 from api.runtime.recovery import other_workers, start_recovery
 from api.runtime.sandbox import sandbox_runner
 from api.settings import HitlflowSettings

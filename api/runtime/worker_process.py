@@ -10,7 +10,7 @@ it starts ``python -m api.runtime.worker_process <fd>`` in a session of its own,
 the stack's settings as one JSON line to its stdin and keeps stdin open: the
 child stops when stdin ends, whether ``up`` closed it (stopping) or died. The
 child writes the model's text as it is written, and one ``ready`` line, to the
-pipe ``fd`` (``activities.deltas_pipe``); ``up`` replays them into its bus.
+pipe ``fd`` (``activities.deltas.pipe``); ``up`` replays them into its bus.
 Its log lines go to ``up``'s stderr.
 """
 
@@ -23,11 +23,11 @@ import sys
 from collections.abc import Callable
 
 from activities.deltas import InProcessDeltaBus
-from activities.deltas_pipe import PipeDeltaBus, replay_line
+from activities.deltas.pipe import PipeDeltaBus, replay_line
 from api.runtime.heap import freeze_startup
 from api.settings import HitlflowSettings
 
-#: A line of the pipe is at most a piece (``deltas_pipe.PIECE_CHARS``) as JSON.
+#: A line of the pipe is at most a piece (``activities.deltas.pipe.PIECE_CHARS``) as JSON.
 LINE_LIMIT = 1 << 20
 
 

@@ -20,13 +20,13 @@ from typing import Any
 from temporalio.api.failure.v1 import Failure
 from temporalio.api.history.v1 import HistoryEvent
 
-from activities.llm import canonical_json, llm_call_started
+from activities.llm.payloads import llm_call_started
 from observation.exporter import ids
 from observation.exporter.chain import jsonable
 from observation.exporter.decode import event_ms, first_value, payload_value
 from observation.exporter.gates import GateMapper, is_gate
 from observation.exporter.model import Artifact, MappedEvent
-from workflows.canonical import jcs
+from workflows.canonical import canonical_json, jcs
 from workflows.io import LLMCallFailed, LLMCallInput, LLMCallResult
 
 LLM_OUTPUT_SCHEMA = "hitlflow/llm_output/v1"

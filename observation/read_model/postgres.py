@@ -13,6 +13,7 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
+from activities.urls import redact
 from observation.read_model.store import ReadModelError, SqlStore
 
 
@@ -22,16 +23,6 @@ def _psycopg() -> Any:
     except ImportError as err:  # pragma: no cover - a dependency of the package
         raise ReadModelError(f"PostgreSQL read model needs psycopg: {err}") from None
     return psycopg
-
-
-def redact(url: str) -> str:
-    """The URL without its password (for messages)."""
-    head, at, tail = url.rpartition("@")
-    if not at:
-        return url
-    scheme, _, cred = head.partition("://")
-    user = cred.split(":", 1)[0]
-    return f"{scheme}://{user}:***@{tail}"
 
 
 class PostgresStore(SqlStore):

@@ -15,7 +15,7 @@ from activities.deltas import (
     cluster_delta_bus,
     split_text,
 )
-from activities.deltas_postgres import CHANNEL, PIECE_CHARS, PostgresDeltaBus
+from activities.deltas.postgres import CHANNEL, PIECE_CHARS, PostgresDeltaBus
 from tests.support.postgres import postgres_url
 
 GUARD_S = 30

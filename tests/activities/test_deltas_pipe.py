@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from activities.deltas import InProcessDeltaBus
-from activities.deltas_pipe import PIECE_CHARS, PipeDeltaBus, replay_line
+from activities.deltas.pipe import PIECE_CHARS, PipeDeltaBus, replay_line
 
 
 def read_all(fd: int) -> list[bytes]:

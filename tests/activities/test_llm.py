@@ -17,18 +17,11 @@ import pytest
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from activities import llm as llm_module
-from activities.llm import (
-    ASK_USER,
-    END_CONVERSATION,
-    SCRIPTED_BASE_URL,
-    LlmActivities,
-    ToolNames,
-    llm_call_started,
-    openai_tools,
-    retry_after_s,
-    sha256_json,
-)
+from activities.llm import streaming
+from activities.llm.activity import LlmActivities
+from activities.llm.failures import retry_after_s
+from activities.llm.payloads import SCRIPTED_BASE_URL, llm_call_started, sha256_json
+from activities.llm.wire import ASK_USER, END_CONVERSATION, ToolNames, openai_tools
 from tests.fakes.openai_server import FakeOpenAIServer, tool_call
 from workflows.config import EcsRequest, LLMConfig, ScriptedResponse, ToolCallRequest
 from workflows.io import ChatMessage, LLMCallFailed, LLMCallInput, LLMCallResult, ToolSpec
@@ -718,7 +711,7 @@ async def test_a_model_slow_to_start_still_heartbeats(
     """Before the first token nothing streams; the activity heartbeats all the same
     (the workflow's heartbeat timeout would otherwise take a thinking model for a
     lost worker)."""
-    monkeypatch.setattr(llm_module, "TICK_EVERY_S", 0.01)
+    monkeypatch.setattr(streaming, "TICK_EVERY_S", 0.01)
     held = threading.Event()
     guard = threading.Timer(HANG_GUARD_S, held.set)  # only if no heartbeat comes
     guard.start()

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from activities.mcp_pool import McpClientPool, McpPoolFullError, McpTransportError
+from activities.mcp.pool import McpClientPool, McpPoolFullError, McpTransportError
 from tests.support.mcp_servers import executions, gone, hanging_server, notes_server, server_pid
 
 

@@ -1,4 +1,4 @@
-"""MCP call results as data: the blocks the model and the log get (activities/mcp_results)."""
+"""MCP call results as data: the blocks the model and the log get (activities/mcp/results.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import base64
 
 import mcp_types as types
 
-from activities.mcp_results import tool_result
+from activities.mcp.results import tool_result
 
 
 def test_blocks_are_kept_as_mcp_sends_them_without_binary_data():

@@ -18,8 +18,8 @@ import pytest
 from temporalio.activity import _Definition
 from temporalio.testing import ActivityEnvironment
 
-from activities.mcp_pool import McpClientPool, McpTransportError, roots_callback
-from activities.tools import McpToolActivities
+from activities.mcp.pool import McpClientPool, McpTransportError, roots_callback
+from activities.mcp.tools import McpToolActivities
 from tests.support.mcp_servers import REPO, executions, gone, notes_server, server_pid
 from workflows.config import McpServerConfig
 from workflows.io import ListToolsInput, ToolCallInput

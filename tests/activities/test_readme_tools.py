@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from mcp.client.stdio import DEFAULT_INHERITED_ENV_VARS
 
-from activities.llm import (
+from activities.llm.wire import (
     ASK_USER,
     ASK_USER_FUNCTION,
     END_CONVERSATION,
@@ -21,7 +21,7 @@ from activities.llm import (
     ToolNames,
     openai_tools,
 )
-from activities.mcp_pool import McpClientPool
+from activities.mcp.pool import McpClientPool
 from workflows.config import McpServerConfig, SafetyOverride
 from workflows.io import ToolSpec
 

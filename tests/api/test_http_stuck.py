@@ -27,7 +27,7 @@ from temporalio.worker import (
     WorkflowInterceptorClassInput,
 )
 
-from activities.mcp_pool import McpClientPool
+from activities.mcp.pool import McpClientPool
 from api.http.app import create_app
 from api.http.deps import ApiTuning
 from api.runtime.worker import build_worker

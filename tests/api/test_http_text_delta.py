@@ -20,7 +20,7 @@ import pytest
 from temporalio.testing import WorkflowEnvironment
 
 from activities.deltas import InProcessDeltaBus
-from activities.deltas_postgres import PostgresDeltaBus
+from activities.deltas.postgres import PostgresDeltaBus
 from api.http.app import create_app
 from api.http.sse import TEXT_DELTA, SseMessage
 from api.runtime.worker_process import run_worker_process

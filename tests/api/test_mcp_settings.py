@@ -12,7 +12,7 @@ import pytest
 from pydantic import ValidationError
 
 import api.runtime.worker as worker
-from activities.mcp_pool import DEFAULT_IDLE_S, DEFAULT_MAX_SERVERS, McpClientPool
+from activities.mcp.pool import DEFAULT_IDLE_S, DEFAULT_MAX_SERVERS, McpClientPool
 from api.settings import HitlflowSettings
 
 

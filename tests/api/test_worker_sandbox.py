@@ -7,7 +7,7 @@ from __future__ import annotations
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import UnsandboxedWorkflowRunner
 
-from activities.mcp_pool import McpClientPool
+from activities.mcp.pool import McpClientPool
 from api.runtime.worker import SESSION_RUNNER, build_worker
 
 

@@ -13,7 +13,7 @@ import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
 
-from activities.llm import llm_call_started
+from activities.llm.payloads import llm_call_started
 from observation.exporter import (
     Chain,
     MappedEvent,

@@ -15,7 +15,7 @@ from typing import Any
 
 from temporalio.client import Client, WorkflowHandle
 
-from activities.mcp_pool import McpClientPool
+from activities.mcp.pool import McpClientPool
 from api.runtime.worker import build_worker
 from observation.exporter.note import Signer
 from workflows.config import SessionConfig

@@ -22,7 +22,8 @@ from workflows.io import ToolSpec
 from workflows.messages import ReplyInput
 from workflows.operators import waiting_details
 from workflows.safety import SafetyClass
-from workflows.session_state import PendingRequest, SessionBook, SessionState
+from workflows.session_book import SessionBook
+from workflows.session_state import PendingRequest, SessionState
 from workflows.statechart import SessionEvent, SessionStatus
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -260,11 +261,11 @@ def _activity_error(cause: BaseException) -> ActivityError:
 
 def test_a_call_the_pool_never_sent_is_not_an_unknown_outcome():
     """A full MCP pool refuses before sending: the at-most-once call did not run."""
-    from workflows.agent_turn import _not_sent
+    from workflows.activity_calls import not_sent
 
-    assert _not_sent(_activity_error(ApplicationError("pool full", type="McpPoolFullError")))
-    assert not _not_sent(_activity_error(ApplicationError("boom", type="McpTransportError")))
-    assert not _not_sent(_activity_error(TimeoutError("heartbeat")))
+    assert not_sent(_activity_error(ApplicationError("pool full", type="McpPoolFullError")))
+    assert not not_sent(_activity_error(ApplicationError("boom", type="McpTransportError")))
+    assert not not_sent(_activity_error(TimeoutError("heartbeat")))
 
 
 # -- scripted alternatives: branching on the previous outcome -------------------------

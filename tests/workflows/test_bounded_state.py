@@ -15,13 +15,8 @@ from workflows.contract import ActionType, Actor, Trigger
 from workflows.io import ChatMessage, ToolSpec
 from workflows.messages import SessionInput
 from workflows.safety import SafetyClass
-from workflows.session_state import (
-    RECENT,
-    PendingRequest,
-    SessionBook,
-    SessionState,
-    context_window,
-)
+from workflows.session_book import SessionBook, context_window
+from workflows.session_state import RECENT, PendingRequest, SessionState
 from workflows.statechart import SessionEvent
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

@@ -15,10 +15,10 @@ from workflows.cancel import (
 )
 from workflows.config import SessionConfig
 from workflows.contract import ActionType, ExecutionContract
+from workflows.session_book import SessionBook
 from workflows.session_state import (
     UNANSWERED_KEPT,
     PendingRequest,
-    SessionBook,
     SessionState,
     UnansweredRequest,
 )

@@ -448,7 +448,8 @@ def test_seed001_timestamps_only_come_from_arguments() -> None:
 
 
 CORE_MODULES = ["workflows/fsm.py", "workflows/contract.py", "workflows/statechart.py",
-                "workflows/plan.py", "observation/projections.py"]
+                "workflows/plan.py", "workflows/execution_views.py",
+                "observation/projections.py"]
 CLOCK_CALLS = {"now", "utcnow", "today", "time", "monotonic", "perf_counter", "time_ns",
                "random", "uuid4", "uuid1"}
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
 
-from activities.mcp_pool import McpClientPool
+from activities.mcp.pool import McpClientPool
 from observation.exporter.follower import export_session
 from tests.support.mcp_servers import gone, received, recording_server
 from tests.support.sessions import (
@@ -26,7 +26,7 @@ from tests.support.sessions import (
     worker_process,
 )
 from tests.workflows.test_session_devserver import recorded
-from workflows.agent_turn import TOOL_HEARTBEAT
+from workflows.activity_calls import TOOL_HEARTBEAT
 from workflows.config import SessionConfig
 from workflows.messages import ReplyInput, SessionResult
 from workflows.outcome import (

@@ -16,7 +16,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from observation.projections import snapshot
 from workflows.contract import (
     CONTRACT_TABLE,
     ActionType,
@@ -24,6 +23,7 @@ from workflows.contract import (
     ExecutionContract,
     Trigger,
 )
+from workflows.execution_views import snapshot
 from workflows.fsm import (
     Edge,
     InvalidTransitionError,

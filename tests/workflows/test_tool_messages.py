@@ -7,8 +7,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from observation.projections import consequence_view
 from workflows.contract import ActionType, Actor, ExecutionContract, Trigger
+from workflows.execution_views import consequence_view
 from workflows.io import ToolCallResult
 from workflows.tool_messages import tool_message_content
 

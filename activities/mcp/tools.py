@@ -21,7 +21,7 @@ from temporalio import activity
 from temporalio.client import AsyncActivityCancelledError
 from temporalio.exceptions import ApplicationError
 
-from activities.mcp_pool import McpClientPool, McpPoolFullError
+from activities.mcp.pool import McpClientPool, McpPoolFullError
 from workflows.io import ListToolsInput, ToolCallInput, ToolCallResult, ToolCatalog
 from workflows.outcome import ToolCallBeat
 

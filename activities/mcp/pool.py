@@ -42,7 +42,7 @@ from typing import Any, cast
 import mcp_types as types
 from mcp import Client, MCPError
 
-from activities.mcp_connection import (
+from activities.mcp.connection import (
     Connection,
     McpTransportError,
     describe,
@@ -51,7 +51,7 @@ from activities.mcp_connection import (
     program,
     roots_callback,
 )
-from activities.mcp_results import tool_result, tool_spec
+from activities.mcp.results import tool_result, tool_spec
 from workflows.config import McpServerConfig
 from workflows.io import ToolCallResult, ToolSpec
 

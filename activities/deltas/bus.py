@@ -1,21 +1,6 @@
-"""Streamed tokens: the model's text as it is written, to whoever watches the session.
+"""The delta bus's interface (``DeltaBus``, ``TextDelta``) and its in-process and null
+implementations; what ``activities.deltas`` exports."""
 
-The LLM activity publishes each piece of text it receives (``DeltaBus.publish``)
-and says when the call ended (``DeltaBus.finish``); the API's SSE stream
-subscribes (``DeltaBus.subscribe``) and sends them as ephemeral ``text.delta``
-events. Nothing here reaches the history or the log: the final text stays one
-``text`` event, as before. A subscriber that comes while a call is being written
-gets the text so far first (a :class:`TextDelta` with ``text`` set), then deltas.
-
-Implementations: :class:`InProcessDeltaBus` (publisher and subscribers in one
-process; ``hitlflow up``'s API, fed by its worker process's
-``activities.deltas_pipe.PipeDeltaBus``),
-``activities.deltas_postgres.PostgresDeltaBus`` (a cluster: workers and API
-processes share the PostgreSQL read model; ``cluster_delta_bus``) and
-:class:`NullDeltaBus` (nobody listens). The bus is passed in by the entry points
-(``api.runtime.worker``, ``api.http.app.run_api``, ``api.cli.stack``), never imported from
-``api/``.
-"""
 
 from __future__ import annotations
 
@@ -26,8 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 __all__ = ["LLM_CALL_SCHEDULED", "QUEUE_DELTAS", "DeltaBus", "InProcessDeltaBus",
-           "NullDeltaBus", "TextDelta", "apply_wire", "call_scheduled", "cluster_delta_bus",
-           "split_text", "wire_end", "wire_messages"]
+           "NullDeltaBus", "TextDelta", "call_scheduled", "split_text"]
 
 #: Deltas a subscriber may have queued; past that it gets one snapshot instead.
 QUEUE_DELTAS = 1024
@@ -174,36 +158,3 @@ def split_text(text: str, pieces: int = 4) -> list[str]:
     size = -(-len(words) // pieces)
     groups = [words[i:i + size] for i in range(0, len(words), size)]
     return [" ".join(g) + (" " if i < len(groups) - 1 else "") for i, g in enumerate(groups)]
-
-
-def wire_messages(session_id: str, call_id: str, delta: str, first: bool,
-                  piece_chars: int) -> list[dict[str, Any]]:
-    """A published piece as the messages a bus between processes sends (pipe,
-    ``NOTIFY``): cut to at most ``piece_chars`` characters each, ``first`` on the first."""
-    pieces = [delta[i:i + piece_chars] for i in range(0, len(delta), piece_chars)]
-    return [{"s": session_id, "c": call_id, "d": piece, "f": first and i == 0}
-            for i, piece in enumerate(pieces or [""])]
-
-
-def wire_end(session_id: str, call_id: str) -> dict[str, Any]:
-    """The message that says a call ended."""
-    return {"s": session_id, "c": call_id, "end": True}
-
-
-def apply_wire(bus: InProcessDeltaBus, message: Any) -> None:
-    """Replay one message of :func:`wire_messages`/:func:`wire_end` into ``bus``;
-    raises KeyError, TypeError or AttributeError for anything else."""
-    if message.get("end"):
-        bus.finish(message["s"], message["c"])
-    else:
-        bus.publish(message["s"], message["c"], message["d"], first=bool(message.get("f")))
-
-
-def cluster_delta_bus(read_model_url: str | None) -> Any:
-    """The bus separate worker and API processes share: PostgreSQL ``LISTEN``/``NOTIFY``
-    when the read model is in PostgreSQL, else None (no transport: no deltas)."""
-    if read_model_url and read_model_url.startswith(("postgresql://", "postgres://")):
-        from activities.deltas_postgres import PostgresDeltaBus
-
-        return PostgresDeltaBus(read_model_url)
-    return None

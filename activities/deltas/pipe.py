@@ -3,9 +3,9 @@
 ``up`` runs its session worker in a child process (so the worker's CPU and heap stay
 out of the API's event loop). The child's LLM activity publishes into a
 :class:`PipeDeltaBus`, which writes one JSON line per piece
-(``activities.deltas.wire_messages``, the messages PostgreSQL's bus sends too) to a
+(``activities.deltas.wire.wire_messages``, the messages PostgreSQL's bus sends too) to a
 pipe from one sending thread; ``up`` reads the pipe (:func:`replay_line`) into the
-:class:`~activities.deltas.InProcessDeltaBus` its SSE streams subscribe to.
+:class:`~activities.deltas.bus.InProcessDeltaBus` its SSE streams subscribe to.
 
 Best effort, as the bus promises, but never garbled: when the pipe is full
 (``up`` busy) a piece is dropped and the call's next piece goes as a snapshot
@@ -24,7 +24,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from activities.deltas import InProcessDeltaBus, apply_wire, wire_end, wire_messages
+from activities.deltas.bus import InProcessDeltaBus
+from activities.deltas.wire import apply_wire, wire_end, wire_messages
 
 __all__ = ["PIECE_CHARS", "PipeDeltaBus", "replay_line"]
 
@@ -37,7 +38,7 @@ log = logging.getLogger("hitlflow.deltas")
 
 
 class PipeDeltaBus:
-    """The worker's side: a :class:`~activities.deltas.DeltaBus` writing to file
+    """The worker's side: a :class:`~activities.deltas.bus.DeltaBus` writing to file
     descriptor ``fd`` (thread-safe; never blocks the caller). :meth:`close` flushes."""
 
     def __init__(self, fd: int, *, queue_lines: int = QUEUE_LINES) -> None:

@@ -7,7 +7,7 @@ share the model's text as it is written through one channel, ``hitlflow_text_del
   so a notification stays under PostgreSQL's 8000-byte payload limit) and the call's
   end go, in order, from one sending thread over one connection (``pg_notify``);
 * an API process listens on one connection (its own thread) and replays what it
-  hears into an :class:`~activities.deltas.InProcessDeltaBus`, which its SSE streams
+  hears into an :class:`~activities.deltas.bus.InProcessDeltaBus`, which its SSE streams
   subscribe to: a late subscriber gets the text so far from there (of the calls
   that started while this process listened).
 
@@ -25,13 +25,9 @@ import threading
 from collections.abc import AsyncIterator
 from typing import Any
 
-from activities.deltas import (
-    InProcessDeltaBus,
-    TextDelta,
-    apply_wire,
-    wire_end,
-    wire_messages,
-)
+from activities.deltas.bus import InProcessDeltaBus, TextDelta
+from activities.deltas.wire import apply_wire, wire_end, wire_messages
+from activities.urls import redact
 
 __all__ = ["CHANNEL", "PIECE_CHARS", "PostgresDeltaBus"]
 
@@ -46,7 +42,7 @@ log = logging.getLogger("hitlflow.deltas")
 
 
 class PostgresDeltaBus:
-    """A :class:`~activities.deltas.DeltaBus` over PostgreSQL ``NOTIFY``; thread-safe.
+    """A :class:`~activities.deltas.bus.DeltaBus` over PostgreSQL ``NOTIFY``; thread-safe.
     Threads start on first use (publishing, or :meth:`listen`); :meth:`close` ends them."""
 
     def __init__(self, url: str, *, connect_timeout_s: int = 10) -> None:
@@ -145,8 +141,6 @@ class PostgresDeltaBus:
                 conn.close()
 
     def _where(self) -> str:
-        from observation.read_model.postgres import redact
-
         return redact(self.url)
 
     def close(self) -> None:
