@@ -23,10 +23,11 @@ from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client, WorkflowExecutionStatus
 
 from activities.deltas import call_scheduled
+from observation.event_types import is_sse
 from observation.exporter.chain import Chain
 from observation.exporter.log import LogError, LogObserver, LogWriter
 from observation.exporter.mapping import SessionMapper
-from observation.exporter.model import StreamHead, is_sse
+from observation.exporter.model import StreamHead
 from observation.exporter.note import Signer
 from observation.exporter.verify import SNAPSHOT_NAME
 
