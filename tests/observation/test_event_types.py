@@ -4,11 +4,14 @@ mapper, and the three folds over a log."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import get_args
 
 import pytest
 
 from observation import event_types as ev
+from observation.exporter import MappingError, map_history
+from observation.exporter.decode import load_history
 from observation.exporter.journal import JournalMapper, handler_name
 from observation.exporter.snapshot import LogSnapshot
 from observation.log_view import SessionLogView
@@ -16,6 +19,8 @@ from observation.schemas import load
 from observation.telemetry.project import TelemetryProjector
 from workflows.plan import PLAN_EVENT_TYPES
 from workflows.session_state import JournalKind
+
+HISTORIES = Path(__file__).parents[1] / "workflows" / "histories"
 
 
 def test_every_name_is_declared_once():
@@ -58,3 +63,17 @@ def test_a_fold_of_an_unknown_type_is_refused_when_declared():
         class _Bad(ev.LogFold):
             @ev.folds("NO_SUCH_TYPE")
             def _nothing(self, p: dict) -> None: ...
+
+
+def test_the_mapper_refuses_a_journal_entry_that_makes_a_second_lead(monkeypatch):
+    """Read-your-writes counts leads: an entry that made two would count twice."""
+    original = JournalMapper._j_contract_created
+
+    def two_leads(self, d, at):
+        original(self, d, at)
+        self.emit(ev.MESSAGE, {"text": "", "at": at})
+
+    monkeypatch.setattr(JournalMapper, "_j_contract_created", two_leads)
+    sid, events = load_history((HISTORIES / "demo.json").read_text())
+    with pytest.raises(MappingError, match=r"\(contract\.created\)"):
+        map_history(sid, events)
