@@ -228,7 +228,7 @@ async def export_session(
                 await _in_thread(export.feed_page, page)
                 page = []
                 run_id = export.mapper.run_id
-                if park is not None and export.mapper.open_issue is not None \
+                if park is not None and export.mapper.pending_request is not None \
                         and run_id is not None:
                     if await park(run_id, event.event_id):
                         return replace(await _in_thread(export.finish), parked=True)

@@ -38,7 +38,9 @@ class JournalMapper:
     def __init__(self) -> None:
         self.journal_seq = 0
         self.contracts: dict[str, ExecutionContract] = {}
-        self.open_issue: dict[str, Any] | None = None
+        # The request to the person now open (seed 004's pending request; in the
+        # log, between its ISSUE_OPENED and ISSUE_RESOLVED): its journal detail.
+        self.pending_request: dict[str, Any] | None = None
 
     # provided by SessionMapper
     def emit(self, type: str, payload: dict[str, Any], span: str | None = None,
@@ -73,7 +75,7 @@ class JournalMapper:
             "old_state": d["from_status"], "new_state": d["to_status"],
             "trigger": d["event"], "detail": detail, "at": at})
         if d["event"] == SessionEvent.INTERACTION_REQUESTED:
-            self.open_issue = detail
+            self.pending_request = detail
             self.emit(ev.ISSUE_OPENED, {
                 "issue_id": detail["request_id"], "kind": detail["kind"],
                 "prompt": detail.get("prompt", ""),
@@ -85,9 +87,9 @@ class JournalMapper:
                 **({"output": detail["output"]} if detail.get("output") else {}),
                 **({"reason_code": detail["reason_code"]} if detail.get("reason_code") else {})},
                 *self._work_span(detail.get("execution_id")))
-        elif (self.open_issue is not None and d["from_status"] == "waiting_user"
+        elif (self.pending_request is not None and d["from_status"] == "waiting_user"
               and d["to_status"] != "waiting_user"):
-            issue, self.open_issue = self.open_issue, None
+            issue, self.pending_request = self.pending_request, None
             self.emit(ev.ISSUE_RESOLVED, {
                 "issue_id": issue["request_id"], "kind": issue["kind"],
                 "resolution": d["event"], "answer": detail.get("answer"),
@@ -97,11 +99,11 @@ class JournalMapper:
             self.emit(f["type"], dict(f["payload"]))
 
     def _j_reply_accepted(self, d: dict[str, Any], at: str) -> None:
-        issue = self.open_issue
+        issue = self.pending_request
         if issue is None or issue["request_id"] != d["request_id"]:
             raise MappingError(f"reply to {d['request_id']!r} accepted, but that request "
                                "is not open in the journal")
-        self.open_issue = None
+        self.pending_request = None
         self.emit(ev.ISSUE_RESOLVED, {
             "issue_id": d["request_id"], "kind": d["kind"],
             "resolution": "auto_decided" if d.get("auto") else "answered",

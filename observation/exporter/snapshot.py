@@ -16,27 +16,17 @@ from typing import Any
 from observation import event_types as ev
 from observation.event_types import PLAN_TYPE_OF, LogFold, folds
 from observation.exporter.chain import GENESIS
+from workflows import plan
 from workflows.canonical import jcs, plain
-from workflows.plan import (
-    PLAN_EVENT_TYPES,
-    StepApproved,
-    StepCompleted,
-    StepReset,
-    StepSkipped,
-    StepWaiting,
-    TaskReset,
-    TaskStarted,
-    WindowLaunched,
-    WindowLost,
-)
+from workflows.plan import PLAN_EVENT_TYPES
 
 SNAPSHOT_VERSION = "hitlflow-snapshot-v1"
 Event = dict[str, Any]
 # How a plan event sets its step's section state (``_plan``).
-_RESTARTS = {PLAN_TYPE_OF[TaskStarted], PLAN_TYPE_OF[TaskReset]}
+_RESTARTS = {PLAN_TYPE_OF[plan.TaskStarted], PLAN_TYPE_OF[plan.TaskReset]}
 _STEP_STATE = {PLAN_TYPE_OF[m]: state for m, state in (
-    (StepApproved, "DONE"), (StepSkipped, "SKIPPED"), (StepWaiting, "BLOCKED"),
-    (WindowLaunched, "RUNNING"), (WindowLost, "BLOCKED"))}
+    (plan.StepApproved, "DONE"), (plan.StepSkipped, "SKIPPED"), (plan.StepWaiting, "BLOCKED"),
+    (plan.WindowLaunched, "RUNNING"), (plan.WindowLost, "BLOCKED"))}
 
 
 class ReplayError(ValueError):
@@ -196,9 +186,9 @@ class LogSnapshot(LogFold):
         if t in _RESTARTS:
             n = p.get("steps", len(current))
             self.data["section_states"] = {str(i): "NOT_STARTED" for i in range(n)}
-        elif t == PLAN_TYPE_OF[StepCompleted]:
+        elif t == PLAN_TYPE_OF[plan.StepCompleted]:
             self._sections({step: "DONE" if p["exit_code"] == 0 else "FAILED"})
         elif t in _STEP_STATE:
             self._sections({step: _STEP_STATE[t]})
-        elif t == PLAN_TYPE_OF[StepReset]:
+        elif t == PLAN_TYPE_OF[plan.StepReset]:
             self._sections({int(k): "NOT_STARTED" for k in current if int(k) >= p["to_step"]})
