@@ -23,10 +23,12 @@ What the log does not say, and what is used instead:
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from observation import event_types as ev
+from observation.event_types import FCMP_PREFIXES, LogFold, folds, is_journal_lead
 from observation.projections import ExecutionFact, execution_fact
 from workflows.contract import (
     ActionType,
@@ -36,22 +38,14 @@ from workflows.contract import (
     Trigger,
     actor_of,
 )
-from workflows.plan import PLAN_EVENT_TYPES
 from workflows.session_state import StatusChange
 from workflows.statechart import FcmpEvent, SessionStatus
 
 GENESIS = "0" * 64
-# The first log event each workflow journal entry makes (``journal.py``): counting
-# them gives the journal position the log has reached (read-your-writes, below).
-JOURNAL_LEADS = frozenset({"RUN_STATE_CHANGED", "execution_state", "WORK_ITEM_QUEUED",
-                           "message", "text", "provider.waiting", "interaction.reply.refused",
-                           *PLAN_EVENT_TYPES})
 # How Temporal names a closed run, by the closing log event's ``outcome``.
 EXECUTION_STATUS_OF = {"completed": "completed", "workflow_failed": "failed",
                        "canceled": "canceled", "terminated": "terminated",
                        "timed_out": "timed_out"}
-FCMP_PREFIXES = ("conversation.", "interaction.")
-REPLY_RESOLUTIONS = frozenset({"answered", "auto_decided"})
 
 def infer_actor(contract: ExecutionContract, category: str, trigger: str) -> str:
     return actor_of(category, trigger, gate=bool(contract.action_detail.get("gate")))
@@ -63,7 +57,7 @@ def _history_event(event_id: str) -> str:
 
 
 @dataclass
-class SessionLogView:
+class SessionLogView(LogFold):
     """Everything the API serves about a session's past, as of log line ``last_seq``."""
 
     session_id: str
@@ -108,13 +102,14 @@ class SessionLogView:
     def apply(self, event: dict[str, Any]) -> None:
         self._seq = event["seq"]
         kind = event["type"]
-        handler = _HANDLERS.get(kind)
+        handler = self.handlers.get(kind)
         if handler is not None:
             handler(self, event["payload"], event)
         elif kind.startswith(FCMP_PREFIXES):
             self._fcmp(event)
-        if kind in JOURNAL_LEADS or (kind == "ISSUE_RESOLVED" and event["payload"].get(
-                "resolution") in REPLY_RESOLUTIONS):
+        # The first line of each workflow journal entry: counting them gives the
+        # journal position the log has reached (read-your-writes).
+        if is_journal_lead(kind, event["payload"]):
             self.journal_seq += 1
         self.last_seq, self.last_hash = event["seq"], event["event_hash"]
 
@@ -134,6 +129,7 @@ class SessionLogView:
 
     # -- contracts -----------------------------------------------------------------
 
+    @folds(ev.WORK_ITEM_QUEUED)
     def _queued(self, p: dict[str, Any], _: dict[str, Any]) -> None:
         c = ExecutionContract(
             execution_id=p["work_item_id"], session_id=self.session_id,
@@ -146,6 +142,7 @@ class SessionLogView:
         self._touch_contract(len(self.contracts) - 1)
         self.statuses[c.status] += 1
 
+    @folds(ev.EXECUTION_STATE)
     def _state(self, p: dict[str, Any], _: dict[str, Any]) -> None:
         c = self._known(p["execution_id"])
         record = TransitionRecord(
@@ -160,9 +157,11 @@ class SessionLogView:
         c.transitions.append(record)
         self._touch_contract(self.index[c.execution_id])
 
+    @folds(ev.WORK_ITEM_STARTED)
     def _started(self, p: dict[str, Any], _: dict[str, Any]) -> None:
         self._name_actor(self._known(p["work_item_id"]), p["actor"])
 
+    @folds(ev.WORK_ITEM_FINISHED)
     def _finished(self, p: dict[str, Any], _: dict[str, Any]) -> None:
         c = self._known(p["work_item_id"])
         self._name_actor(c, p["actor"])
@@ -186,6 +185,7 @@ class SessionLogView:
 
     # -- the session -------------------------------------------------------------
 
+    @folds(ev.RUN_STATE_CHANGED)
     def _status(self, p: dict[str, Any], event: dict[str, Any]) -> None:
         change = StatusChange(from_status=p["old_state"], to_status=p["new_state"],
                               event=p["trigger"], at=p["at"])
@@ -211,6 +211,7 @@ class SessionLogView:
             self.history_seq[-1] = self._seq
             self.touched_history.add(len(self.history) - 1)
 
+    @folds(ev.RUN_CREATED)
     def _created(self, p: dict[str, Any], _: dict[str, Any]) -> None:
         self.mode = (p.get("config") or {}).get("mode")
         self.task_queue = p.get("task_queue")
@@ -219,6 +220,7 @@ class SessionLogView:
         self.started_at = p.get("created_at")
         self.execution_status = "running"
 
+    @folds(ev.ISSUE_OPENED)
     def _opened(self, p: dict[str, Any], _: dict[str, Any]) -> None:
         self.pending = {
             "request_id": p["issue_id"], "kind": p["kind"], "prompt": p.get("prompt", ""),
@@ -228,20 +230,24 @@ class SessionLogView:
         if p.get("reason_code"):  # "did it happen?" on a call that may have run
             self.pending["reason_code"] = p["reason_code"]
 
+    @folds(ev.ISSUE_RESOLVED)
     def _resolved(self, p: dict[str, Any], _: dict[str, Any]) -> None:
-        if p.get("resolution") in REPLY_RESOLUTIONS:
+        if p.get("resolution") in ev.REPLY_RESOLUTIONS:
             self.replies += 1
         if self.pending is not None and self.pending["request_id"] == p.get("issue_id"):
             self.pending = None
 
+    @folds(ev.TEXT)
     def _text(self, p: dict[str, Any], _: dict[str, Any]) -> None:
         self.llm_calls += 1  # one `text` per answered LLM call
         if p.get("text"):
             self.last_text = p["text"]
 
+    @folds(ev.RUN_COMPLETED)
     def _run_completed(self, p: dict[str, Any], _: dict[str, Any]) -> None:
         self._close(p)
 
+    @folds(ev.RUN_FAILED)
     def _run_failed(self, p: dict[str, Any], _: dict[str, Any]) -> None:
         self.failure_reason = p.get("failure_reason")
         self._close(p)
@@ -251,22 +257,6 @@ class SessionLogView:
         self.pending = self.waiting_since = None
         self.closed_at = p.get("finished_at")
         self.execution_status = EXECUTION_STATUS_OF.get(p.get("outcome", ""), "completed")
-
-
-_Handler = Callable[[SessionLogView, dict[str, Any], dict[str, Any]], None]
-_HANDLERS: dict[str, _Handler] = {
-    "WORK_ITEM_QUEUED": SessionLogView._queued,
-    "execution_state": SessionLogView._state,
-    "WORK_ITEM_STARTED": SessionLogView._started,
-    "WORK_ITEM_FINISHED": SessionLogView._finished,
-    "RUN_STATE_CHANGED": SessionLogView._status,
-    "ISSUE_RESOLVED": SessionLogView._resolved,
-    "text": SessionLogView._text,
-    "RUN_COMPLETED": SessionLogView._run_completed,
-    "RUN_FAILED": SessionLogView._run_failed,
-    "RUN_CREATED": SessionLogView._created,
-    "ISSUE_OPENED": SessionLogView._opened,
-}
 
 
 def fold(session_id: str, events: Iterable[dict[str, Any]]) -> SessionLogView:

@@ -21,9 +21,9 @@ from observation.exporter import (
     ChainBrokenError,
     LogError,
     LogLockedError,
+    LogSnapshot,
     LogWriter,
     ReplayError,
-    Snapshot,
     export_session,
     verify_dir,
 )
@@ -110,7 +110,7 @@ def replay_command(
         except LogError as err:
             _fail(str(err))
     try:
-        rebuilt = Snapshot.replay(d.name, verify_lines(read_lines(d / LOG_NAME))).to_bytes()
+        rebuilt = LogSnapshot.replay(d.name, verify_lines(read_lines(d / LOG_NAME))).to_bytes()
     except (ChainBrokenError, ReplayError, OSError) as err:
         _fail(f"{err} ({d})")
     stored_path = d / SNAPSHOT_NAME

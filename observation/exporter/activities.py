@@ -21,16 +21,19 @@ from temporalio.api.failure.v1 import Failure
 from temporalio.api.history.v1 import HistoryEvent
 
 from activities.llm.payloads import llm_call_started
+from observation import event_types as ev
 from observation.exporter import ids
 from observation.exporter.chain import jsonable
 from observation.exporter.decode import event_ms, first_value, payload_value
 from observation.exporter.gates import GateMapper, is_gate
-from observation.exporter.model import Artifact, MappedEvent
+from observation.exporter.model import (
+    LLM_OUTPUT_SCHEMA,
+    TOOL_RESULT_SCHEMA,
+    Artifact,
+    MappedEvent,
+)
 from workflows.canonical import canonical_json, jcs
 from workflows.io import LLMCallFailed, LLMCallInput, LLMCallResult
-
-LLM_OUTPUT_SCHEMA = "hitlflow/llm_output/v1"
-TOOL_RESULT_SCHEMA = "hitlflow/tool_result/v1"
 
 
 @dataclass
@@ -78,7 +81,7 @@ class ActivityMapper(GateMapper):
         while path in self.artifact_paths:
             path, n = f"{base}-{n}.json", n + 1
         self.artifact_paths.add(path)
-        self.emit("ARTIFACT_WRITTEN", {
+        self.emit(ev.ARTIFACT_WRITTEN, {
             "name": path.rsplit("/", 1)[-1], "path": path,
             "sha256": hashlib.sha256(content).hexdigest(), "size": len(content),
             "schema_id": schema_id, "media_type": "application/json", **about},
@@ -111,10 +114,10 @@ class ActivityMapper(GateMapper):
         act.started_ms, act.attempt = event_ms(e), a.attempt
         if act.type == "llm_call":
             started = llm_call_started(LLMCallInput.model_validate(act.input))
-            self.emit("LLM_CALL_STARTED", _dump(started), *self._spans(act))
+            self.emit(ev.LLM_CALL_STARTED, _dump(started), *self._spans(act))
         elif act.type == "call_tool":
             i = act.input
-            self.emit("TOOL_CALL_STARTED", {
+            self.emit(ev.TOOL_CALL_STARTED, {
                 "work_item_id": i["execution_id"], "server": i["server"]["name"],
                 "tool": i["tool"], "arguments": i.get("arguments", {}),
                 "idempotency_key": i.get("idempotency_key"), "attempt": a.attempt},
@@ -130,7 +133,7 @@ class ActivityMapper(GateMapper):
         result = first_value(a.result) or {}
         if act.type == "llm_call":
             r = LLMCallResult.model_validate(result)
-            self.emit("LLM_CALL_FINISHED", _dump(r.finished), *self._spans(act))
+            self.emit(ev.LLM_CALL_FINISHED, _dump(r.finished), *self._spans(act))
             answer = {
                 "text": r.text, "tool_calls": [c.model_dump(mode="json") for c in r.tool_calls],
                 "ecs_request": r.ecs_request.model_dump(mode="json") if r.ecs_request else None,
@@ -146,13 +149,13 @@ class ActivityMapper(GateMapper):
         elif is_gate(act.type, act.input):
             self.gate_finished(act.input, result)
         elif act.type == "list_tools":
-            self.emit("TOOLS_LISTED", {"tools": [
+            self.emit(ev.TOOLS_LISTED, {"tools": [
                 {k: t.get(k) for k in ("server", "name", "safety", "annotations")}
                 for t in result.get("tools", [])]})
 
     def _tool_result(self, act: _Activity, result: dict[str, Any]) -> None:
         i = act.input
-        self.emit("tool_result", {
+        self.emit(ev.TOOL_RESULT, {
             "execution_id": i["execution_id"], "server": i["server"]["name"], "tool": i["tool"],
             "is_error": bool(result.get("is_error")), "text": result.get("text", ""),
             "structured": result.get("structured"), "error_message": result.get("error_message")},
@@ -183,7 +186,7 @@ class ActivityMapper(GateMapper):
                 error_class=(info.type if info is not None and info.type else error_class),
                 error_summary=summary[:500],
                 retryable=not (info.non_retryable if info is not None else True)))
-        self.emit("LLM_CALL_FAILED", payload, *self._spans(act))
+        self.emit(ev.LLM_CALL_FAILED, payload, *self._spans(act))
 
     def _act_failed(self, e: HistoryEvent) -> None:
         a = e.activity_task_failed_event_attributes

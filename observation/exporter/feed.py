@@ -25,9 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from activities.deltas import LLM_CALL_SCHEDULED, call_scheduled
+from observation.event_types import END_TYPES, is_sse
 from observation.exporter.chain import read_json
-from observation.exporter.log import END_TYPES
-from observation.exporter.model import StreamHead, is_sse
+from observation.exporter.model import StreamHead
 from observation.exporter.verify import LOG_NAME
 
 #: Batches a subscriber may have queued before it goes back to the disk.

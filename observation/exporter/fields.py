@@ -23,14 +23,14 @@ import re
 from datetime import datetime
 from typing import Any
 
+from observation import event_types as ev
 from observation.exporter import ids
+from observation.exporter.model import LLM_OUTPUT_SCHEMA
 
-#: The schema of an LLM answer's artifact (``activities.py``).
-LLM_OUTPUT_SCHEMA = "hitlflow/llm_output/v1"
 TS_RE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{6}Z")
 EVENT_ID_RE = re.compile(r"([^:]+):([1-9][0-9]*):(0|[1-9][0-9]*)")
 HEX16_RE = re.compile(r"[0-9a-f]{16}")
-ARTIFACT_TYPES = frozenset({"LLM_CALL_FINISHED", "ARTIFACT_WRITTEN"})
+ARTIFACT_TYPES = frozenset({ev.LLM_CALL_FINISHED, ev.ARTIFACT_WRITTEN})
 
 
 class FieldError(ValueError):
@@ -58,7 +58,7 @@ class LineFields:
             self.session = obj["run_id"]
         self.trace, self.root = ids.trace_id(self.session), ids.session_span(self.session)
         p = obj["payload"]
-        if obj["type"] != "RUN_CREATED" or p.get("session_id") != obj["run_id"]:
+        if obj["type"] != ev.RUN_CREATED or p.get("session_id") != obj["run_id"]:
             raise FieldError(n, f"line 1 is {obj['type']} (session_id "
                              f"{p.get('session_id')!r}), not the RUN_CREATED of "
                              f"session {obj['run_id']}: a log starts with its session")
@@ -66,7 +66,7 @@ class LineFields:
     def check(self, obj: dict[str, Any], n: int) -> None:
         if n == 1:
             self._session(obj, n)
-        elif obj["type"] == "RUN_CREATED":
+        elif obj["type"] == ev.RUN_CREATED:
             raise FieldError(n, "a second RUN_CREATED: a log holds one session")
         if obj["run_id"] != self.session:
             where = "this directory's session" if self.from_dir else "the log's session"
@@ -130,14 +130,14 @@ class LineFields:
             raise FieldError(n, f"event_id {eid!r}: n counts 0, 1, ... per history "
                              "event (a line is missing or added)")
         self.last = (hev, k, n)
-        if obj["type"] == "RUN_CONTINUED_AS_NEW":
+        if obj["type"] == ev.RUN_CONTINUED_AS_NEW:
             self.continued_to = obj["payload"].get("new_temporal_run_id")
 
     def _artifact(self, obj: dict[str, Any], n: int) -> None:
         t, p = obj["type"], obj["payload"]
-        if t == "LLM_CALL_FINISHED":
+        if t == ev.LLM_CALL_FINISHED:
             self.outputs[p.get("call_id")] = (p.get("output_hash"), n)
-        elif t == "ARTIFACT_WRITTEN":
+        elif t == ev.ARTIFACT_WRITTEN:
             if type(p.get("path")) is not str or type(p.get("sha256")) is not str:
                 raise FieldError(n, "ARTIFACT_WRITTEN without a path and sha256",
                                  "ARTIFACT_MISMATCH")

@@ -23,10 +23,11 @@ from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client, WorkflowExecutionStatus
 
 from activities.deltas import call_scheduled
+from observation.event_types import is_sse
 from observation.exporter.chain import Chain
 from observation.exporter.log import LogError, LogObserver, LogWriter
 from observation.exporter.mapping import SessionMapper
-from observation.exporter.model import StreamHead, is_sse
+from observation.exporter.model import StreamHead
 from observation.exporter.note import Signer
 from observation.exporter.verify import SNAPSHOT_NAME
 
@@ -227,7 +228,7 @@ async def export_session(
                 await _in_thread(export.feed_page, page)
                 page = []
                 run_id = export.mapper.run_id
-                if park is not None and export.mapper.open_issue is not None \
+                if park is not None and export.mapper.pending_request is not None \
                         and run_id is not None:
                     if await park(run_id, event.event_id):
                         return replace(await _in_thread(export.finish), parked=True)

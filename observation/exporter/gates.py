@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from observation import event_types as ev
 from observation.exporter import ids
 from observation.exporter.model import MappedEvent
 
@@ -68,7 +69,7 @@ class GateMapper:
 
     def gate_started(self, inp: dict[str, Any], attempt: int) -> None:
         _, about, span, parent = self._gate(inp, new=True)
-        self.emit("GATE_RUN_STARTED", {
+        self.emit(ev.GATE_RUN_STARTED, {
             **about, "attempt": attempt, "timeout_s": inp.get("timeout_s"),
             "started_at": self._ts}, span, parent)
 
@@ -77,7 +78,7 @@ class GateMapper:
             self.gate_started(inp, attempt=0)
         _, about, span, parent = self._gate(inp, new=False)
         self.gate_ids.pop(inp["execution_id"], None)
-        self.emit("GATE_RUN_FINISHED", {**about, **outcome, "finished_at": self._ts},
+        self.emit(ev.GATE_RUN_FINISHED, {**about, **outcome, "finished_at": self._ts},
                   span, parent)
 
     def gate_finished(self, inp: dict[str, Any], result: dict[str, Any]) -> None:

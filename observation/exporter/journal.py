@@ -3,12 +3,18 @@
 The journal says what the workflow decided: status changes with their FCMP events,
 contracts and their transitions, replies, messages, the assistant's text, plan
 events, waits for the model provider. Part of the pure mapping (see ``mapping.py``).
+
+Which kinds exist and the first log line each makes (its lead, which read-your-writes
+counts) are declared in ``observation/event_types.py`` (``JOURNAL_KINDS``): every
+entry mapped here is checked against it.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from observation import event_types as ev
+from observation.event_types import JOURNAL_KINDS, is_journal_lead
 from observation.exporter import ids
 from observation.exporter.decode import MappingError
 from observation.exporter.model import MappedEvent
@@ -20,17 +26,21 @@ from workflows.contract import (
     summarize_action,
 )
 from workflows.plan import PLAN_EVENT_TYPES
+from workflows.statechart import SessionEvent
 
 
 class JournalMapper:
     """State and rules for journal entries; ``SessionMapper`` adds the history events."""
 
     sid: str
+    _out: list[MappedEvent]  # the lines made so far for the history event being fed
 
     def __init__(self) -> None:
         self.journal_seq = 0
         self.contracts: dict[str, ExecutionContract] = {}
-        self.open_issue: dict[str, Any] | None = None
+        # The request to the person now open (seed 004's pending request; in the
+        # log, between its ISSUE_OPENED and ISSUE_RESOLVED): its journal detail.
+        self.pending_request: dict[str, Any] | None = None
 
     # provided by SessionMapper
     def emit(self, type: str, payload: dict[str, Any], span: str | None = None,
@@ -51,21 +61,22 @@ class JournalMapper:
                     "the journal in history has a gap or a repeat")
             self.journal_seq += 1
             kind, data, at = entry["kind"], entry["data"], entry["at"]
-            handler = getattr(self, "_j_" + kind.replace(".", "_"), None)
-            if handler is None:
+            if kind not in JOURNAL_KINDS:
                 raise MappingError(f"unknown journal kind {kind!r} (seq {seq})")
-            handler(data, at)
+            start = len(self._out)
+            getattr(self, handler_name(kind))(data, at)
+            _check_lead(kind, seq, self._out[start:])
 
     # -- the session statechart ------------------------------------------------------
 
     def _j_session_status(self, d: dict[str, Any], at: str) -> None:
         detail = d.get("detail") or {}
-        self.emit("RUN_STATE_CHANGED", {
+        self.emit(ev.RUN_STATE_CHANGED, {
             "old_state": d["from_status"], "new_state": d["to_status"],
             "trigger": d["event"], "detail": detail, "at": at})
-        if d["event"] == "interaction.requested":
-            self.open_issue = detail
-            self.emit("ISSUE_OPENED", {
+        if d["event"] == SessionEvent.INTERACTION_REQUESTED:
+            self.pending_request = detail
+            self.emit(ev.ISSUE_OPENED, {
                 "issue_id": detail["request_id"], "kind": detail["kind"],
                 "prompt": detail.get("prompt", ""),
                 "work_item_id": detail.get("execution_id"),
@@ -76,10 +87,10 @@ class JournalMapper:
                 **({"output": detail["output"]} if detail.get("output") else {}),
                 **({"reason_code": detail["reason_code"]} if detail.get("reason_code") else {})},
                 *self._work_span(detail.get("execution_id")))
-        elif (self.open_issue is not None and d["from_status"] == "waiting_user"
+        elif (self.pending_request is not None and d["from_status"] == "waiting_user"
               and d["to_status"] != "waiting_user"):
-            issue, self.open_issue = self.open_issue, None
-            self.emit("ISSUE_RESOLVED", {
+            issue, self.pending_request = self.pending_request, None
+            self.emit(ev.ISSUE_RESOLVED, {
                 "issue_id": issue["request_id"], "kind": issue["kind"],
                 "resolution": d["event"], "answer": detail.get("answer"),
                 "by": detail.get("by"), "auto": False, "detail": detail, "resolved_at": at},
@@ -88,12 +99,12 @@ class JournalMapper:
             self.emit(f["type"], dict(f["payload"]))
 
     def _j_reply_accepted(self, d: dict[str, Any], at: str) -> None:
-        issue = self.open_issue
+        issue = self.pending_request
         if issue is None or issue["request_id"] != d["request_id"]:
             raise MappingError(f"reply to {d['request_id']!r} accepted, but that request "
                                "is not open in the journal")
-        self.open_issue = None
-        self.emit("ISSUE_RESOLVED", {
+        self.pending_request = None
+        self.emit(ev.ISSUE_RESOLVED, {
             "issue_id": d["request_id"], "kind": d["kind"],
             "resolution": "auto_decided" if d.get("auto") else "answered",
             "answer": d["answer"], "by": d["by"], "auto": bool(d.get("auto")),
@@ -102,18 +113,18 @@ class JournalMapper:
 
     def _j_reply_refused(self, d: dict[str, Any], at: str) -> None:
         """A stale or malformed signal the workflow refused (the session unchanged)."""
-        self.emit("interaction.reply.refused", {**d, "at": at})
+        self.emit(ev.REPLY_REFUSED, {**d, "at": at})
 
     def _j_message_accepted(self, d: dict[str, Any], at: str) -> None:
-        self.emit("message", {"text": d["text"], "at": at})
+        self.emit(ev.MESSAGE, {"text": d["text"], "at": at})
 
     def _j_llm_waiting(self, d: dict[str, Any], at: str) -> None:
         # The session waits for the model provider (rate limited, or an error that
         # may pass) until ``retry_at``: workflows/provider_wait.py.
-        self.emit("provider.waiting", {**d, "at": at})
+        self.emit(ev.PROVIDER_WAITING, {**d, "at": at})
 
     def _j_assistant_text(self, d: dict[str, Any], at: str) -> None:
-        self.emit("text", {**d, "at": at}, ids.reasoning_span(self.sid, d["call_id"]),
+        self.emit(ev.TEXT, {**d, "at": at}, ids.reasoning_span(self.sid, d["call_id"]),
                   ids.session_span(self.sid))
 
     # -- contracts --------------------------------------------------------------------
@@ -121,7 +132,7 @@ class JournalMapper:
     def _j_contract_created(self, d: dict[str, Any], at: str) -> None:
         c = ExecutionContract.model_validate({**d, "session_id": self.sid})
         self.contracts[c.execution_id] = c
-        self.emit("WORK_ITEM_QUEUED", {
+        self.emit(ev.WORK_ITEM_QUEUED, {
             "work_item_id": c.execution_id, "action_type": c.action_type.value,
             "action_summary": summarize_action(c.action_type, c.action_detail),
             "action_detail": d["action_detail"], "irreversible": c.irreversible,
@@ -137,14 +148,14 @@ class JournalMapper:
         c.status = record.to_status
         span = self._work_span(c.execution_id)
         state = execution_state_event(c, record).model_dump(mode="json")
-        self.emit("execution_state", state, *span)
+        self.emit(ev.EXECUTION_STATE, state, *span)
         who = {"trigger": d["trigger"], "actor": d["actor"],
                "actor_category": d["actor_category"]}
         if record.from_status.value == "pending":
-            self.emit("WORK_ITEM_STARTED", {
+            self.emit(ev.WORK_ITEM_STARTED, {
                 "work_item_id": c.execution_id, "started_at": d["timestamp"], **who}, *span)
         if record.to_status in CONTRACT_TABLE.terminal:
-            self.emit("WORK_ITEM_FINISHED", {
+            self.emit(ev.WORK_ITEM_FINISHED, {
                 "work_item_id": c.execution_id, "outcome": record.to_status.value,
                 "finished_at": d["timestamp"], **who, "result": d.get("result"),
                 "error_message": d.get("error_message"),
@@ -157,3 +168,20 @@ class JournalMapper:
         if kind not in PLAN_EVENT_TYPES:
             raise MappingError(f"plan event of unknown type {kind!r}")
         self.emit(kind, {**d, "at": at})
+
+
+def handler_name(kind: str) -> str:
+    """The ``JournalMapper`` method that maps entries of ``kind``."""
+    return "_j_" + kind.replace(".", "_")
+
+
+def _check_lead(kind: str, seq: int, made: list[MappedEvent]) -> None:
+    """The entry's first line is its kind's lead and no other line is a lead, as
+    ``JOURNAL_KINDS`` declares: the log view counts leads to know which entries a
+    log reflects (read-your-writes)."""
+    leads = [is_journal_lead(m.type, m.payload) for m in made]
+    if not leads or not leads[0] or made[0].type not in JOURNAL_KINDS[kind].types \
+            or any(leads[1:]):
+        raise MappingError(f"journal entry {seq} ({kind}) made {[m.type for m in made]}: "
+                           "not its lead first and alone (observation/event_types.py)")
+

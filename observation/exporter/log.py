@@ -32,26 +32,27 @@ import os
 from pathlib import Path
 from typing import Any, Protocol
 
+from observation.event_types import END_TYPES
 from observation.exporter import files
 from observation.exporter.chain import GENESIS, LOG_VERSION, Chain, line_bytes, read_json
 from observation.exporter.checkpoint import CHECKPOINT_NAME, checkpoint_bytes
 from observation.exporter.files import atomic_write, cut_torn_tail, fsync_dir
 from observation.exporter.model import Artifact, LogEvent
 from observation.exporter.note import Signer
-from observation.exporter.snapshot import ReplayError, Snapshot
+from observation.exporter.snapshot import LogSnapshot, ReplayError
 from observation.exporter.verify import (
     HEAD_NAME,
     LOG_NAME,
     SNAPSHOT_NAME,
     ChainBrokenError,
     line_version,
+    read_head,
     read_lines,
     verify_lines,
 )
 
 log = logging.getLogger("hitlflow.exporter")
 LOCK_NAME = ".lock"
-END_TYPES = ("RUN_COMPLETED", "RUN_FAILED")
 
 
 class LogError(Exception):
@@ -90,7 +91,7 @@ class LogWriter:
         self.run_dir = run_dir
         self.observer = observer
         self.signer = signer  # signs the head in ``checkpoint`` at each commit
-        self.snapshot = Snapshot(run_dir.name)
+        self.snapshot = LogSnapshot(run_dir.name)
         self.last_seq, self.last_hash, self.last_type = 0, GENESIS, ""
         self.last_line_hash: str | None = None  # v2 lines only
         self.log_version = LOG_VERSION  # of the log on disk once open (new: LOG_VERSION)
@@ -145,21 +146,20 @@ class LogWriter:
                 raise LogCorruptError(f"{path}: {err}; nothing was written (check it with "
                                       "`hitlflow log verify`, move it aside to re-export)"
                                       ) from None
-        self._note_lost_tail()
+        self._find_lost_tail()
         self._log_fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         fsync_dir(self.run_dir)
         if not self._on_disk(HEAD_NAME, self._head_bytes()) or not self._on_disk(
                 SNAPSHOT_NAME, self.snapshot.to_bytes()):
             self.commit(sign=False)  # lines not yet checked against history: unsigned
 
-    def _note_lost_tail(self) -> None:
+    def _find_lost_tail(self) -> None:
         """A head beyond the log means lines were lost: they are re-exported from
         history, and the line at the old head must hash to the old head."""
-        try:
-            head = json.loads((self.run_dir / HEAD_NAME).read_bytes())
-            seq, digest = int(head["last_seq"]), str(head["last_hash"])
-        except (OSError, ValueError, KeyError, TypeError):
+        head = read_head(self.run_dir)
+        if head is None:
             return
+        seq, digest = head
         if seq > self.last_seq:
             log.warning("%s: the head says %d events, the log has %d: re-exporting the rest",
                         self.run_dir, seq, self.last_seq)

@@ -18,6 +18,7 @@ from typing import Any
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
 
+from observation import event_types as ev
 from observation.exporter import ids
 from observation.exporter.activities import ActivityMapper
 from observation.exporter.chain import jsonable
@@ -85,7 +86,7 @@ class SessionMapper(ActivityMapper, JournalMapper):
             raise MappingError("a second first run in one session's history")
         self.created = True
         inp = first_value(a.input) or {}
-        self.emit("RUN_CREATED", {
+        self.emit(ev.RUN_CREATED, {
             "session_id": self.sid, "temporal_run_id": self.run_id,
             "workflow_type": a.workflow_type.name, "task_queue": a.task_queue.name,
             "identity": a.identity, "config": inp.get("config"), "run_state": "queued",
@@ -100,7 +101,7 @@ class SessionMapper(ActivityMapper, JournalMapper):
 
     def _cancel_requested(self, e: HistoryEvent) -> None:
         a = e.workflow_execution_cancel_requested_event_attributes
-        self.emit("RUN_CANCEL_REQUESTED", {"identity": a.identity, "cause": a.cause})
+        self.emit(ev.RUN_CANCEL_REQUESTED, {"identity": a.identity, "cause": a.cause})
 
     def _close(self, type: str, status: str, outcome: str, **extra: Any) -> None:
         self.emit(type, {"status": status, "outcome": outcome, "temporal_run_id": self.run_id,
@@ -110,28 +111,28 @@ class SessionMapper(ActivityMapper, JournalMapper):
     def _completed(self, e: HistoryEvent) -> None:
         r = first_value(e.workflow_execution_completed_event_attributes.result) or {}
         status = r.get("status", "succeeded")
-        self._close("RUN_FAILED" if status == "failed" else "RUN_COMPLETED", status,
+        self._close(ev.RUN_FAILED if status == "failed" else ev.RUN_COMPLETED, status,
                     "completed", failure_reason=r.get("failure_reason"),
                     contracts=r.get("contracts"), turns=r.get("turns"))
 
     def _failed(self, e: HistoryEvent) -> None:
         f = e.workflow_execution_failed_event_attributes.failure
-        self._close("RUN_FAILED", "failed", "workflow_failed", failure_reason=f.message)
+        self._close(ev.RUN_FAILED, "failed", "workflow_failed", failure_reason=f.message)
 
     def _canceled(self, e: HistoryEvent) -> None:
-        self._close("RUN_COMPLETED", "canceled", "canceled")
+        self._close(ev.RUN_COMPLETED, "canceled", "canceled")
 
     def _terminated(self, e: HistoryEvent) -> None:
         a = e.workflow_execution_terminated_event_attributes
-        self._close("RUN_FAILED", "failed", "terminated",
+        self._close(ev.RUN_FAILED, "failed", "terminated",
                     failure_reason=f"terminated: {a.reason}" if a.reason else "terminated")
 
     def _timed_out(self, e: HistoryEvent) -> None:
-        self._close("RUN_FAILED", "failed", "timed_out", failure_reason="workflow timed out")
+        self._close(ev.RUN_FAILED, "failed", "timed_out", failure_reason="workflow timed out")
 
     def _continued(self, e: HistoryEvent) -> None:
         a = e.workflow_execution_continued_as_new_event_attributes
-        self.emit("RUN_CONTINUED_AS_NEW", {
+        self.emit(ev.RUN_CONTINUED_AS_NEW, {
             "temporal_run_id": self.run_id, "new_temporal_run_id": a.new_execution_run_id})
         self.next_run_id = a.new_execution_run_id
         self.closed = True

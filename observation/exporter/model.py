@@ -1,4 +1,5 @@
-"""The mapped event model: what the exporter writes, and what SSE and telemetry read."""
+"""The mapped event model: what the exporter writes, and what SSE and telemetry read.
+The event types themselves are declared in ``observation/event_types.py``."""
 
 from __future__ import annotations
 
@@ -7,21 +8,11 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-#: Seed 003's required types that a session produces (gates: plan sessions).
-SEED_TYPES = (
-    "RUN_CREATED", "RUN_STATE_CHANGED", "WORK_ITEM_QUEUED", "WORK_ITEM_STARTED",
-    "WORK_ITEM_FINISHED", "ISSUE_OPENED", "ISSUE_RESOLVED", "ARTIFACT_WRITTEN",
-    "LLM_CALL_STARTED", "LLM_CALL_FINISHED", "LLM_CALL_FAILED", "GATE_RUN_STARTED",
-    "GATE_RUN_FINISHED", "RUN_COMPLETED", "RUN_FAILED",
-)
-#: The types the HTTP API streams over SSE (``interaction.*`` is a prefix).
-SSE_TYPES = ("execution_state", "conversation.state.changed", "text", "tool_result",
-             "provider.waiting")
-SSE_PREFIXES = ("interaction.",)
+from observation.event_types import is_sse
 
-
-def is_sse(event_type: str) -> bool:
-    return event_type in SSE_TYPES or event_type.startswith(SSE_PREFIXES)
+#: The ``schema_id`` of an artifact: an LLM answer, a tool's output (``activities.py``).
+LLM_OUTPUT_SCHEMA = "hitlflow/llm_output/v1"
+TOOL_RESULT_SCHEMA = "hitlflow/tool_result/v1"
 
 
 @dataclass(frozen=True)

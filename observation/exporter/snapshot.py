@@ -1,22 +1,32 @@
-"""Seed 003's replay reducers: the snapshot is a fold over the log's events.
+"""Seed 003's replay reducers: the log snapshot (``snapshot.json``) is a fold over
+the log's events.
 
-``Snapshot.apply`` takes one log event (as a dict, the way it is on disk); the
-snapshot of a log is the fold over its lines from ``Snapshot.initial``. The writer
+``LogSnapshot.apply`` takes one log event (as a dict, the way it is on disk); the
+snapshot of a log is the fold over its lines from a new ``LogSnapshot``. The writer
 keeps one incrementally; ``hitlflow log replay`` rebuilds one from the file alone.
-Pure: no I/O.
+Pure: no I/O. (Not seed 000's ``ExecutionSnapshot``, the view of one contract.)
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
+from observation import event_types as ev
+from observation.event_types import PLAN_TYPE_OF, LogFold, folds
 from observation.exporter.chain import GENESIS
+from workflows import plan
 from workflows.canonical import jcs, plain
+from workflows.plan import PLAN_EVENT_TYPES
 
 SNAPSHOT_VERSION = "hitlflow-snapshot-v1"
 Event = dict[str, Any]
+# How a plan event sets its step's section state (``_plan``).
+_RESTARTS = {PLAN_TYPE_OF[plan.TaskStarted], PLAN_TYPE_OF[plan.TaskReset]}
+_STEP_STATE = {PLAN_TYPE_OF[m]: state for m, state in (
+    (plan.StepApproved, "DONE"), (plan.StepSkipped, "SKIPPED"), (plan.StepWaiting, "BLOCKED"),
+    (plan.WindowLaunched, "RUNNING"), (plan.WindowLost, "BLOCKED"))}
 
 
 class ReplayError(ValueError):
@@ -49,7 +59,9 @@ def _indented(value: Any, newline: str) -> str:
     return jcs(value).decode()
 
 
-class Snapshot:
+class LogSnapshot(LogFold):
+    """The content of ``snapshot.json`` (``data``) as of the last event applied."""
+
     def __init__(self, run_id: str) -> None:
         self.data: dict[str, Any] = {
             "version": SNAPSHOT_VERSION, "run_id": run_id, "run_state": "CREATED",
@@ -62,7 +74,7 @@ class Snapshot:
         self._gates: dict[str, dict[str, Any]] = {}
 
     @classmethod
-    def replay(cls, run_id: str, events: Iterable[Event]) -> Snapshot:
+    def replay(cls, run_id: str, events: Iterable[Event]) -> LogSnapshot:
         snap = cls(run_id)
         for e in events:
             snap.apply(e)
@@ -72,7 +84,7 @@ class Snapshot:
         return snapshot_bytes(self.data)
 
     def apply(self, e: Event) -> None:
-        reducer = _REDUCERS.get(e["type"])
+        reducer = self.handlers.get(e["type"])
         if reducer is not None:
             try:
                 reducer(self, e["payload"])
@@ -84,22 +96,27 @@ class Snapshot:
 
     # -- the run -------------------------------------------------------------------------
 
+    @folds(ev.RUN_CREATED)
     def _run_created(self, p: dict[str, Any]) -> None:
         self.data.update(run_id=p["session_id"], created_at=p["created_at"],
                          run_state=p["run_state"])
 
+    @folds(ev.RUN_STATE_CHANGED)
     def _run_state(self, p: dict[str, Any]) -> None:
         self.data["run_state"] = p["new_state"]
 
+    @folds(ev.RUN_COMPLETED, ev.RUN_FAILED)
     def _run_ended(self, p: dict[str, Any]) -> None:
         self.data.update(run_state=p["status"], finished_at=p["finished_at"])
 
+    @folds(ev.ARTIFACT_WRITTEN)
     def _artifact(self, p: dict[str, Any]) -> None:
         self.data["artifacts"].append({k: p.get(k) for k in (
             "name", "path", "sha256", "size", "schema_id", "work_item_id", "call_id")})
 
     # -- work items (contracts) ----------------------------------------------------------
 
+    @folds(ev.WORK_ITEM_QUEUED)
     def _queued(self, p: dict[str, Any]) -> None:
         item = {
             "work_item_id": p["work_item_id"], "action_type": p["action_type"],
@@ -111,12 +128,15 @@ class Snapshot:
         self._work[item["work_item_id"]] = item
         self.data["work_items"].append(item)
 
+    @folds(ev.WORK_ITEM_STARTED)
     def _started(self, p: dict[str, Any]) -> None:
         self._work[p["work_item_id"]].update(status="in_progress", started_at=p["started_at"])
 
+    @folds(ev.EXECUTION_STATE)
     def _execution_state(self, p: dict[str, Any]) -> None:
         self._work[p["execution_id"]]["contract_status"] = p["to_status"]
 
+    @folds(ev.WORK_ITEM_FINISHED)
     def _finished(self, p: dict[str, Any]) -> None:
         self._work[p["work_item_id"]].update(
             status="completed", finished_at=p["finished_at"], outcome=p["outcome"],
@@ -124,6 +144,7 @@ class Snapshot:
 
     # -- issues (requests to the person) -------------------------------------------------
 
+    @folds(ev.ISSUE_OPENED)
     def _issue_opened(self, p: dict[str, Any]) -> None:
         issue = {
             "issue_id": p["issue_id"], "kind": p["kind"], "prompt": p["prompt"],
@@ -133,6 +154,7 @@ class Snapshot:
         self._issues[issue["issue_id"]] = issue
         self.data["issues"].append(issue)
 
+    @folds(ev.ISSUE_RESOLVED)
     def _issue_resolved(self, p: dict[str, Any]) -> None:
         self._issues[p["issue_id"]].update(
             status="RESOLVED", resolved_at=p["resolved_at"], resolution=p["resolution"],
@@ -140,6 +162,7 @@ class Snapshot:
 
     # -- gates and plan steps (seed 002) ---------------------------------------------------
 
+    @folds(ev.GATE_RUN_STARTED)
     def _gate_started(self, p: dict[str, Any]) -> None:
         gate = {"gate_id": p["gate_id"], "step": p.get("step"), "command": p.get("command"),
                 "status": "running", "started_at": p["started_at"], "finished_at": None,
@@ -147,6 +170,7 @@ class Snapshot:
         self._gates[gate["gate_id"]] = gate
         self.data["gates"].append(gate)
 
+    @folds(ev.GATE_RUN_FINISHED)
     def _gate_finished(self, p: dict[str, Any]) -> None:
         self._gates[p["gate_id"]].update(
             status="passed" if p["passed"] else "failed", passed=p["passed"],
@@ -155,39 +179,16 @@ class Snapshot:
     def _sections(self, states: dict[int, str]) -> None:
         self.data["section_states"].update({str(k): v for k, v in states.items()})
 
+    @folds(*PLAN_EVENT_TYPES)
     def _plan(self, p: dict[str, Any]) -> None:
         t, step = p["type"], p.get("step")
         current = self.data["section_states"]
-        if t == "TaskStarted" or t == "TaskReset":
+        if t in _RESTARTS:
             n = p.get("steps", len(current))
             self.data["section_states"] = {str(i): "NOT_STARTED" for i in range(n)}
-        elif t == "StepCompleted":
+        elif t == PLAN_TYPE_OF[plan.StepCompleted]:
             self._sections({step: "DONE" if p["exit_code"] == 0 else "FAILED"})
-        elif t in ("StepApproved", "StepSkipped", "StepWaiting", "WindowLaunched"):
-            states = {"StepApproved": "DONE", "StepSkipped": "SKIPPED",
-                      "StepWaiting": "BLOCKED", "WindowLaunched": "RUNNING"}
-            self._sections({step: states[t]})
-        elif t == "WindowLost":
-            self._sections({step: "BLOCKED"})
-        elif t == "StepReset":
+        elif t in _STEP_STATE:
+            self._sections({step: _STEP_STATE[t]})
+        elif t == PLAN_TYPE_OF[plan.StepReset]:
             self._sections({int(k): "NOT_STARTED" for k in current if int(k) >= p["to_step"]})
-
-
-_REDUCERS: dict[str, Callable[[Snapshot, dict[str, Any]], None]] = {
-    "RUN_CREATED": Snapshot._run_created,
-    "RUN_STATE_CHANGED": Snapshot._run_state,
-    "RUN_COMPLETED": Snapshot._run_ended,
-    "RUN_FAILED": Snapshot._run_ended,
-    "ARTIFACT_WRITTEN": Snapshot._artifact,
-    "WORK_ITEM_QUEUED": Snapshot._queued,
-    "WORK_ITEM_STARTED": Snapshot._started,
-    "WORK_ITEM_FINISHED": Snapshot._finished,
-    "execution_state": Snapshot._execution_state,
-    "ISSUE_OPENED": Snapshot._issue_opened,
-    "ISSUE_RESOLVED": Snapshot._issue_resolved,
-    "GATE_RUN_STARTED": Snapshot._gate_started,
-    "GATE_RUN_FINISHED": Snapshot._gate_finished,
-    **{t: Snapshot._plan for t in (
-        "TaskStarted", "TaskStopped", "StepCompleted", "StepApproved", "StepSkipped",
-        "StepWaiting", "WindowLaunched", "WindowLost", "StepReset", "TaskReset")},
-}

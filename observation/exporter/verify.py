@@ -38,6 +38,7 @@ from typing import Any
 
 import rfc8785
 
+from observation.event_types import ARTIFACT_WRITTEN
 from observation.exporter.chain import GENESIS, HASH_PREFIX, LINE_PREFIX, read_json
 from observation.exporter.chain import _number as double
 from observation.exporter.fields import FieldError, LineFields
@@ -78,7 +79,7 @@ class Verified:
 
 class _Numbers:
     """``json`` decoder hooks: every number read as a double (as ``read_json``), and
-    a note of what ``json.dumps`` would not print as RFC 8785 does (a float whose
+    a record of what ``json.dumps`` would not print as RFC 8785 does (a float whose
     literal is not its JCS form, an integer beyond 2^53 - 1); NaN and the
     infinities are refused (not JSON)."""
 
@@ -238,6 +239,16 @@ def parse_head(data: bytes, what: str, *, whole: bool = False) -> dict[str, Any]
     return head
 
 
+def read_head(run_dir: Path) -> tuple[int, str] | None:
+    """``(last_seq, last_hash)`` of ``run_dir``'s ``head`` file; None when it is
+    missing or unreadable (a caller then reads the log itself)."""
+    try:
+        head = json.loads((run_dir / HEAD_NAME).read_bytes())
+        return int(head["last_seq"]), str(head["last_hash"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def check_head(verified: Verified, head: dict[str, Any], what: str) -> None:
     n, last_seq = verified.events, head["last_seq"]
     if last_seq > n:
@@ -298,7 +309,7 @@ def verify_dir(run_dir: Path, *, artifacts: bool = True, live: bool = False) -> 
         for event in verify_lines(islice(lines, heads[0][0]["last_seq"]) if live else lines,
                                   session):
             count, last, version = event["seq"], event["event_hash"], line_version(event)
-            if artifacts and event["type"] == "ARTIFACT_WRITTEN":
+            if artifacts and event["type"] == ARTIFACT_WRITTEN:
                 check_artifact(run_dir, event)
         if not live:
             heads = [(parse_head(p.read_bytes(), p.name), p.name) for p in (head_path, snap_path)]

@@ -15,7 +15,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -23,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from observation.exporter.log import LogObserver
-from observation.exporter.verify import HEAD_NAME, LOG_NAME, read_lines, verify_lines
+from observation.exporter.verify import LOG_NAME, read_head, read_lines, verify_lines
 from observation.log_view import SessionLogView, fold
 from observation.read_model.rows import batch, full_batch
 from observation.read_model.store import ReadModelError, ReadStore
@@ -91,19 +90,11 @@ class Tee:
                 told(call_id)
 
 
-def _head(run_dir: Path) -> tuple[int, str] | None:
-    try:
-        head = json.loads((run_dir / HEAD_NAME).read_bytes())
-        return int(head["last_seq"]), str(head["last_hash"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-
-
 def fold_log(run_dir: Path) -> SessionLogView:
     """A log verified line by line and folded (raises ``ChainBrokenError`` or the
     fold's ``ValueError``); its head, when there is one, must be where it ends."""
     view = fold(run_dir.name, verify_lines(read_lines(run_dir / LOG_NAME)))
-    head = _head(run_dir)
+    head = read_head(run_dir)
     if head is not None and head != (view.last_seq, view.last_hash):
         raise ValueError(f"the log ends at line {view.last_seq}, its head says "
                          f"{head[0]}: lines are missing")
@@ -129,7 +120,7 @@ def sync_store(store: ReadStore, runs_dir: Path, *, every: bool = False) -> Sync
     heads = {} if every else store.heads()
     for run_dir in _logs(runs_dir):
         sid = run_dir.name
-        if not every and sid in heads and heads[sid] == _head(run_dir):
+        if not every and sid in heads and heads[sid] == read_head(run_dir):
             continue
         try:
             view = fold_log(run_dir)

@@ -19,14 +19,13 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
-from observation.exporter.verify import HEAD_NAME, LOG_NAME, read_lines, verify_lines
+from observation.exporter.verify import LOG_NAME, read_head, read_lines, verify_lines
 from observation.telemetry.model import TelemetryRun
 from observation.telemetry.otel import SpanSink, TelemetryConfigError, otlp_exporter_from_env
 from observation.telemetry.project import ProjectionError, TelemetryProjector
@@ -131,14 +130,6 @@ def replay_log(run_dir: Path) -> tuple[TelemetryProjector, tuple[int, str] | Non
     return projector, head
 
 
-def _head(run_dir: Path) -> tuple[int, str] | None:
-    try:
-        head = json.loads((run_dir / HEAD_NAME).read_bytes())
-        return int(head["last_seq"]), str(head["last_hash"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-
-
 def sync_store(store: TelemetryStore, runs_dir: Path, *, every: bool = False
                ) -> tuple[int, dict[str, str]]:
     """Project every log under ``runs_dir`` whose head the store has not reflected
@@ -149,7 +140,7 @@ def sync_store(store: TelemetryStore, runs_dir: Path, *, every: bool = False
     for run_dir in dirs:
         if not (run_dir / LOG_NAME).is_file():
             continue
-        if not every and done.get(run_dir.name) == _head(run_dir):
+        if not every and done.get(run_dir.name) == read_head(run_dir):
             continue
         try:
             projector, head = replay_log(run_dir)

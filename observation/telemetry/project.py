@@ -14,9 +14,11 @@ Times are the log's: the payload's own time where it has one (``created_at``,
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
+from observation import event_types as ev
+from observation.event_types import LogFold, folds
 from observation.exporter import ids
 from observation.telemetry.model import TelemetryRun, run_id
 
@@ -41,7 +43,7 @@ def llm_provider(config: dict[str, Any] | None, base_url: str | None = None) -> 
     return None
 
 
-class TelemetryProjector:
+class TelemetryProjector(LogFold):
     def __init__(self, session_id: str) -> None:
         self.sid = session_id
         self.trace = ids.trace_id(session_id)
@@ -65,7 +67,7 @@ class TelemetryProjector:
                                   f"{event.get('trace_id')} is not the session's {self.trace}")
         self._e, self._changed = event, set()
         self._seq = int(event.get("seq") or self._seq + 1)
-        handler = _HANDLERS.get(event["type"])
+        handler = self.handlers.get(event["type"])
         if handler is not None:
             handler(self, event["payload"])
         own = self._by_span.get(event["span_id"])
@@ -123,7 +125,7 @@ class TelemetryProjector:
     def _root(self) -> TelemetryRun:
         if self._session is None:
             raise ProjectionError(f"event {self._e.get('seq')} ({self._e['type']}) before "
-                                  "RUN_CREATED")
+                                  f"{ev.RUN_CREATED}")
         return self._session
 
     def _end(self, run: TelemetryRun, status: str, at: str | None = None) -> None:
@@ -137,12 +139,13 @@ class TelemetryProjector:
 
     # -- the session -------------------------------------------------------------------
 
+    @folds(ev.RUN_CREATED)
     def _run_created(self, p: Event) -> None:
         if self._session is not None:
-            raise ProjectionError("a second RUN_CREATED")
+            raise ProjectionError(f"a second {ev.RUN_CREATED}")
         span = ids.session_span(self.sid)
         if self._e["span_id"] != span:
-            raise ProjectionError(f"RUN_CREATED on span {self._e['span_id']}, not {span}")
+            raise ProjectionError(f"{ev.RUN_CREATED} on span {self._e['span_id']}, not {span}")
         config = p.get("config") or {}
         llm = (config.get("agent") or {}).get("llm") or {}
         self._provider = llm_provider(config)
@@ -162,17 +165,20 @@ class TelemetryProjector:
         self.runs[rid], self._by_span[span], self._session = run, rid, run
         self._touch(run)
 
+    @folds(ev.RUN_STATE_CHANGED)
     def _run_state(self, p: Event) -> None:
         run = self._root()
         if not run.ended:
             run.status = p["new_state"]
         self._set(run, last_trigger=p.get("trigger"))
 
+    @folds(ev.RUN_CONTINUED_AS_NEW)
     def _continued(self, p: Event) -> None:
         run = self._root()
         self._set(run, temporal_run_ids=[*run.attributes["temporal_run_ids"],
                                          p.get("new_temporal_run_id")])
 
+    @folds(ev.RUN_COMPLETED, ev.RUN_FAILED)
     def _run_ended(self, p: Event) -> None:
         run = self._root()
         at = p.get("finished_at") or self._ts
@@ -198,6 +204,7 @@ class TelemetryProjector:
         step = self._reasoning(call, own_span=False)
         return self._ensure("llm_call", call, "llm_call", f"llm_call {call}", step)
 
+    @folds(ev.LLM_CALL_STARTED)
     def _llm_started(self, p: Event) -> None:
         run = self._llm(p)
         run.started_at = run.started_at or self._ts
@@ -208,6 +215,7 @@ class TelemetryProjector:
                   prompt_hash=p.get("prompt_hash"), response_format=p.get("response_format"))
         run.name = f"llm_call {p['call_id']} ({p.get('model')})"
 
+    @folds(ev.LLM_CALL_FINISHED)
     def _llm_finished(self, p: Event) -> None:
         run = self._llm(p)
         usage = p.get("token_usage") or {}
@@ -218,6 +226,7 @@ class TelemetryProjector:
                   tool_calls_count=p.get("tool_calls_count"))
         self._end(run, "succeeded")
 
+    @folds(ev.LLM_CALL_FAILED)
     def _llm_failed(self, p: Event) -> None:
         run = self._llm(p)
         self._set(run, latency_ms=p.get("latency_ms"), error_class=p.get("error_class"),
@@ -228,6 +237,7 @@ class TelemetryProjector:
         self._set(step, error_class=p.get("error_class"))
         self._end(step, "failed")
 
+    @folds(ev.TEXT)
     def _text(self, p: Event) -> None:
         run = self._reasoning(p["call_id"], own_span=True)
         self._set(run, tool_calls=p.get("tool_calls"), ecs_request=p.get("ecs_request"),
@@ -240,6 +250,7 @@ class TelemetryProjector:
         return self._ensure("work_item", work_item_id, "work_item", f"work_item {work_item_id}",
                             self._root(), own_span=own_span)
 
+    @folds(ev.WORK_ITEM_QUEUED)
     def _queued(self, p: Event) -> None:
         run = self._work(p["work_item_id"])
         run.status, run.name = "queued", p.get("action_summary") or run.name
@@ -247,41 +258,48 @@ class TelemetryProjector:
                   irreversible=p.get("irreversible"), idempotency_key=p.get("idempotency_key"),
                   queued_at=p.get("created_at", self._ts))
 
+    @folds(ev.WORK_ITEM_STARTED)
     def _wi_started(self, p: Event) -> None:
         run = self._work(p["work_item_id"])
         run.started_at = p.get("started_at", self._ts)
         if not run.ended:
             run.status = "running"
 
+    @folds(ev.EXECUTION_STATE)
     def _execution_state(self, p: Event) -> None:
         run = self._work(p["execution_id"])
         if p["to_status"] in CONTRACT_STATUS and not run.ended:
             run.status = CONTRACT_STATUS[p["to_status"]]
         self._set(run, contract_status=p["to_status"])
 
+    @folds(ev.WORK_ITEM_FINISHED)
     def _wi_finished(self, p: Event) -> None:
         run = self._work(p["work_item_id"])
         self._set(run, outcome=p["outcome"], error_message=p.get("error_message"))
         self._end(run, WORK_ITEM_STATUS.get(p["outcome"], "failed"),
                   p.get("finished_at", self._ts))
 
+    @folds(ev.TOOL_CALL_STARTED)
     def _tool_started(self, p: Event) -> None:
         self._set(self._work(p["work_item_id"]), server=p.get("server"), tool=p.get("tool"),
                   attempt=p.get("attempt"))
 
+    @folds(ev.TOOL_RESULT)
     def _tool_result(self, p: Event) -> None:
         self._set(self._work(p["execution_id"]), is_error=p.get("is_error"),
                   tool_error=p.get("error_message"))
 
+    @folds(ev.ISSUE_OPENED, ev.ISSUE_RESOLVED)
     def _issue(self, p: Event) -> None:
         run = self.runs.get(self._by_span.get(self._e["span_id"], ""))
         if run is None or run is self._session:
             return  # a request with no work item (a plan step's on_fail): the session's
-        if self._e["type"] == "ISSUE_OPENED":
+        if self._e["type"] == ev.ISSUE_OPENED:
             self._set(run, issue_id=p["issue_id"], issue_kind=p.get("kind"))
         else:
             self._set(run, issue_resolution=p.get("resolution"), answered_by=p.get("by"))
 
+    @folds(ev.ARTIFACT_WRITTEN)
     def _artifact(self, p: Event) -> None:
         run = self.runs.get(self._by_span.get(self._e["span_id"], ""))
         if run is not None and run is not self._session:
@@ -293,6 +311,7 @@ class TelemetryProjector:
         item = self._work(p["work_item_id"], own_span=False)
         return self._ensure("gate", p["gate_id"], "gate", f"gate {p['gate_id']}", item)
 
+    @folds(ev.GATE_RUN_STARTED)
     def _gate_started(self, p: Event) -> None:
         run = self._gate(p)
         run.started_at = p.get("started_at", self._ts)
@@ -301,6 +320,7 @@ class TelemetryProjector:
                   command=p.get("command"), work_item_id=p["work_item_id"],
                   attempt=p.get("attempt"))
 
+    @folds(ev.GATE_RUN_FINISHED)
     def _gate_finished(self, p: Event) -> None:
         run = self._gate(p)
         self._set(run, passed=p["passed"], exit_code=p.get("exit_code"),
@@ -308,31 +328,9 @@ class TelemetryProjector:
         self._end(run, "succeeded" if p["passed"] else "failed", p.get("finished_at"))
 
 
-_HANDLERS: dict[str, Callable[[TelemetryProjector, Event], None]] = {
-    "RUN_CREATED": TelemetryProjector._run_created,
-    "RUN_STATE_CHANGED": TelemetryProjector._run_state,
-    "RUN_CONTINUED_AS_NEW": TelemetryProjector._continued,
-    "RUN_COMPLETED": TelemetryProjector._run_ended,
-    "RUN_FAILED": TelemetryProjector._run_ended,
-    "LLM_CALL_STARTED": TelemetryProjector._llm_started,
-    "LLM_CALL_FINISHED": TelemetryProjector._llm_finished,
-    "LLM_CALL_FAILED": TelemetryProjector._llm_failed,
-    "text": TelemetryProjector._text,
-    "WORK_ITEM_QUEUED": TelemetryProjector._queued,
-    "WORK_ITEM_STARTED": TelemetryProjector._wi_started,
-    "execution_state": TelemetryProjector._execution_state,
-    "WORK_ITEM_FINISHED": TelemetryProjector._wi_finished,
-    "TOOL_CALL_STARTED": TelemetryProjector._tool_started,
-    "tool_result": TelemetryProjector._tool_result,
-    "ISSUE_OPENED": TelemetryProjector._issue,
-    "ISSUE_RESOLVED": TelemetryProjector._issue,
-    "ARTIFACT_WRITTEN": TelemetryProjector._artifact,
-    "GATE_RUN_STARTED": TelemetryProjector._gate_started,
-    "GATE_RUN_FINISHED": TelemetryProjector._gate_finished,
-}
-#: The log event types that change telemetry runs (others only count on their span).
-PROJECTED_TYPES = tuple(_HANDLERS)
 
+#: The log event types that change telemetry runs (others only count on their span).
+PROJECTED_TYPES = tuple(TelemetryProjector.handlers)
 
 def project(session_id: str, events: Iterable[Event]) -> list[TelemetryRun]:
     """Every TelemetryRun of a session, from its log events (dicts, in order)."""

@@ -16,7 +16,7 @@ from temporalio.testing import WorkflowEnvironment
 from api.cli.demo_config import demo_config, notes_server
 from observation.exporter import (
     Exporter,
-    Snapshot,
+    LogSnapshot,
     export_session,
     is_sse,
     line_bytes,
@@ -72,7 +72,7 @@ async def check_log(client, d: Path, session_id: str, tmp_path: Path) -> list[di
     verified = verify_dir(d)
     events = list(verify_lines(read_lines(d / "events.ndjson")))
     assert len(events) == verified.events
-    assert Snapshot.replay(session_id, events).to_bytes() == (d / "snapshot.json").read_bytes()
+    assert LogSnapshot.replay(session_id, events).to_bytes() == (d / "snapshot.json").read_bytes()
     again = await export_session(client, session_id, tmp_path / "again")
     assert again.finished and tree(tmp_path / "again" / session_id) == tree(d)
     streamed = [line_bytes(e) async for e in session_events(client, session_id, only=None)]

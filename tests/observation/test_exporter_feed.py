@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from activities.deltas import LLM_CALL_SCHEDULED
+from observation.event_types import END_TYPES
 from observation.exporter import (
     LogFeed,
     LogWriter,
@@ -22,7 +23,6 @@ from observation.exporter import (
 )
 from observation.exporter import feed as feed_mod
 from observation.exporter.decode import load_history
-from observation.exporter.log import END_TYPES
 
 HISTORIES = Path(__file__).parents[1] / "workflows" / "histories"
 SID, EVENTS = load_history((HISTORIES / "demo.json").read_text())

@@ -13,7 +13,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.testing import WorkflowEnvironment
 
-from observation.exporter import Chain, Snapshot, export_history, ids, map_history
+from observation.exporter import Chain, LogSnapshot, export_history, ids, map_history
 from observation.exporter.decode import first_value
 from observation.exporter.gates import EXCERPT_CHARS, excerpt, gate_span
 from observation.schemas import load
@@ -120,7 +120,7 @@ async def test_the_snapshot_gates_fill_and_everything_validates(gates):
                                             format_checker=jsonschema.FormatChecker())
     for e in log:
         check.validate(e)
-    snapshot = Snapshot.replay(sid, log).data
+    snapshot = LogSnapshot.replay(sid, log).data
     jsonschema.Draft202012Validator(load("snapshot")).validate(snapshot)
     assert [(g["step"], g["status"], g["exit_code"]) for g in snapshot["gates"]] == [
         (0, "passed", 0), (1, "failed", 1), (1, "failed", 1)]
@@ -201,7 +201,7 @@ async def test_a_verify_without_an_exit_code_is_a_failed_gate(gates):
         p = gate[1]["payload"]
         assert (p["passed"], p["exit_code"]) == (False, None) and why in p["error"]
         assert gate[0]["payload"]["attempt"] == (0 if kind == "canceled" else 1)
-        assert Snapshot.replay(sid, log).data["gates"][0]["status"] == "failed"
+        assert LogSnapshot.replay(sid, log).data["gates"][0]["status"] == "failed"
 
 
 def test_the_output_excerpt_is_cut():

@@ -21,10 +21,10 @@ from observation.exporter import (
     LogCorruptError,
     LogDivergedError,
     LogLockedError,
+    LogSnapshot,
     LogWriteError,
     LogWriter,
     SessionExport,
-    Snapshot,
     export_history,
     follower,
     verify_dir,
@@ -293,7 +293,7 @@ def test_replay_rebuilds_snapshot_json_byte_for_byte(reference, tmp_path):
     for name, data in reference.items():
         (d / name).parent.mkdir(parents=True, exist_ok=True)
         (d / name).write_bytes(data)
-    rebuilt = Snapshot.replay(SID, verify_lines(read_lines(d / "events.ndjson"))).to_bytes()
+    rebuilt = LogSnapshot.replay(SID, verify_lines(read_lines(d / "events.ndjson"))).to_bytes()
     assert rebuilt == reference["snapshot.json"]
     snap = json.loads(rebuilt)
     assert snap["run_state"] == "succeeded" and snap["finished_at"]
@@ -361,7 +361,7 @@ def test_the_snapshot_is_folded_from_the_bytes_on_disk(tmp_path):
             w.append(chain.link(m))
         w.commit()
     d = tmp_path / "s-f"
-    rebuilt = Snapshot.replay("s-f", verify_lines(read_lines(d / "events.ndjson"))).to_bytes()
+    rebuilt = LogSnapshot.replay("s-f", verify_lines(read_lines(d / "events.ndjson"))).to_bytes()
     assert rebuilt == (d / "snapshot.json").read_bytes()
     assert json.loads(rebuilt)["issues"][0]["answer"] == {"values": {"n": 1, "x": 0.5}}
 

@@ -16,10 +16,10 @@ from temporalio.api.history.v1 import HistoryEvent
 from activities.llm.payloads import llm_call_started
 from observation.exporter import (
     Chain,
+    LogSnapshot,
     MappedEvent,
     MappingError,
     SessionMapper,
-    Snapshot,
     ids,
     line_bytes,
     map_history,
@@ -213,7 +213,7 @@ def test_events_and_snapshot_validate_against_the_shipped_schemas(name):
     events = [e.model_dump() for e in Chain().link_all(mapped(name))]
     for e in events:
         check.validate(e)
-    snapshot = Snapshot.replay(history(name)[0], events).data
+    snapshot = LogSnapshot.replay(history(name)[0], events).data
     jsonschema.Draft202012Validator(load("snapshot")).validate(snapshot)
 
 

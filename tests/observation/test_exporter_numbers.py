@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 from api.cli.demo_config import notes_server
 from observation.exporter import (
-    Snapshot,
+    LogSnapshot,
     export_history,
     export_session,
     snapshot_bytes,
@@ -72,7 +72,7 @@ def check(tmp: Path, value: object, value_json: bytes | None = None) -> Path:
     expected = jcs(jsonable(value))
     assert [jcs(v) for v in logged(d)] == [expected, expected]
     assert README_VERIFY(d) == verify_dir(d).events
-    assert Snapshot.replay(SID, verify_lines(read_lines(d / "events.ndjson"))).to_bytes() \
+    assert LogSnapshot.replay(SID, verify_lines(read_lines(d / "events.ndjson"))).to_bytes() \
         == (d / "snapshot.json").read_bytes()
     before = tree(d)
     assert export_history(SID, events, runs).written == 0

@@ -13,7 +13,7 @@ from temporalio.worker import Replayer
 
 from api.cli.demo_config import demo_config
 from observation.exporter import export_session
-from observation.exporter.snapshot import Snapshot
+from observation.exporter.snapshot import LogSnapshot
 from observation.exporter.verify import read_lines, verify_lines
 from tests.support.sessions import running_worker, start_session, until, until_status
 from workflows.journal_carrier import INTERCEPTORS
@@ -26,7 +26,7 @@ W = SessionStatus.WAITING_USER
 
 def replayed(run_dir: Path, session_id: str) -> dict:
     events = [json.loads(line) for line in (run_dir / "events.ndjson").read_text().splitlines()]
-    return Snapshot.replay(session_id, events).data
+    return LogSnapshot.replay(session_id, events).data
 
 
 async def test_log_replay_then_resume_redoes_no_completed_work(dev_env, tmp_path):
@@ -63,7 +63,7 @@ async def test_log_replay_then_resume_redoes_no_completed_work(dev_env, tmp_path
     assert len(keys) == len(set(keys))
     calls = [json.loads(x)["tool"] for x in (notes / ".calls.log").read_text().splitlines()]
     assert calls == ["write_note", "write_note", "delete_note"]
-    assert (runs / h.id / "snapshot.json").read_bytes() == Snapshot.replay(
+    assert (runs / h.id / "snapshot.json").read_bytes() == LogSnapshot.replay(
         h.id, [json.loads(x) for x in (runs / h.id / "events.ndjson").read_text().splitlines()]
     ).to_bytes()
 
@@ -100,5 +100,5 @@ async def test_forced_full_replay_reexecutes_nothing_cached(dev_env, tmp_path):
     d = runs / h.id
     saved = (d / "snapshot.json").read_bytes()
     (d / "snapshot.json").unlink()
-    assert Snapshot.replay(h.id, verify_lines(read_lines(d / "events.ndjson"))).to_bytes() \
+    assert LogSnapshot.replay(h.id, verify_lines(read_lines(d / "events.ndjson"))).to_bytes() \
         == saved

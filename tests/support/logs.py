@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from observation.exporter import GENESIS, Snapshot, line_hash, seed_hash
+from observation.exporter import GENESIS, LogSnapshot, line_hash, seed_hash
 from observation.exporter.checkpoint import CHECKPOINT_NAME, checkpoint_bytes
 from observation.exporter.note import Signer
 from observation.exporter.verify import read_lines, verify_lines
@@ -32,7 +32,7 @@ def rewrite(d: Path, events: list[dict], signer: Signer | None = None) -> None:
     (d / "events.ndjson").write_bytes(b"".join(lines))
     head = {"last_hash": prev, "last_seq": len(events)}
     (d / "head").write_text(json.dumps(head, indent=2, sort_keys=True) + "\n")
-    snapshot = Snapshot.replay(d.name, verify_lines(read_lines(d / "events.ndjson")))
+    snapshot = LogSnapshot.replay(d.name, verify_lines(read_lines(d / "events.ndjson")))
     (d / "snapshot.json").write_bytes(snapshot.to_bytes())
     if signer is not None:
         (d / CHECKPOINT_NAME).write_bytes(checkpoint_bytes(signer, d.name, len(events),
