@@ -1,4 +1,4 @@
-"""The session config (DESIGN.md), validated by pydantic. Pure data.
+"""The session config (docs/session-config.md), validated by pydantic. Pure data.
 
 New fields always get defaults so that running sessions keep working.
 """
@@ -101,7 +101,7 @@ class ScriptedResponse(_Strict):
     """One canned LLM answer for the ``scripted`` provider.
 
     ``alternatives`` are tried in order before it: the first whose ``when`` holds
-    plays instead (README: "Scripted responses")."""
+    plays instead (docs/session-config.md, "Scripted responses")."""
 
     @model_serializer(mode="wrap")
     def _compact(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
@@ -154,9 +154,10 @@ class LLMConfig(_Strict):
     max_tokens: int = Field(default=1024, ge=1, le=200_000)
     timeout_s: float = Field(default=120.0, gt=0, le=3600)
     responses: list[ScriptedResponse] = Field(default_factory=list)
-    # Waiting for the provider (README "Rate limits and provider errors"): the longest
-    # one model answer may wait on rate limits (429) in all, and how many times a
-    # provider error that may pass (5xx, 408, 409, a lost connection) is retried.
+    # Waiting for the provider (docs/session-config.md, "Rate limits and provider
+    # errors"): the longest one model answer may wait on rate limits (429) in all,
+    # and how many times a provider error that may pass (5xx, 408, 409, a lost
+    # connection) is retried.
     rate_limit_budget_minutes: float = Field(default=10.0, gt=0, le=24 * 60)
     error_retries: int = Field(default=5, ge=0, le=100)
     # The script position of ``responses[0]``: a run (and each LLM call) carries only
@@ -218,7 +219,7 @@ class McpServerConfig(_Strict):
 
 
 class ContextPolicy(_Strict):
-    """What the model sees of a long conversation (README: "The model's context").
+    """What the model sees of a long conversation (docs/session-config.md: ``context``).
 
     The system prompt always; then the execution facts (consequence views of the
     latest actions, which summarise what older turns did); then the latest messages

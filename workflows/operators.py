@@ -24,7 +24,8 @@ from workflows.session_state import PendingRequest, SessionState
 
 M = TypeVar("M", bound=BaseModel)
 
-#: The signals an operator may send from the Temporal UI, with their JSON (README).
+#: The signals an operator may send from the Temporal UI, with their JSON
+#: (docs/operations.md, "Operators in the Temporal UI").
 SIGNALS: dict[str, str] = {
     "submit_reply": 'answer the pending request: {"request_id": "<from the current '
                     'details>", "approve": true} (approval, confirm), "choice": "..." '

@@ -153,8 +153,8 @@ __all__ = [
 
 #: Seed 003's run states -> the session status hitlflow writes for them; ``None``: not
 #: applicable (the seed's document pipeline: a session has no such state, so no session
-#: is ever in it). Sessions follow seed 004's statechart (``SessionStatus``). The README
-#: ("Seed 003's names") gives the reasons; clients may pass either spelling in.
+#: is ever in it). Sessions follow seed 004's statechart (``SessionStatus``).
+#: docs/audit-log.md ("State names") gives the reasons; clients may pass either spelling.
 SEED003_RUN_STATES: dict[str, SessionStatus | None] = {
     "CREATED": SessionStatus.QUEUED,
     "CLONED_INPUTS": None,

@@ -29,7 +29,7 @@ _FUNCTION_NAME_BAD_CHARS = re.compile(r"[^a-zA-Z0-9_-]")
 
 
 def _function_names(server: str, tool: str) -> Iterator[str]:
-    """The function names ``(server, tool)`` may have, best first (README: "What the
+    """The function names ``(server, tool)`` may have, best first (docs/session-config.md: "What the
     model sees"): ``<server>__<tool>`` when the function-name rules allow it, then
     that name made safe (other characters as ``_``, cut to 55) with a digest of the
     original, then with digests of ``<server>__<tool>#2``, ``#3``, ... for a name

@@ -111,7 +111,7 @@ class McpClientPool:
     @staticmethod
     def _key(server: McpServerConfig) -> str:
         # Overrides change how tools are classified, not the session; the order of
-        # ``env`` changes nothing either (README: "Tool servers").
+        # ``env`` changes nothing either (docs/session-config.md, "Tool servers").
         return json.dumps(server.model_dump(mode="json", exclude={"tool_overrides"}),
                           sort_keys=True)
 
