@@ -1,4 +1,4 @@
-"""``hitlflow session ...``: drive sessions through the HTTP API, and ``hitlflow api``.
+"""``hitlflow session ...``: drive sessions through the HTTP API.
 
 Every command talks HTTP to the API of the stack named by the options ``up`` takes
 (``--data-dir``, ``--api-port``, or ``--api-url``; ``api.cli.options``) with
@@ -10,28 +10,25 @@ print). The commands printed as hints work when pasted, and stand on their own l
 
 from __future__ import annotations
 
-import asyncio
 import json
-import os
-import signal
 import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-import yaml
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
-from api.cli.client import ApiClient, ApiClientError
 from api.cli.options import Stack, command_line, stack_options
-from api.cli.text import AgentText
-from api.http.sse import STREAM_COMPLETE, SseMessage
-from workflows.contract import actor_of
+from api.sse_names import STREAM_COMPLETE
+
+if TYPE_CHECKING:  # loaded when a command runs (`hitlflow --help` starts at once)
+    from api.cli.client import ApiClient
+    from api.cli.sse_client import SseMessage
+    from api.cli.text import AgentText
 
 console = Console(highlight=False)
 session_app = typer.Typer(name="session", no_args_is_help=True,
@@ -51,6 +48,8 @@ def _fail(message: str, code: int = 1) -> typer.Exit:
 
 @contextmanager
 def _api(stack: Stack) -> Iterator[ApiClient]:
+    from api.cli.client import ApiClientError
+
     client = stack.client()
     try:
         yield client
@@ -177,6 +176,8 @@ def _config_body(config: str | None) -> Any:
 
 def _plan_body(plan: Path) -> dict[str, Any]:
     """A plan file becomes ``{"plan": ...}``; the API validates it (422 says why)."""
+    import yaml
+
     try:
         data = yaml.safe_load(plan.read_text())
     except OSError as err:
@@ -203,6 +204,8 @@ def list_sessions(
     if as_json:
         _print_json(page)
         return
+    from rich.table import Table
+
     table = Table(box=None)
     for col in ("session", "status", "started", "waiting since"):
         table.add_column(col)
@@ -460,6 +463,8 @@ def render_event(session_id: str, msg: SseMessage, text: AgentText,
                  stack: Stack | None = None) -> None:
     """One line per event (what the agent says as it is written); event types this
     version does not know are skipped."""
+    from workflows.contract import actor_of
+
     try:
         d = msg.json() or {}
     except ValueError:
@@ -493,6 +498,8 @@ def follow_events(api: ApiClient, session_id: str, on_event: Callable[[SseMessag
                   retries: int = TAIL_RETRIES) -> None:
     """Follow the stream until it ends (its ``stream.complete`` event, not passed on);
     reconnect (Last-Event-ID) when it drops."""
+    from api.cli.client import ApiClientError
+
     last_id, failures = None, 0
     while True:
         try:
@@ -517,6 +524,8 @@ def tail(session_id: SessionArg, as_json: AsJson = False, *, stack: Stack) -> No
 
     Status changes, contract transitions and what the session waits for, as they
     happen; --json prints one event per line."""
+    from api.cli.text import AgentText
+
     last = {"seq": 0}
     text = AgentText(console, "  [green]agent:[/] ")
 
@@ -538,45 +547,5 @@ def tail(session_id: SessionArg, as_json: AsJson = False, *, stack: Stack) -> No
             console.print(f"session {session_id} ended: [bold]{s['status']}[/]")
 
 
-# -- hitlflow api -----------------------------------------------------------------------
-
-
-def api_command(
-    host: Annotated[str | None, typer.Option("--host", help="env HITLFLOW_API_HOST")] = None,
-    port: Annotated[int | None, typer.Option("--port", min=0, max=65535,
-                                             help="env HITLFLOW_API_PORT")] = None,
-    temporal_address: Annotated[str | None, typer.Option(
-        "--temporal-address", help="host:port of Temporal (env HITLFLOW_TEMPORAL_ADDRESS)")
-    ] = None,
-) -> None:
-    """Serve the HTTP API alone against a Temporal frontend until Ctrl-C (more API
-    processes may serve the same sessions)."""
-    from api.http.app import ApiStartError, run_api
-    from api.runtime.heap import freeze_startup
-    from api.settings import HitlflowSettings
-
-    given = {"api_host": host, "api_port": port, "temporal_address": temporal_address}
-    settings = HitlflowSettings(**{k: v for k, v in given.items() if v is not None})
-
-    async def main() -> int:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
-        try:
-            typer.echo(f"API: http://{settings.api_host}:{settings.api_port} "
-                       f"(Temporal {settings.target}); press Ctrl-C to stop.")
-            await run_api(settings, stop, on_serving=freeze_startup)
-        except ApiStartError as err:
-            typer.echo(f"Error: {err}", err=True)
-            return 1
-        return 0
-
-    code = asyncio.run(main())
-    sys.stdout.flush()
-    os._exit(code)  # see api.cli.stack._exit: the Temporal runtime and interpreter teardown
-
-
 def register(app: typer.Typer) -> None:
     app.add_typer(session_app, name="session")
-    app.command("api")(api_command)
