@@ -19,7 +19,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from api.cli.options import Stack, stack_options
-from api.cli.session import follow_events, tool_label
+from api.cli.session_view import follow_events, tool_label
 
 if TYPE_CHECKING:  # loaded when the demo runs
     from api.cli.client import ApiClient
