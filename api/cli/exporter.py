@@ -5,10 +5,14 @@ telemetry store (``observation.exporter``)."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from api.cli.options import TemporalAddress, fail
+
+if TYPE_CHECKING:
+    import asyncio
 
 
 def exporter_command(
@@ -18,10 +22,8 @@ def exporter_command(
         None, "--read-model-url", help="postgresql://... (env HITLFLOW_READ_MODEL_URL)"),
 ) -> None:
     """Run the exporter alone (e.g. next to a Temporal cluster) until Ctrl-C."""
-    import asyncio
-
     from api.runtime.heap import freeze_startup
-    from api.runtime.process import Signals, connect, run
+    from api.runtime.process import connect, serve
     from api.runtime.signing_keys import exporter_signer
     from api.settings import HitlflowSettings
     from observation.exporter import run_exporter
@@ -35,26 +37,16 @@ def exporter_command(
     except (NoteKeyError, OSError) as err:
         fail(f"error: {err}")
 
-    async def main() -> int:
-        signals = Signals(asyncio.get_running_loop(), announce=False)
-        try:
-            typer.echo(f"exporting sessions of {settings.target} into "
-                       f"{settings.data_dir / 'runs'}")
-            client = await connect(settings)
-            freeze_startup()
-            await run_exporter(client, settings.data_dir, signals.stop,
-                               read_model_url=settings.read_model_url,
-                               park=settings.exporter_park,
-                               max_followers=settings.exporter_max_followers,
-                               sweep_every_s=settings.exporter_sweep_s, signer=signer)
-        except RuntimeError as err:  # Temporal unreachable
-            typer.echo(f"Error: {err}", err=True)
-            return 1
-        finally:
-            signals.close()
-        return 0
+    async def body(stop: asyncio.Event) -> None:
+        typer.echo(f"exporting sessions of {settings.target} into {settings.data_dir / 'runs'}")
+        client = await connect(settings)  # a RuntimeError: Temporal is unreachable
+        freeze_startup()
+        await run_exporter(client, settings.data_dir, stop,
+                           read_model_url=settings.read_model_url, park=settings.exporter_park,
+                           max_followers=settings.exporter_max_followers,
+                           sweep_every_s=settings.exporter_sweep_s, signer=signer)
 
-    run(main())
+    serve(body, fails_with=(RuntimeError,))
 
 
 def register(app: typer.Typer) -> None:

@@ -3,11 +3,14 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from api.cli.options import TemporalAddress, UsageError, fail, settings_of
+
+if TYPE_CHECKING:
+    import asyncio
 
 
 def api_command(
@@ -22,26 +25,16 @@ def api_command(
         settings = settings_of(api_host=host, api_port=port, temporal_address=temporal_address)
     except UsageError as e:
         fail(f"Error: {e}", 2)
-    import asyncio
-
     from api.http.app import ApiStartError, run_api
     from api.runtime.heap import freeze_startup
-    from api.runtime.process import Signals, run
+    from api.runtime.process import serve
 
-    async def main() -> int:
-        signals = Signals(asyncio.get_running_loop(), announce=False)
-        try:
-            typer.echo(f"API: http://{settings.api_host}:{settings.api_port} "
-                       f"(Temporal {settings.target}); press Ctrl-C to stop.")
-            await run_api(settings, signals.stop, on_serving=freeze_startup)
-        except ApiStartError as err:
-            typer.echo(f"Error: {err}", err=True)
-            return 1
-        finally:
-            signals.close()
-        return 0
+    async def body(stop: asyncio.Event) -> None:
+        typer.echo(f"API: http://{settings.api_host}:{settings.api_port} "
+                   f"(Temporal {settings.target}); press Ctrl-C to stop.")
+        await run_api(settings, stop, on_serving=freeze_startup)
 
-    run(main())
+    serve(body, fails_with=(ApiStartError,))
 
 
 def register(app: typer.Typer) -> None:

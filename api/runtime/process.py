@@ -14,7 +14,7 @@ import asyncio
 import os
 import signal
 import sys
-from collections.abc import Awaitable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any, NoReturn
 
 if TYPE_CHECKING:
@@ -108,3 +108,21 @@ def exit_now(code: int) -> NoReturn:
 def run(main: Coroutine[Any, Any, int]) -> NoReturn:
     """Run a process's main coroutine, then leave with its exit code."""
     exit_now(asyncio.run(main))
+
+
+def serve(body: Callable[[asyncio.Event], Awaitable[None]],
+          fails_with: tuple[type[Exception], ...] = ()) -> NoReturn:
+    """Run ``body(stop)`` (``stop``: set by SIGINT/SIGTERM) until it returns, then leave
+    with 0; or with 1 after ``Error: <it>`` on stderr when it raises one of ``fails_with``."""
+    async def main() -> int:
+        signals = Signals(asyncio.get_running_loop(), announce=False)
+        try:
+            await body(signals.stop)
+        except fails_with as err:
+            say(f"Error: {err}")
+            return 1
+        finally:
+            signals.close()
+        return 0
+
+    run(main())
