@@ -48,7 +48,7 @@ from typing import Any
 import httpx
 from stack import Up, WorkerProcess, p50_p99, pct, ratio, session_body, start_up
 
-from api.http.sse import aparse_lines
+from api.cli.sse_client import aparse_lines
 
 STUCK_AFTER_S = 300  # a client still going after this many seconds failed
 

@@ -64,7 +64,7 @@ from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client
 from temporalio.common import SearchAttributePair, TypedSearchAttributes
 
-from api.runtime.worker import connect
+from api.runtime.process import connect
 from api.settings import HitlflowSettings
 from workflows.messages import CURRENT_BEHAVIOUR, SessionInput
 from workflows.search_attributes import SESSION_STATUS

@@ -58,7 +58,7 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.common import SearchAttributePair, TypedSearchAttributes
 
 from api.runtime.devserver import DevServer
-from api.runtime.worker import connect
+from api.runtime.process import connect
 from api.settings import HitlflowSettings
 from workflows.messages import CURRENT_BEHAVIOUR, ReplyInput, SessionInput
 from workflows.search_attributes import SESSION_STATUS

@@ -221,8 +221,9 @@ async def _run_worker(kind: str, address: str, task_queue: str,
     from activities.llm.activity import LlmActivities
     from activities.mcp.pool import McpClientPool
     from activities.mcp.tools import McpToolActivities
+    from api.runtime.process import connect
     from api.runtime.sandbox import sandbox_runner
-    from api.runtime.worker import build_worker, connect
+    from api.runtime.worker import build_worker
     from api.settings import HitlflowSettings
 
     client = await connect(HitlflowSettings(temporal_address=address))

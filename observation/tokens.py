@@ -1,4 +1,5 @@
-"""Opaque tokens on the wire (page tokens, cursors): unpadded base64url, strictly.
+"""Opaque tokens on the wire (page tokens, cursors): unpadded base64url, strictly, and
+the one page-token format of every paged read.
 
 A token decodes only if it is exactly what encoding its bytes gives back. The
 standard decoder is lenient: it skips characters outside the alphabet and takes
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import re
 
 _ALPHABET = re.compile(r"[A-Za-z0-9_-]+")
@@ -35,3 +37,34 @@ def decode_token(token: str) -> bytes:
     if encode_token(raw) != token:  # a length of 4n+1, or bits set past the last byte
         raise TokenError("it is not unpadded base64url")
     return raw
+
+
+# -- page tokens -------------------------------------------------------------------------
+#
+# Every paged read of the API gives out one kind of token (the `cursor` its next page
+# takes): ``<list>:<scope digest>:<position>`` as a token above. ``list`` names what it
+# pages (``contracts``, ``sessions``, ...); the digest (12 hex digits of SHA-256) is of
+# what it pages within (the session, for a session's lists), so a token for another
+# list or session is refused; ``position`` is the list's own (an offset, a key). The
+# cursors of a session's lists had this form before it was everyone's: they still page.
+
+
+def _digest(scope: str) -> str:
+    return hashlib.sha256(scope.encode()).hexdigest()[:12]
+
+
+def encode_page_token(listing: str, scope: str, position: str) -> str:
+    return encode_token(f"{listing}:{_digest(scope)}:{position}".encode())
+
+
+def decode_page_token(token: str, listing: str, scope: str) -> str:
+    """The position of a token :func:`encode_page_token` gave out for ``listing`` and
+    ``scope``, or :class:`TokenError`."""
+    try:
+        text = decode_token(token).decode()
+    except UnicodeError:
+        raise TokenError("it does not decode") from None
+    prefix = f"{listing}:{_digest(scope)}:"
+    if not text.startswith(prefix):
+        raise TokenError(f"it does not page this {listing}")
+    return text.removeprefix(prefix)

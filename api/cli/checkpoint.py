@@ -5,23 +5,26 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
-from api.cli.log import _fail, run_dir
-from api.cli.options import Stack, stack_options
-from api.runtime.signing_keys import verifier_key
-from observation.exporter.checkpoint import CHECKPOINT_NAME, verify_checkpoint
-from observation.exporter.keys import read_verifier, write_signer
-from observation.exporter.note import NoteKeyError, Signer
-from observation.exporter.verify import Verified
+from api.cli.options import Stack, fail, stack_options
+from api.cli.runs import run_dir
 
-Check = Callable[[Path, Verified], str]
+if TYPE_CHECKING:
+    from observation.exporter.verify import Verified
+
+Check = Callable[[Path, "Verified"], str]
 
 
 def checkpoint_check(key: str | None, since: Path | None) -> Check | None:
     """What ``log verify`` checks after the chain (None: no --key); broken --key or
     --since input is a usage error before anything is read."""
+    from observation.exporter.checkpoint import verify_checkpoint
+    from observation.exporter.keys import read_verifier
+    from observation.exporter.note import NoteKeyError
+
     if key is None:
         if since is not None:
             raise typer.BadParameter("needs --key (the key that signed it)", param_hint="--since")
@@ -53,11 +56,13 @@ def checkpoint_command(
     *, stack: Stack,
 ) -> None:
     """Print the session's signed checkpoint (to publish or keep elsewhere)."""
+    from observation.exporter.checkpoint import CHECKPOINT_NAME
+
     path = run_dir(target, stack.data_dir) / CHECKPOINT_NAME
     try:
         data = path.read_bytes()
     except OSError as err:
-        _fail(f"no checkpoint: {path}: {err.strerror or err} (the exporter signs each log "
+        fail(f"no checkpoint: {path}: {err.strerror or err} (the exporter signs each log "
               "as it writes it; a log finished before checkpoints: `hitlflow log export`)")
     typer.echo(data.decode(errors="replace"), nl=False)
 
@@ -65,10 +70,13 @@ def checkpoint_command(
 @stack_options
 def key_command(*, stack: Stack) -> None:
     """Print the verifier key of the checkpoints (for `log verify --key`)."""
+    from api.runtime.signing_keys import verifier_key
+    from observation.exporter.note import NoteKeyError
+
     try:
         typer.echo(verifier_key(stack.settings()).text())
     except NoteKeyError as err:
-        _fail(f"error: {err}")
+        fail(f"error: {err}")
 
 
 def keygen_command(
@@ -79,14 +87,17 @@ def keygen_command(
 ) -> None:
     """Make a new checkpoint signing key (an operator's, e.g. for a cluster) and print
     its verifier key."""
+    from observation.exporter.keys import write_signer
+    from observation.exporter.note import NoteKeyError, Signer
+
     try:
         signer = Signer.generate(name)
         if not write_signer(out, signer):
-            _fail(f"error: {out} exists; not overwritten")
+            fail(f"error: {out} exists; not overwritten")
     except NoteKeyError as err:
         raise typer.BadParameter(str(err), param_hint="NAME") from None
     except OSError as err:
-        _fail(f"error: {out}: {err.strerror or err}")
+        fail(f"error: {out}: {err.strerror or err}")
     typer.echo(signer.verifier().text())
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import httpx
 
-from api.http.sse import SseMessage, SseParser, parse_lines
+from api.cli.sse_client import SseMessage, SseParser, parse_lines
 from api.settings import HitlflowSettings
 
 #: The API sends a keep-alive comment every 15 s; silence this long means a dead link.

@@ -12,18 +12,19 @@ from __future__ import annotations
 
 import uuid
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 
-from api.cli.client import ApiClient, ApiClientError
-from api.cli.demo_config import demo_config
 from api.cli.options import Stack, stack_options
-from api.cli.session import follow_events, tool_label
-from api.cli.text import AgentText
-from api.http.sse import SseMessage
+from api.cli.session_view import follow_events, tool_label
+
+if TYPE_CHECKING:  # loaded when the demo runs
+    from api.cli.client import ApiClient
+    from api.cli.sse_client import SseMessage
+    from api.cli.text import AgentText
 
 console = Console(highlight=False)
 
@@ -71,6 +72,8 @@ def follow(api: ApiClient, session_id: str, auto_approve: bool) -> str:
     """Print the session's stream (its log's events: status changes, contract
     transitions and what the agent says, in the log's order) until the session ends;
     answer whenever it asks."""
+    from api.cli.text import AgentText
+
     answered: set[str] = set()
     ended = {"status": "unknown"}
     asked: dict[str, Any] = {}
@@ -96,6 +99,8 @@ def follow(api: ApiClient, session_id: str, auto_approve: bool) -> str:
 
 
 def run_demo(api: ApiClient, data_dir: Path, auto_approve: bool) -> str:
+    from api.cli.demo_config import demo_config
+
     session_id = f"demo-{uuid.uuid4().hex[:8]}"
     notes = (data_dir / "demo-notes" / session_id).resolve()
     notes.mkdir(parents=True, exist_ok=True)
@@ -119,6 +124,8 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Run the scripted demo session against `hitlflow up` (through its HTTP API);
         the demo's notes go under the data directory."""
+        from api.cli.client import ApiClientError
+
         with stack.client() as api:
             try:
                 status = run_demo(api, stack.resolved_data_dir, auto_approve)

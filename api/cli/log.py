@@ -8,54 +8,27 @@ the data directory) or by its run directory.
 
 from __future__ import annotations
 
-import asyncio
-import difflib
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
-from api.cli.options import Stack, stack_options
-from api.runtime.signing_keys import exporter_signer
-from api.settings import HitlflowSettings
-from observation.exporter import (
-    ChainBrokenError,
-    LogError,
-    LogLockedError,
-    LogSnapshot,
-    LogWriter,
-    ReplayError,
-    export_session,
-    verify_dir,
-)
-from observation.exporter.follower import SESSION_QUERY
-from observation.exporter.note import NoteKeyError, Signer
-from observation.exporter.verify import LOG_NAME, SNAPSHOT_NAME, read_lines, verify_lines
-from workflows.config import valid_session_id
+from api.cli.options import Stack, TemporalAddress, fail, stack_options
+from api.cli.runs import run_dir
+
+if TYPE_CHECKING:  # what a command reads or writes loads when it runs
+    from api.settings import HitlflowSettings
+    from observation.exporter.note import Signer
 
 log_app = typer.Typer(help="The audit log of sessions: verify, replay, export, checkpoints.",
                       no_args_is_help=True)
 
+
 def _settings(data_dir: Path | None, **more: object) -> HitlflowSettings:
+    from api.settings import HitlflowSettings
+
     given = {k: v for k, v in {"data_dir": data_dir, **more}.items() if v is not None}
     return HitlflowSettings(**given)
-
-
-def run_dir(target: str, data_dir: Path | None) -> Path:
-    """A run directory from a session id or a path."""
-    path = Path(target)
-    if path.is_dir():
-        return path
-    if valid_session_id(target):
-        found = _settings(data_dir).data_dir / "runs" / target
-        if found.is_dir():
-            return found
-        raise typer.BadParameter(f"no log for session {target} under {found.parent}")
-    raise typer.BadParameter(f"{target} is neither a session id nor a directory")
-
-
-def _fail(message: str) -> None:
-    typer.echo(message, err=True)
-    raise typer.Exit(1)
 
 
 @log_app.command("verify")
@@ -74,6 +47,7 @@ def verify_command(
     EVENT_CHAIN_BROKEN with the line number (exit 1) on the first failure. With --key,
     the signed checkpoint too (CHECKPOINT_MISSING/INVALID/MISMATCH)."""
     from api.cli.checkpoint import checkpoint_check
+    from observation.exporter import ChainBrokenError, verify_dir
 
     if live and key is not None:
         raise typer.BadParameter("a checkpoint is checked on a log at rest, not with --live",
@@ -84,7 +58,7 @@ def verify_command(
         v = verify_dir(d, live=live)
         note = signed(d, v) if signed else None
     except ChainBrokenError as err:
-        _fail(f"{err} ({d})")
+        fail(f"{err} ({d})")
     version = f"log format v{v.log_version}, " if v.log_version else ""
     upto = " up to the head" if live else ""
     typer.echo(f"OK: {v.events} events{upto}, {version}chain head {v.last_hash} ({d})")
@@ -103,16 +77,27 @@ def replay_command(
 ) -> None:
     """Rebuild the snapshot from the log alone and check it equals snapshot.json byte
     for byte: print it, or a diff (exit 1)."""
+    import difflib
+
+    from observation.exporter import (
+        ChainBrokenError,
+        LogError,
+        LogSnapshot,
+        LogWriter,
+        ReplayError,
+    )
+    from observation.exporter.verify import LOG_NAME, SNAPSHOT_NAME, read_lines, verify_lines
+
     d = run_dir(target, stack.data_dir)
     if write:
         try:
             LogWriter(d).open().close()
         except LogError as err:
-            _fail(str(err))
+            fail(str(err))
     try:
         rebuilt = LogSnapshot.replay(d.name, verify_lines(read_lines(d / LOG_NAME))).to_bytes()
     except (ChainBrokenError, ReplayError, OSError) as err:
-        _fail(f"{err} ({d})")
+        fail(f"{err} ({d})")
     stored_path = d / SNAPSHOT_NAME
     stored = stored_path.read_bytes() if stored_path.is_file() else None
     if stored == rebuilt:
@@ -122,17 +107,19 @@ def replay_command(
         return
     if stored is None:
         typer.echo(rebuilt.decode(), nl=False)
-        _fail(f"SNAPSHOT_MISMATCH: {stored_path} is missing")
+        fail(f"SNAPSHOT_MISMATCH: {stored_path} is missing")
     diff = difflib.unified_diff(stored.decode(errors="replace").splitlines(True),
                                 rebuilt.decode().splitlines(True),
                                 str(stored_path), "replayed from events.ndjson")
     typer.echo("".join(diff), nl=False)
-    _fail(f"SNAPSHOT_MISMATCH: {stored_path} differs from the replay of the log")
+    fail(f"SNAPSHOT_MISMATCH: {stored_path} differs from the replay of the log")
 
 
 async def _export(settings: HitlflowSettings, session_id: str | None,
                   signer: Signer | None = None) -> int:
-    from api.runtime.worker import connect
+    from api.runtime.process import connect
+    from observation.exporter import LogLockedError, export_session
+    from observation.exporter.follower import SESSION_QUERY
 
     client = await connect(settings)
     runs = settings.data_dir / "runs"
@@ -161,14 +148,18 @@ async def _export(settings: HitlflowSettings, session_id: str | None,
 def export_command(
     session_id: str | None = typer.Argument(None, help="The session to export."),
     all_sessions: bool = typer.Option(False, "--all", help="Every session."),
-    temporal_address: str | None = typer.Option(
-        None, "--temporal-address", help="host:port of Temporal (env HITLFLOW_TEMPORAL_ADDRESS;"
-        " default 127.0.0.1:<--temporal-port>, as `up` serves it)"),
+    temporal_address: TemporalAddress = None,
     *, stack: Stack,
 ) -> None:
     """Write the log of one session (or of all) from history: the same bytes again.
     With --all, a log another exporter holds (a running `hitlflow up`) is skipped,
     one line each on stderr; the exit code is 0 if every other one was exported."""
+    import asyncio
+
+    from api.runtime.signing_keys import exporter_signer
+    from observation.exporter.note import NoteKeyError
+    from workflows.config import valid_session_id
+
     if (session_id is None) == (not all_sessions):
         raise typer.BadParameter("give a session id or --all (not both)")
     if session_id is not None and not valid_session_id(session_id):
@@ -178,11 +169,11 @@ def export_command(
     try:
         signer = exporter_signer(settings)
     except (NoteKeyError, OSError) as err:
-        _fail(f"error: {err}")
+        fail(f"error: {err}")
     try:
         code = asyncio.run(_export(settings, session_id, signer))
     except RuntimeError as err:  # Temporal unreachable
-        _fail(f"error: {err} (Temporal at {settings.target})")
+        fail(f"error: {err} (Temporal at {settings.target})")
     raise typer.Exit(code)
 
 
@@ -208,7 +199,7 @@ def rebuild_read_model_command(
         finally:
             store.close()
     except ReadModelError as err:
-        _fail(f"error: {err}")
+        fail(f"error: {err}")
     for sid, why in sorted(result.errors.items()):
         typer.echo(f"{sid}: skipped: {why}", err=True)
     typer.echo(f"read model rebuilt in {store.where}: {len(result.synced)} sessions"
@@ -216,53 +207,8 @@ def rebuild_read_model_command(
     raise typer.Exit(1 if result.errors else 0)
 
 
-def exporter_command(
-    data_dir: Path | None = typer.Option(None, "--data-dir", help="env HITLFLOW_DATA_DIR"),
-    temporal_address: str | None = typer.Option(
-        None, "--temporal-address", help="host:port of Temporal (env HITLFLOW_TEMPORAL_ADDRESS)"),
-    read_model_url: str | None = typer.Option(
-        None, "--read-model-url", help="postgresql://... (env HITLFLOW_READ_MODEL_URL)"),
-) -> None:
-    """Run the exporter alone (e.g. next to a Temporal cluster) until Ctrl-C."""
-    import asyncio
-    import signal
-
-    from api.runtime.heap import freeze_startup
-    from api.runtime.worker import connect
-    from api.settings import HitlflowSettings
-    from observation.exporter import run_exporter
-
-    overrides = {k: v for k, v in {"data_dir": data_dir, "temporal_address": temporal_address,
-                                   "read_model_url": read_model_url}.items() if v}
-    settings = HitlflowSettings(**overrides)
-    try:
-        signer = exporter_signer(settings)  # the operator's, or created at the first start
-    except (NoteKeyError, OSError) as err:
-        _fail(f"error: {err}")
-
-    async def main() -> None:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
-        typer.echo(f"exporting sessions of {settings.target} into {settings.data_dir / 'runs'}")
-        client = await connect(settings)
-        freeze_startup()
-        await run_exporter(client, settings.data_dir, stop,
-                           read_model_url=settings.read_model_url, park=settings.exporter_park,
-                           max_followers=settings.exporter_max_followers,
-                           sweep_every_s=settings.exporter_sweep_s, signer=signer)
-
-    try:
-        asyncio.run(main())
-    except RuntimeError as err:
-        typer.echo(f"Error: {err}", err=True)
-        raise typer.Exit(1) from None
-
-
 def register(app: typer.Typer) -> None:
     from api.cli import checkpoint as cli_checkpoint
 
     cli_checkpoint.register(log_app)
     app.add_typer(log_app, name="log")
-    app.command("exporter")(exporter_command)

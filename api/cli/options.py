@@ -19,13 +19,13 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
-from pydantic import ValidationError
 
-from api.cli.client import ApiClient, default_api_url
-from api.settings import HitlflowSettings
+if TYPE_CHECKING:  # the client and the settings load when a command runs, not for --help
+    from api.cli.client import ApiClient
+    from api.settings import HitlflowSettings
 
 #: The file ``up`` writes into its data directory while it serves the API.
 API_URL_FILE = "api-url"
@@ -46,6 +46,10 @@ TemporalPort = Annotated[int | None, typer.Option(
     help="Accepted as `up` takes it; the client commands talk to the API.")]
 UiPort = Annotated[int | None, typer.Option(
     "--ui-port", min=1, max=65535, hidden=True, help="Accepted as `up` takes it.")]
+#: The process commands' (``worker``, ``api``, ``exporter``, ``log export``) Temporal.
+TemporalAddress = Annotated[str | None, typer.Option(
+    "--temporal-address", help="host:port of the Temporal frontend (env "
+    "HITLFLOW_TEMPORAL_ADDRESS; default 127.0.0.1:<HITLFLOW_TEMPORAL_PORT>, as `up` serves it)")]
 
 _OPTIONS: dict[str, Any] = {"data_dir": DataDir, "api_port": ApiPort, "api_url": ApiUrl,
                             "token": Token, "temporal_port": TemporalPort, "ui_port": UiPort}
@@ -63,6 +67,10 @@ class Stack:
     ui_port: int | None = None
 
     def settings(self) -> HitlflowSettings:
+        from pydantic import ValidationError
+
+        from api.settings import HitlflowSettings
+
         given = {k: v for k, v in {"data_dir": self.data_dir, "api_port": self.api_port,
                                    "temporal_port": self.temporal_port}.items()
                  if v is not None}
@@ -76,6 +84,8 @@ class Stack:
         return self.settings().data_dir
 
     def url(self) -> str:
+        from api.cli.client import default_api_url
+
         given = self.api_url or os.environ.get("HITLFLOW_API_URL")
         if given:
             return given
@@ -91,6 +101,8 @@ class Stack:
         return default_api_url(settings)
 
     def client(self) -> ApiClient:
+        from api.cli.client import ApiClient
+
         return ApiClient(self.url(), self.token or self.settings().api_token)
 
     def flags(self) -> list[str]:
@@ -143,3 +155,33 @@ def command_line(*words: str, stack: Stack | None = None) -> str:
     """A hitlflow command as a person pastes it: quoted, with their stack options."""
     return " ".join([prog(), *(shlex.quote(w) for w in [*words, *(
         stack.flags() if stack else [])])])
+
+
+class UsageError(Exception):
+    """Invalid input: reported with exit code 2 before anything starts."""
+
+
+def settings_of(**options: Any) -> HitlflowSettings:
+    """HitlflowSettings from HITLFLOW_* with the given (non-None) options on top; a
+    value it refuses is a :class:`UsageError` naming the option or the variable."""
+    from pydantic import ValidationError
+
+    from api.settings import HitlflowSettings
+
+    given = {k: v for k, v in options.items() if v is not None}
+    try:
+        return HitlflowSettings(**given)
+    except ValidationError as e:
+        problems = []
+        for err in e.errors():
+            field = str(err["loc"][0]) if err["loc"] else "?"
+            source = (f"--{field.replace('_', '-')}" if field in given
+                      else f"HITLFLOW_{field.upper()}")
+            problems.append(f"{source}: {err['msg']} (got {err.get('input')!r})")
+        raise UsageError("; ".join(problems)) from None
+
+
+def fail(message: str, code: int = 1) -> NoReturn:
+    """Print ``message`` on stderr and exit with ``code``."""
+    typer.echo(message, err=True)
+    raise typer.Exit(code)

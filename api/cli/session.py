@@ -1,4 +1,4 @@
-"""``hitlflow session ...``: drive sessions through the HTTP API, and ``hitlflow api``.
+"""``hitlflow session ...``: drive sessions through the HTTP API.
 
 Every command talks HTTP to the API of the stack named by the options ``up`` takes
 (``--data-dir``, ``--api-port``, or ``--api-url``; ``api.cli.options``) with
@@ -10,36 +10,36 @@ print). The commands printed as hints work when pasted, and stand on their own l
 
 from __future__ import annotations
 
-import asyncio
 import json
-import os
-import signal
 import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-import yaml
-from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
-from api.cli.client import ApiClient, ApiClientError
 from api.cli.options import Stack, command_line, stack_options
-from api.cli.text import AgentText
-from api.http.sse import STREAM_COMPLETE, SseMessage
-from workflows.contract import actor_of
+from api.cli.session_view import (
+    console,
+    follow_events,
+    render_event,
+    render_pending,
+    reply_hints,
+    short_id,
+)
 
-console = Console(highlight=False)
+if TYPE_CHECKING:  # loaded when a command runs (`hitlflow --help` starts at once)
+    from api.cli.client import ApiClient
+    from api.cli.sse_client import SseMessage
+
 session_app = typer.Typer(name="session", no_args_is_help=True,
                           help="Start, list, show, answer, cancel and watch sessions (HTTP).")
 
 AsJson = Annotated[bool, typer.Option("--json", help="Print the API's JSON.")]
 SessionArg = Annotated[str, typer.Argument(help="The session id.")]
-TAIL_RETRIES = 5
 READABLE_WITHIN_S = 30.0
 WAIT_POLL_S = 0.2
 
@@ -51,6 +51,8 @@ def _fail(message: str, code: int = 1) -> typer.Exit:
 
 @contextmanager
 def _api(stack: Stack) -> Iterator[ApiClient]:
+    from api.cli.client import ApiClientError
+
     client = stack.client()
     try:
         yield client
@@ -62,80 +64,6 @@ def _api(stack: Stack) -> Iterator[ApiClient]:
 
 def _print_json(value: Any) -> None:
     typer.echo(json.dumps(value, indent=2))
-
-
-def tool_label(summary: str) -> str:
-    """``Call tool delete_note(name='x') on notes`` → ``delete_note``."""
-    if summary.startswith("Call tool "):
-        return summary.removeprefix("Call tool ").split("(", 1)[0]
-    return summary
-
-
-def short_id(execution_id: str) -> str:
-    """What ``tail`` and ``show`` print for a contract: the first 8 characters after
-    ``<session id>.``, a prefix any command takes back."""
-    unique = execution_id.partition(".")[2]
-    return (unique or execution_id)[:8]
-
-
-def reply_hints(session_id: str, pending: dict, stack: Stack | None = None
-                ) -> tuple[list[str], str | None]:
-    """The commands that answer ``pending`` (each works when pasted), and a note on
-    the other answers it takes."""
-    kind = pending["kind"]
-    # Contract ids go by prefix; a step's request without a contract (`<sid>.step2-7`)
-    # is found by its part after the dot as well.
-    target = short_id(pending["execution_id"] or pending["request_id"])
-
-    def cmd(*words: str) -> str:
-        return command_line("session", *words, stack=stack)
-
-    options = pending.get("options") or []
-    if kind in ("approval", "confirm"):
-        return [cmd("approve", session_id, target), cmd("reject", session_id, target)], None
-    if kind == "choose":
-        return [cmd("reply", session_id, "--choice", options[0])], \
-            f"--choice takes one of: {', '.join(options)}"
-    if kind == "form":
-        blank = {"string": "", "number": 0, "boolean": False}
-        values = {f["name"]: blank.get(f.get("type", "string"), "")
-                  for f in pending.get("fields") or []}
-        return [cmd("reply", session_id, "--values", json.dumps(values))], \
-            "fill in the values (a JSON object)"
-    if kind in ("step", "window"):
-        rest = [o for o in options if o != "approve"]
-        return [cmd("approve", session_id, target),
-                cmd("reply", session_id, "--choice", rest[0] if rest else "skip")], \
-            f"--choice takes one of: {', '.join(options)}" + (
-                "; reset takes --values '{\"to_step\": N}'" if "reset" in options else "")
-    if kind == "message":
-        return [cmd("message", session_id, "your message"), cmd("end", session_id)], None
-    return [cmd("reply", session_id, "--request-id", pending["request_id"])], None
-
-
-def print_command(line: str) -> None:
-    """A command on its own line, never wrapped (the terminal may fold it on screen;
-    a copy still pastes as one line)."""
-    console.print(f"    {line}", soft_wrap=True, markup=False, highlight=False)
-
-
-def render_pending(session_id: str, pending: dict, stack: Stack | None = None) -> None:
-    console.print(f"  [yellow]waiting for you[/] ({pending['kind']}): "
-                  f"{escape(pending.get('prompt', ''))}")
-    if pending.get("output"):
-        console.print("    the step's output:")
-        for line in str(pending["output"]).splitlines() or [""]:
-            console.print(f"    | {line}", soft_wrap=True, markup=False, highlight=False)
-    if pending.get("options"):
-        console.print(f"    options: {', '.join(pending['options'])}")
-    if pending.get("fields"):
-        console.print("    fields: " + ", ".join(f["name"] for f in pending["fields"]))
-    commands, note = reply_hints(session_id, pending, stack)
-    console.print("    [dim]answer with:[/]")
-    for line in commands:
-        print_command(line)
-    if note:
-        console.print(f"    [dim]({escape(note)})[/]")
 
 
 # -- commands ---------------------------------------------------------------------------
@@ -177,6 +105,8 @@ def _config_body(config: str | None) -> Any:
 
 def _plan_body(plan: Path) -> dict[str, Any]:
     """A plan file becomes ``{"plan": ...}``; the API validates it (422 says why)."""
+    import yaml
+
     try:
         data = yaml.safe_load(plan.read_text())
     except OSError as err:
@@ -203,6 +133,8 @@ def list_sessions(
     if as_json:
         _print_json(page)
         return
+    from rich.table import Table
+
     table = Table(box=None)
     for col in ("session", "status", "started", "waiting since"):
         table.add_column(col)
@@ -453,63 +385,6 @@ def wait(
         render_pending(session_id, s["pending"], stack)
 
 
-# -- tail -------------------------------------------------------------------------------
-
-
-def render_event(session_id: str, msg: SseMessage, text: AgentText,
-                 stack: Stack | None = None) -> None:
-    """One line per event (what the agent says as it is written); event types this
-    version does not know are skipped."""
-    try:
-        d = msg.json() or {}
-    except ValueError:
-        return
-    if msg.event == "text.delta":
-        return text.delta(d)
-    if msg.event == "text":
-        return text.final(d)
-    text.close()
-    if msg.event == "conversation.state.changed":
-        console.print(f"[bold]session[/] {d.get('from')} → {d.get('to')} "
-                      f"[dim]({d.get('trigger')})[/]")
-    elif msg.event == "execution_state":
-        actor = actor_of(str(d.get("actor_category")), str(d.get("trigger")))
-        console.print(f"  [cyan]contract[/] {short_id(str(d.get('execution_id', '')))} "
-                      f"{escape(tool_label(d.get('action_summary', '')))}: "
-                      f"{d.get('from_status')} → {d.get('to_status')} "
-                      f"[dim]({d.get('trigger')} by {actor})[/]")
-    elif msg.event == "interaction.requested" and d.get("request_id"):
-        render_pending(session_id, d, stack)
-    elif msg.event == "interaction.reply.refused":
-        console.print(f"  [red]refused[/] {d.get('signal')}: {escape(str(d.get('reason')))}")
-    elif msg.event == "tool_result":
-        what = d.get("error_message") if d.get("is_error") else d.get("text")
-        console.print(f"  [magenta]tool {d.get('tool')}[/]: {escape(str(what or ''))[:200]}")
-    elif msg.event == "provider.waiting":
-        console.print(f"  [yellow]{escape(str(d.get('message', 'waiting for the model')))}[/]")
-
-
-def follow_events(api: ApiClient, session_id: str, on_event: Callable[[SseMessage], None],
-                  retries: int = TAIL_RETRIES) -> None:
-    """Follow the stream until it ends (its ``stream.complete`` event, not passed on);
-    reconnect (Last-Event-ID) when it drops."""
-    last_id, failures = None, 0
-    while True:
-        try:
-            for msg in api.events(session_id, last_id):
-                if msg.event == STREAM_COMPLETE:
-                    return
-                failures = 0
-                last_id = msg.id or last_id
-                on_event(msg)
-            return
-        except ApiClientError as err:
-            if err.code != "unreachable" or failures >= retries:
-                raise
-            failures += 1
-            time.sleep(min(2.0, 0.25 * 2 ** failures))
-
-
 @session_app.command("tail")
 @stack_options
 def tail(session_id: SessionArg, as_json: AsJson = False, *, stack: Stack) -> None:
@@ -517,6 +392,8 @@ def tail(session_id: SessionArg, as_json: AsJson = False, *, stack: Stack) -> No
 
     Status changes, contract transitions and what the session waits for, as they
     happen; --json prints one event per line."""
+    from api.cli.text import AgentText
+
     last = {"seq": 0}
     text = AgentText(console, "  [green]agent:[/] ")
 
@@ -538,45 +415,5 @@ def tail(session_id: SessionArg, as_json: AsJson = False, *, stack: Stack) -> No
             console.print(f"session {session_id} ended: [bold]{s['status']}[/]")
 
 
-# -- hitlflow api -----------------------------------------------------------------------
-
-
-def api_command(
-    host: Annotated[str | None, typer.Option("--host", help="env HITLFLOW_API_HOST")] = None,
-    port: Annotated[int | None, typer.Option("--port", min=0, max=65535,
-                                             help="env HITLFLOW_API_PORT")] = None,
-    temporal_address: Annotated[str | None, typer.Option(
-        "--temporal-address", help="host:port of Temporal (env HITLFLOW_TEMPORAL_ADDRESS)")
-    ] = None,
-) -> None:
-    """Serve the HTTP API alone against a Temporal frontend until Ctrl-C (more API
-    processes may serve the same sessions)."""
-    from api.http.app import ApiStartError, run_api
-    from api.runtime.heap import freeze_startup
-    from api.settings import HitlflowSettings
-
-    given = {"api_host": host, "api_port": port, "temporal_address": temporal_address}
-    settings = HitlflowSettings(**{k: v for k, v in given.items() if v is not None})
-
-    async def main() -> int:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
-        try:
-            typer.echo(f"API: http://{settings.api_host}:{settings.api_port} "
-                       f"(Temporal {settings.target}); press Ctrl-C to stop.")
-            await run_api(settings, stop, on_serving=freeze_startup)
-        except ApiStartError as err:
-            typer.echo(f"Error: {err}", err=True)
-            return 1
-        return 0
-
-    code = asyncio.run(main())
-    sys.stdout.flush()
-    os._exit(code)  # see api.cli.stack._exit: the Temporal runtime and interpreter teardown
-
-
 def register(app: typer.Typer) -> None:
     app.add_typer(session_app, name="session")
-    app.command("api")(api_command)

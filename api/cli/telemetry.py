@@ -20,8 +20,7 @@ from observation.telemetry import JOB_TYPES, STATUSES, STORE_NAME, TelemetryStor
 from observation.telemetry.model import TelemetryRun
 from observation.telemetry.store import TelemetryStoreError
 
-telemetry_app = typer.Typer(help="Telemetry runs (parent/child per session): list, rebuild.",
-                            no_args_is_help=True)
+telemetry_app = typer.Typer(no_args_is_help=True)
 
 def _data_dir(data_dir: Path | None) -> Path:
     return data_dir if data_dir is not None else HitlflowSettings().data_dir
@@ -134,5 +133,7 @@ def rebuild_command(*, stack: Stack) -> None:
         raise typer.Exit(1)
 
 
-def register(app: typer.Typer) -> None:
-    app.add_typer(telemetry_app, name="telemetry")
+def register(app: typer.Typer, help_line: str | None = None) -> None:
+    """``hitlflow telemetry``; its help line is the command line's (``api.cli.main``:
+    the group loads only when named)."""
+    app.add_typer(telemetry_app, name="telemetry", help=help_line)

@@ -31,7 +31,16 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from activities.deltas import DeltaBus, cluster_delta_bus
 from api.http import errors
 from api.http.deps import ApiTuning, OnChange
-from api.http.routers import audit, events, execution, health, inbox, past, sessions
+from api.http.routers import (
+    audit,
+    events,
+    execution,
+    health,
+    inbox,
+    past,
+    session_list,
+    sessions,
+)
 from api.http.sse import EventProvider, HeadProvider
 from api.http.stuck import StuckWatch
 from api.settings import HitlflowSettings
@@ -178,8 +187,8 @@ def create_app(
     errors.install(app)
     app.include_router(health.router)
     app.include_router(inbox.router)
-    for router in (sessions.router, past.router, events.router, execution.router,
-                   audit.router):
+    for router in (sessions.router, session_list.router, past.router, events.router,
+                   execution.router, audit.router):
         app.include_router(router, responses=errors.ERROR_RESPONSES)
     app.add_middleware(BodyLimit, limit=tuning.max_body_bytes)
     if settings.api_token:

@@ -279,9 +279,15 @@ class SessionSummary(BaseModel):
 
 class SessionList(BaseModel):
     sessions: list[SessionSummary]
+    next_cursor: str | None = NEXT_CURSOR
     next_page_token: str | None = Field(
-        default=None, description="Pass as `page_token` for the next page; null on the last."
-    )
+        default=None, json_schema_extra={"deprecated": True},
+        description="Deprecated (until the next release): `next_cursor` under its old name.")
+
+    @model_validator(mode="after")
+    def _old_name(self) -> SessionList:
+        self.next_page_token = self.next_cursor
+        return self
 
 
 class TemporalHealth(BaseModel):

@@ -1,4 +1,5 @@
-"""Server-sent events: the wire format, the server's stream, and a client parser.
+"""Server-sent events: the wire format and the server's stream (the command line's
+parser is ``api.cli.sse_client``; the names both use, ``api.sse_names``).
 
 The server side turns a provider's async iterator of events into SSE frames:
 each event carries ``id: <seq>`` (what ``Last-Event-ID`` resumes from), its type
@@ -26,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +35,7 @@ from pydantic import BaseModel
 from temporalio.client import Client
 
 from activities.deltas import LLM_CALL_SCHEDULED, TextDelta
+from api.sse_names import STREAM_COMPLETE, TEXT_DELTA
 
 if TYPE_CHECKING:  # the exporter is imported on first use (api.http.routers.events)
     from observation.exporter.model import StreamHead
@@ -46,14 +48,6 @@ PING = b": keep-alive\n\n"
 #: write), so resuming after that id continues after both. ``emotion`` is reserved
 #: and not produced; ``text`` and ``tool_result`` go out under their own names.
 ALIASES: dict[str, tuple[str, ...]] = {"interaction.requested": ("ecs",)}
-
-#: The last event of a stream whose session ended and whose every event was sent. Its
-#: ``id`` repeats the last event's (or the resume point's; 0 for none), so resuming
-#: after it is a 204; its data: ``{"last_id": <that id>}``.
-STREAM_COMPLETE = "stream.complete"
-
-#: The ephemeral event of the model's text as it is written (no ``id``; not in the log).
-TEXT_DELTA = "text.delta"
 
 
 @dataclass(frozen=True)
@@ -242,64 +236,3 @@ async def sse_stream(
             if aclose is not None:
                 with contextlib.suppress(Exception):
                     await aclose()
-
-
-# -- the client side (the CLI's `tail`, tests) ------------------------------------------
-
-
-@dataclass
-class SseMessage:
-    event: str = "message"
-    data: str = ""
-    id: str | None = None
-
-    def json(self) -> Any:
-        return json.loads(self.data) if self.data else None
-
-
-class SseParser:
-    """Feed lines (without their line ending); get complete messages back."""
-
-    def __init__(self) -> None:
-        self._event, self._data, self._id = "", [], None
-        self.last_id: str | None = None
-        self.retry_ms: int | None = None
-
-    def feed(self, line: str) -> SseMessage | None:
-        if line == "":
-            if not self._data and not self._event:
-                return None
-            msg = SseMessage(event=self._event or "message", data="\n".join(self._data),
-                             id=self._id)
-            self._event, self._data, self._id = "", [], None
-            return msg
-        if line.startswith(":"):
-            return None
-        name, _, value = line.partition(":")
-        value = value.removeprefix(" ")
-        if name == "event":
-            self._event = value
-        elif name == "data":
-            self._data.append(value)
-        elif name == "id" and "\0" not in value:
-            self._id = self.last_id = value
-        elif name == "retry" and value.isdigit():
-            self.retry_ms = int(value)
-        return None
-
-
-def parse_lines(lines: Iterable[str], parser: SseParser | None = None) -> Iterator[SseMessage]:
-    parser = parser or SseParser()
-    for line in lines:
-        msg = parser.feed(line.rstrip("\r\n"))
-        if msg is not None:
-            yield msg
-
-
-async def aparse_lines(lines: AsyncIterator[str], parser: SseParser | None = None
-                       ) -> AsyncIterator[SseMessage]:
-    parser = parser or SseParser()
-    async for line in lines:
-        msg = parser.feed(line.rstrip("\r\n"))
-        if msg is not None:
-            yield msg

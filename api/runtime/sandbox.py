@@ -12,7 +12,11 @@ they are read from, does not move in between); what runs, in which sandbox, unde
 which restrictions, is temporalio's unchanged. Measured with ``bench/replay_bench.py``
 (the saved histories replayed, runs alternating): the compiling alone 0.81× and 0.86×
 the worker's CPU by median in two runs; with the contexts asked once too, 0.69×, 0.80×
-and 0.75× in three."""
+and 0.75× in three.
+
+``_Instance`` is the SDK's private class: pyproject.toml pins temporalio below its next
+minor version, and ``tests/api/test_sdk_private_api.py`` fails, saying what changed,
+when a release changes what this module relies on."""
 
 from __future__ import annotations
 

@@ -18,7 +18,6 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Worker
 
 from activities.commands import run_command
@@ -26,6 +25,7 @@ from activities.deltas import DeltaBus, cluster_delta_bus
 from activities.llm.activity import LlmActivities
 from activities.mcp.pool import McpClientPool
 from activities.mcp.tools import McpToolActivities
+from api.runtime.process import connect
 from api.runtime.recovery import other_workers, start_recovery
 from api.runtime.sandbox import sandbox_runner
 from api.settings import HitlflowSettings
@@ -38,12 +38,6 @@ log = logging.getLogger("hitlflow.worker")
 #: re-import for every new session was, measured, the largest part of a new session's
 #: cost on the worker.
 SESSION_RUNNER = sandbox_runner("workflows.session")
-
-
-async def connect(settings: HitlflowSettings) -> Client:
-    return await Client.connect(
-        settings.target, namespace=settings.namespace, data_converter=pydantic_data_converter
-    )
 
 
 def build_worker(

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from activities.deltas import InProcessDeltaBus
 from activities.deltas.pipe import PipeDeltaBus, replay_line
 from api.runtime.heap import freeze_startup
+from api.runtime.process import exit_now
 from api.settings import HitlflowSettings
 
 #: A line of the pipe is at most a piece (``activities.deltas.pipe.PIECE_CHARS``) as JSON.
@@ -135,9 +136,7 @@ def main(argv: list[str]) -> None:
     except Exception as err:
         print(f"Error: the worker failed: {type(err).__name__}: {err}", file=sys.stderr)
     finally:
-        # Everything is stopped: skip interpreter teardown (see api.cli.stack._exit).
-        sys.stderr.flush()
-        os._exit(code)
+        exit_now(code)  # everything is stopped: no interpreter teardown
 
 
 if __name__ == "__main__":

@@ -31,7 +31,13 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from observation.read_model.rows import SESSION_COLUMNS, SessionBatch, SessionRow
-from observation.tokens import decode_token, encode_token
+from observation.tokens import (
+    TokenError,
+    decode_page_token,
+    decode_token,
+    encode_page_token,
+    encode_token,
+)
 from workflows.config import valid_session_id
 
 SCHEMA_VERSION = "1"
@@ -135,8 +141,14 @@ def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
-def encode_page_token(started_at: str, session_id: str) -> str:
-    return encode_token(json.dumps([started_at, session_id], separators=(",", ":")).encode())
+#: What the session list's tokens page (``observation.tokens``' page-token format):
+#: every session, whatever the filter; the position is ``[started_at, session_id]``.
+SESSION_LIST = "sessions"
+
+
+def session_list_token(started_at: str, session_id: str) -> str:
+    return encode_page_token(SESSION_LIST, "",
+                             json.dumps([started_at, session_id], separators=(",", ":")))
 
 
 def _timestamp(value: str) -> bool:
@@ -147,18 +159,36 @@ def _timestamp(value: str) -> bool:
     return True
 
 
-def decode_page_token(token: str) -> tuple[str, str]:
-    """The position a token :func:`encode_page_token` gave out names: exactly its
-    spelling, a start time (or "", none recorded) and a valid session id."""
+def session_list_position(token: str) -> tuple[str, str]:
+    """The position a token :func:`session_list_token` gave out names: exactly its
+    spelling, a start time (or "", none recorded) and a valid session id. The bare
+    position (the release before's token) is taken too, until the next release."""
     try:
-        started_at, session_id = json.loads(decode_token(token))
-    except (ValueError, TypeError, UnicodeError):
-        raise InvalidPageToken(token) from None
+        position, spelling = decode_page_token(token, SESSION_LIST, ""), session_list_token
+    except TokenError:
+        try:
+            position, spelling = decode_token(token).decode(), _bare_position
+        except (TokenError, UnicodeError):
+            raise InvalidPageToken(token) from None
+    started_at, session_id = _pair(position)
+    if spelling(started_at, session_id) != token:
+        raise InvalidPageToken(token)
+    return started_at, session_id
+
+
+def _bare_position(started_at: str, session_id: str) -> str:
+    return encode_token(json.dumps([started_at, session_id], separators=(",", ":")).encode())
+
+
+def _pair(position: str) -> tuple[str, str]:
+    try:
+        started_at, session_id = json.loads(position)
+    except (ValueError, TypeError):
+        raise InvalidPageToken(position) from None
     if not isinstance(started_at, str) or not isinstance(session_id, str) \
             or not (started_at == "" or _timestamp(started_at)) \
-            or not valid_session_id(session_id) \
-            or encode_page_token(started_at, session_id) != token:
-        raise InvalidPageToken(token)
+            or not valid_session_id(session_id):
+        raise InvalidPageToken(position)
     return started_at, session_id
 
 
@@ -337,7 +367,7 @@ class SqlStore:
             if status not in TERMINAL_STATUSES:
                 where.append("execution_status = 'running'")
         if page_token:
-            started, sid = decode_page_token(page_token)
+            started, sid = session_list_position(page_token)
             where.append("(started_at < ? OR (started_at = ? AND session_id < ?))")
             params += [started, started, sid]
         sql = (f"SELECT {', '.join(_SESSION_COLS)} FROM rm_sessions"
@@ -346,7 +376,7 @@ class SqlStore:
         rows = [_session_dict(r) for r in self._query(sql, (*params, limit + 1))]
         more = len(rows) > limit
         rows = rows[:limit]
-        token = encode_page_token(rows[-1]["started_at"], rows[-1]["session_id"]) \
+        token = session_list_token(rows[-1]["started_at"], rows[-1]["session_id"]) \
             if more and rows else None
         return rows, token
 

@@ -13,8 +13,8 @@ from pathlib import Path
 from temporalio.client import Client
 
 from api.cli.demo import console, show
-from api.cli.stack import READY_LINE
 from api.cli.text import AgentText
+from api.cli.up import READY_LINE
 from tests.api.test_cli_stack import cli, wait_for_pollers
 
 DEMO_TIMEOUT_S = 120

@@ -22,7 +22,7 @@ from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest, Describe
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
-from api.cli.stack import READY_LINE
+from api.cli.up import READY_LINE
 from api.runtime.devserver import PID_FILENAME, check_port_free
 from api.settings import TASK_QUEUE
 

@@ -82,7 +82,7 @@ async def test_sse_in_up_streams_the_exporters_lines_and_reads_see_them_at_once(
     """`hitlflow up` wires SSE to the exporter's feed: no follower of its own (the
     session is parked while it is watched), and each streamed line is in the read
     model already, so a read with `min_seq` = its id is fresh without waiting."""
-    from api.http.sse import aparse_lines
+    from api.cli.sse_client import aparse_lines
     from observation.exporter import LogFeed
 
     settings = HitlflowSettings(

@@ -217,7 +217,7 @@ async def test_list_pages_and_filters(http_stack: HttpStack):
     seen: list[str] = []
     token = None
     while True:
-        params = {"limit": 2, "status": "waiting_user", **({"page_token": token} if token else {})}
+        params = {"limit": 2, "status": "waiting_user", **({"cursor": token} if token else {})}
         r = await http.get("/api/sessions", params=params)
         assert r.status_code == 200, r.text
         page = r.json()
@@ -225,13 +225,15 @@ async def test_list_pages_and_filters(http_stack: HttpStack):
         assert all(s["status"] == "waiting_user" and s["execution_status"] == "running"
                    for s in page["sessions"])
         seen += [s["session_id"] for s in page["sessions"]]
-        token = page["next_page_token"]
+        token = page["next_cursor"]
         if not token:
             break
     assert ids <= set(seen) and len(seen) == len(set(seen))
     for sid in ids:
         await http.post(f"/api/sessions/{sid}/cancel")
-    r = await http.get("/api/sessions", params={"page_token": "not-a-token!"})
+    r = await http.get("/api/sessions", params={"cursor": "not-a-token!"})
+    assert r.status_code == 400 and error_of(r)["code"] == "invalid_cursor"
+    r = await http.get("/api/sessions", params={"page_token": "not-a-token!"})  # the old name
     assert r.status_code == 400 and error_of(r)["code"] == "invalid_page_token"
     r = await http.get("/api/sessions", params={"status": "sleeping"})
     assert r.status_code == 422 and "status" in error_of(r)["message"]

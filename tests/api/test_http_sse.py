@@ -12,9 +12,11 @@ import httpx
 import pytest
 
 from activities.deltas import LLM_CALL_SCHEDULED, InProcessDeltaBus
+from api.cli.sse_client import SseMessage, SseParser
 from api.http.app import ApiServer, create_app
 from api.http.deps import ApiTuning
-from api.http.sse import STREAM_COMPLETE, SseMessage, SseParser, StreamEvent
+from api.http.sse import StreamEvent
+from api.sse_names import STREAM_COMPLETE
 from observation.exporter import StreamHead
 from tests.api.http_support import HttpStack, confirm_body, error_of
 

@@ -21,10 +21,11 @@ from temporalio.testing import WorkflowEnvironment
 
 from activities.deltas import InProcessDeltaBus
 from activities.deltas.postgres import PostgresDeltaBus
+from api.cli.sse_client import SseMessage
 from api.http.app import create_app
-from api.http.sse import TEXT_DELTA, SseMessage
 from api.runtime.worker_process import run_worker_process
 from api.settings import HitlflowSettings
+from api.sse_names import TEXT_DELTA
 from observation.exporter import LogFeed
 from observation.exporter.verify import LOG_NAME
 from tests.api.http_support import HttpStack, eventually, serve

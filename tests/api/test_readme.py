@@ -17,7 +17,7 @@ from pathlib import Path
 from temporalio.client import Client
 
 from api.cli.options import API_URL_FILE
-from api.cli.stack import READY_LINE
+from api.cli.up import READY_LINE
 from tests.api.test_cli_stack import cli, cli_env, wait_for_pollers
 
 REPO = Path(__file__).resolve().parents[2]

@@ -11,7 +11,7 @@ from fastapi import FastAPI
 
 from api.http.deps import get_client
 from api.http.errors import install as install_error_handlers
-from api.http.routers.sessions import router
+from api.http.routers.session_list import router
 from workflows.statechart import SEED003_RUN_STATES, SessionStatus, status_from_client
 
 

@@ -6,22 +6,16 @@ one is a 409 that says why, and it never reaches history (the session is unchang
 
 from __future__ import annotations
 
-import hashlib
 import uuid
 from datetime import UTC, datetime
-from enum import StrEnum
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Body, Path, Query, Request, Response
-from temporalio.api.workflowservice.v1 import ListWorkflowExecutionsRequest
 from temporalio.client import (
     Client,
-    WorkflowExecution,
     WorkflowExecutionDescription,
-    WorkflowExecutionStatus,
 )
 from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDReusePolicy
-from temporalio.service import RPCError, RPCStatusCode
 
 from api.http import stuck as stuck_sessions
 from api.http.deps import (
@@ -46,8 +40,6 @@ from api.http.models import (
     MessageRequest,
     ReplyRequest,
     SessionCreated,
-    SessionList,
-    SessionSummary,
     SessionView,
     StepActionRequest,
     lone_surrogate,
@@ -68,13 +60,11 @@ from api.http.reads import (
     store_of,
     with_duration,
 )
+from api.http.routers.session_list import execution_status_of, status_of
 from observation.log_pages import contract_page
 from observation.log_reader import LogViews
 from observation.log_view import SessionLogView
 from observation.projections import ExecutionSnapshot
-from observation.read_model import ReadStore
-from observation.read_model.store import InvalidPageToken
-from observation.tokens import TokenError, decode_token, encode_token
 from workflows.config import SessionConfig
 from workflows.messages import (
     CURRENT_BEHAVIOUR,
@@ -87,44 +77,16 @@ from workflows.messages import (
 from workflows.messages import SessionSnapshot as WorkflowSnapshot
 from workflows.operators import static_details, static_summary
 from workflows.plan import replay
-from workflows.search_attributes import SESSION_STATUS, WAITING_SINCE
+from workflows.search_attributes import SESSION_STATUS
 from workflows.session_state import SessionState
 from workflows.statechart import (
-    CLIENT_STATUS_NAMES,
     SessionStatus,
-    is_terminal,
-    status_from_client,
 )
 
 router = APIRouter(prefix="/api/sessions", tags=["sessions"])
 
 
-def _status(value: object) -> SessionStatus | None:
-    try:
-        return SessionStatus(str(value)) if value is not None else None
-    except ValueError:
-        return None
-
-
-# The status names a filter takes, declared as an enum so the OpenAPI schema lists them.
-StatusName = StrEnum("StatusName", {name: name for name in CLIENT_STATUS_NAMES})
-
-
-def _status_filter(value: StatusName | None) -> SessionStatus | None:
-    """A ``status`` filter in hitlflow's or seed 003's spelling (workflows.statechart)."""
-    if value is None:
-        return None
-    try:
-        return status_from_client(value.value)[0]
-    except ValueError as err:
-        raise ApiError(422, "validation_error", f"status: {err}") from None
-
-
-def _execution_status(status: WorkflowExecutionStatus | None) -> str | None:
-    return status.name.lower() if status is not None else None
-
-
-# -- start and list ------------------------------------------------------------------
+# -- start ------------------------------------------------------------------
 
 
 @router.post("", status_code=201, response_model=SessionCreated)
@@ -156,126 +118,6 @@ async def start_session(
     return SessionCreated(session_id=sid, status=SessionStatus.QUEUED)
 
 
-_VISIBILITY_TAG = b"v1"
-
-
-def _invalid_page_token(why: str) -> ApiError:
-    return ApiError(400, "invalid_page_token", f"page_token is not one this API gave out: {why}")
-
-
-def _visibility_token(token: bytes) -> str:
-    """The page token of a list through visibility (``stuck=``): Temporal's own, with a
-    digest in front, so a token the API did not give out never reaches Temporal
-    (which refuses one it cannot parse only after seconds of retries)."""
-    return encode_token(_VISIBILITY_TAG + hashlib.sha256(_VISIBILITY_TAG + token).digest()[:8]
-                        + token)
-
-
-def _temporal_token(page_token: str | None) -> bytes | None:
-    if not page_token:
-        return None
-    try:
-        raw = decode_token(page_token)
-    except TokenError as err:
-        raise _invalid_page_token(str(err)) from None
-    tag, digest, token = raw[:2], raw[2:10], raw[10:]
-    if tag != _VISIBILITY_TAG or not token or \
-            hashlib.sha256(_VISIBILITY_TAG + token).digest()[:8] != digest:
-        raise _invalid_page_token("it does not page a list with `stuck`")
-    return token
-
-
-async def _visibility_page(client: Client, query: str, limit: int, token: bytes | None
-                           ) -> tuple[list[WorkflowExecution], bytes | None]:
-    """One page of a visibility list. With a token: one attempt (a token Temporal
-    refuses is no reason to retry; it answers "Unknown" for one it cannot parse)."""
-    if token is None:
-        it = client.list_workflows(query, page_size=limit)
-        await it.fetch_next_page()
-        return list(it.current_page or []), it.next_page_token
-    try:
-        resp = await client.workflow_service.list_workflow_executions(
-            ListWorkflowExecutionsRequest(namespace=client.namespace, page_size=limit,
-                                          next_page_token=token, query=query), retry=False)
-    except RPCError as err:
-        if err.status in (RPCStatusCode.INVALID_ARGUMENT, RPCStatusCode.UNKNOWN):
-            raise _invalid_page_token(f"Temporal refused it ({err.message})") from None
-        raise
-    return [WorkflowExecution._from_raw_info(info, client.namespace, client.data_converter)
-            for info in resp.executions], resp.next_page_token or None
-
-
-@router.get("", response_model=SessionList)
-async def list_sessions(
-    client: ClientDep, request: Request,
-    status: Annotated[StatusName | None, Query(
-        description="Only sessions in this status: hitlflow's (`queued`, "
-        "`running`, `waiting_user`, `succeeded`, `failed`, `canceled`) or seed 003's "
-        "spelling (`CREATED`, `DONE`, `FAILED`, `CANCELLED`; its document-pipeline states "
-        "such as `DRAFTING` are accepted and match no session)")] = None,
-    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-    page_token: Annotated[str | None, Query(max_length=4096)] = None,
-    stuck: Annotated[bool | None, Query(
-        description="Only sessions whose workflow task keeps failing (true) or the others "
-        "(false), by Temporal's `TemporalReportedProblems` search attribute (server 1.28+)")
-    ] = None,
-) -> SessionList:
-    """List sessions, newest first, from the read model (a session shows once the
-    exporter has written its first lines, a moment after it started). With
-    `stuck`, through Temporal visibility instead (the read model does not know
-    whether a workflow task keeps failing)."""
-    wanted = _status_filter(status)
-    if wanted is None and status is not None:  # a seed 003 state no session is ever in
-        return SessionList(sessions=[], next_page_token=None)
-    if stuck is None:
-        return await _listed_from_read_model(store_of(request.app.state), wanted, limit,
-                                             page_token)
-    query = 'WorkflowType = "SessionWorkflow" AND ExecutionStatus != "ContinuedAsNew"'
-    if wanted is not None:
-        query += f' AND SessionStatus = "{wanted.value}"'
-        if not is_terminal(wanted):  # a terminated session keeps its last status
-            query += ' AND ExecutionStatus = "Running"'
-    if stuck is not None:
-        query += f" AND {stuck_sessions.STUCK_QUERY if stuck else stuck_sessions.HEALTHY_QUERY}"
-    token = _temporal_token(page_token)
-    try:
-        with temporal_errors():
-            found, token = await _visibility_page(client, query, limit, token)
-    except ApiError as err:
-        if isinstance(err.__cause__, RPCError) and \
-                err.__cause__.status == RPCStatusCode.INVALID_ARGUMENT and stuck is not None:
-            raise ApiError(400, "unsupported_filter", "this Temporal server cannot filter by "
-                           "TemporalReportedProblems (it needs server 1.28+)") from None
-        raise
-    sessions = [
-        SessionSummary(
-            session_id=wf.id, status=_status(wf.typed_search_attributes.get(SESSION_STATUS)),
-            execution_status=_execution_status(wf.status), started_at=wf.start_time,
-            closed_at=wf.close_time, waiting_since=wf.typed_search_attributes.get(WAITING_SINCE),
-            task_queue=wf.task_queue,
-            problems=wf.typed_search_attributes.get(stuck_sessions.REPORTED_PROBLEMS) or [],
-            stuck=bool(wf.typed_search_attributes.get(stuck_sessions.REPORTED_PROBLEMS)),
-        )
-        for wf in found
-    ]
-    return SessionList(sessions=sessions, next_page_token=(
-        _visibility_token(token) if token else None))
-
-
-async def _listed_from_read_model(store: ReadStore, status: SessionStatus | None, limit: int,
-                                  page_token: str | None) -> SessionList:
-    try:
-        rows, token = await store_call(store, store.list_sessions,
-                                       status.value if status else None, limit, page_token)
-    except InvalidPageToken:
-        raise _invalid_page_token("it does not name a place in this list") from None
-    return SessionList(sessions=[SessionSummary(
-        session_id=r["session_id"], status=_status(r["status"]),
-        execution_status=r["execution_status"], started_at=r["started_at"] or None,
-        closed_at=r["closed_at"], waiting_since=r["waiting_since"], task_queue=r["task_queue"],
-        pending=r["pending"], seq=r["last_seq"]) for r in rows], next_page_token=token)
-
-
 # -- one session -----------------------------------------------------------------------
 
 
@@ -289,8 +131,8 @@ async def _view_of(client: Client, desc: WorkflowExecutionDescription,
     """What Temporal alone knows of a session (no worker needed): its last recorded
     status, and why it is stuck when its workflow task keeps failing."""
     return SessionView(
-        session_id=session_id, status=_status(desc.typed_search_attributes.get(SESSION_STATUS)),
-        execution_status=_execution_status(desc.status), live=False,
+        session_id=session_id, status=status_of(desc.typed_search_attributes.get(SESSION_STATUS)),
+        execution_status=execution_status_of(desc.status), live=False,
         stuck=await stuck_sessions.diagnose(client, desc),
     )
 

@@ -1,0 +1,128 @@
+"""How every long-running process of hitlflow runs (``up``, ``worker``, ``api``,
+``exporter`` and ``up``'s worker child): connecting to Temporal, SIGINT/SIGTERM,
+stopping its parts in turn, and leaving.
+
+A process runs its main coroutine with :func:`run`, which ends the process with the
+coroutine's exit code by :func:`exit_now`: once the Temporal client has been used, the
+SDK's Rust runtime threads can crash CPython's finalization (SIGSEGV/SIGABRT at exit,
+temporalio/sdk-python#300), which would turn a clean stop into a non-zero exit code.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import TYPE_CHECKING, Any, NoReturn
+
+if TYPE_CHECKING:
+    from temporalio.client import Client
+
+    from api.settings import HitlflowSettings
+
+#: How long a part (the worker, the API, the exporter) may take to stop after Ctrl-C.
+STOP_TIMEOUT_S = 30.0
+
+
+async def connect(settings: HitlflowSettings) -> Client:
+    """A Temporal client for the settings' frontend and namespace (pydantic payloads)."""
+    from temporalio.client import Client
+    from temporalio.contrib.pydantic import pydantic_data_converter
+
+    return await Client.connect(
+        settings.target, namespace=settings.namespace, data_converter=pydantic_data_converter
+    )
+
+
+def say(message: str) -> None:
+    """A line for the person on stderr."""
+    print(message, file=sys.stderr, flush=True)
+
+
+class Signals:
+    """SIGINT/SIGTERM set ``stop``; a second one sets ``force`` (do not wait any more).
+    ``announce``: say so on stderr (``up`` and ``worker`` do)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, *, announce: bool = True) -> None:
+        self.stop = asyncio.Event()
+        self.force = asyncio.Event()
+        self._loop, self._announce = loop, announce
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, self._on_signal)
+
+    def _on_signal(self) -> None:
+        if self.stop.is_set():
+            self.force.set()
+            if self._announce:
+                say("stopping now")
+        else:
+            self.stop.set()
+            if self._announce:
+                say("stopping... (Ctrl-C again to force)")
+
+    def close(self) -> None:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            self._loop.remove_signal_handler(sig)
+
+
+async def first(*aws: Awaitable[Any]) -> None:
+    """Wait until the first of ``aws`` completes; cancel the rest."""
+    tasks = [asyncio.ensure_future(a) for a in aws]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for t in tasks:
+            if not t.done():
+                t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def stop_task(task: asyncio.Task[None], stop: asyncio.Event, force: asyncio.Event,
+                    what: str, timeout: float = STOP_TIMEOUT_S) -> str | None:
+    """Set ``stop``, wait for ``task`` (bounded, cut short by ``force``); return its error."""
+    stop.set()
+    if not task.done():
+        await first(asyncio.shield(task), force.wait(), asyncio.sleep(timeout))
+    if not task.done():
+        say(f"{what} did not stop in time; cancelling it")
+        task.cancel()
+    try:
+        await task
+    except asyncio.CancelledError:
+        return None
+    except Exception as e:
+        return f"{what} failed: {type(e).__name__}: {e}"
+    return None
+
+
+def exit_now(code: int) -> NoReturn:
+    """Leave without interpreter teardown (see the module's doc); everything is
+    stopped and flushed by now."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def run(main: Coroutine[Any, Any, int]) -> NoReturn:
+    """Run a process's main coroutine, then leave with its exit code."""
+    exit_now(asyncio.run(main))
+
+
+def serve(body: Callable[[asyncio.Event], Awaitable[None]],
+          fails_with: tuple[type[Exception], ...] = ()) -> NoReturn:
+    """Run ``body(stop)`` (``stop``: set by SIGINT/SIGTERM) until it returns, then leave
+    with 0; or with 1 after ``Error: <it>`` on stderr when it raises one of ``fails_with``."""
+    async def main() -> int:
+        signals = Signals(asyncio.get_running_loop(), announce=False)
+        try:
+            await body(signals.stop)
+        except fails_with as err:
+            say(f"Error: {err}")
+            return 1
+        finally:
+            signals.close()
+        return 0
+
+    run(main())
