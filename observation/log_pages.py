@@ -20,9 +20,9 @@ from observation.projections import (
     ExecutionFact,
     ExecutionSnapshot,
     at_reader_clock,
+    execution_snapshot,
     has_suspended,
     merge_transitions,
-    snapshot,
 )
 from workflows.contract import CONTRACT_TABLE, ExecutionContract, ExecutionStatus, TransitionRecord
 from workflows.session_state import StatusChange
@@ -71,7 +71,7 @@ def contract_page(
     # Live snapshots carry workflow.now()'s duration (it stands still while the
     # workflow waits): every one is served at the reader's clock.
     items = [at_reader_clock(fresh[c.execution_id], now) if c.execution_id in fresh
-             else snapshot(c, now) if isinstance(c, ExecutionContract)
+             else execution_snapshot(c, now) if isinstance(c, ExecutionContract)
              else at_reader_clock(c, now) for c in window]
     counts: Counter[ExecutionStatus] = Counter(view.statuses) if view is not None else Counter()
     for s in live:

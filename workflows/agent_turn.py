@@ -152,7 +152,7 @@ class AgentTurn:
             return None
         for text in s.inbox:
             self._book.say(ChatMessage(role="user", content=text))
-            self._book.note("message.accepted", workflow.now(), {"text": text})
+            self._book.journal("message.accepted", workflow.now(), {"text": text})
         s.inbox = []
         v2, waits, attempt = self._loop_v2(), ProviderWaits(), 0
         while True:
@@ -196,7 +196,7 @@ class AgentTurn:
         self._book.say(
             ChatMessage(role="assistant", content=answer.text or "", tool_calls=calls)
         )
-        self._book.note("assistant.text", workflow.now(), {
+        self._book.journal("assistant.text", workflow.now(), {
             "call_id": answer.started.call_id, "text": answer.text or "",
             "tool_calls": len(calls), "ecs_request": answer.ecs_request is not None,
             "end": answer.end})
@@ -209,7 +209,7 @@ class AgentTurn:
         retry_at = now + timedelta(seconds=retry.delay_s)
         text = waiting_text(retry, retry_at, failure)
         workflow.logger.warning("session %s: %s", self._s.session_id, text)
-        self._book.note("llm.waiting", now, {
+        self._book.journal("llm.waiting", now, {
             "call_id": call_id, "reason": retry.reason, "http_status": failure.http_status,
             "error_summary": failure.summary, "delay_s": retry.delay_s,
             "retry_after_s": failure.retry_after_s,

@@ -150,7 +150,7 @@ def merge_transitions(
     return sorted((t for ts in per_contract for t in ts), key=lambda t: t.timestamp)
 
 
-def snapshot(contract: ExecutionContract, now: datetime) -> ExecutionSnapshot:
+def execution_snapshot(contract: ExecutionContract, now: datetime) -> ExecutionSnapshot:
     last = contract.transitions[-1] if contract.transitions else None
     entered = last.timestamp if last else contract.created_at
     status = contract.status
@@ -210,7 +210,7 @@ def timeline(
         terminal_contracts=terminal,
         active_contracts=len(ordered) - terminal,
         has_suspended=has_suspended(ordered),
-        contracts=[snapshot(c, now) for c in ordered],
+        contracts=[execution_snapshot(c, now) for c in ordered],
         transitions=merged,
     )
 
@@ -286,7 +286,7 @@ class ExecutionObserver:
     def snapshot(self, execution_id: str) -> ExecutionSnapshot:
         for c in self._contracts:
             if c.execution_id == execution_id:
-                return snapshot(c, self._now)
+                return execution_snapshot(c, self._now)
         raise KeyError(execution_id)
 
     def consequence_views(self) -> list[ExecutionConsequenceView]:

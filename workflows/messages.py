@@ -123,7 +123,7 @@ class ContractQuery(BaseModel):
     execution_id: str
 
 
-class SessionSnapshot(BaseModel):
+class LiveSession(BaseModel):
     """What a person or a client sees of a session (no raw contracts)."""
 
     session_id: str

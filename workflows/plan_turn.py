@@ -68,7 +68,7 @@ class PlanTurn:
         for event in events:
             self._s.plan_events.append(event)
             replay(len(self._s.config.plan.steps), self._s.plan_events)  # rules hold
-            self._book.note("plan.event", workflow.now(), event.model_dump(mode="json"))
+            self._book.journal("plan.event", workflow.now(), event.model_dump(mode="json"))
 
     # -- running: the step at the cursor ----------------------------------------
 

@@ -44,7 +44,7 @@ class SessionBook:
     def __init__(self, state: SessionState) -> None:
         self.state = state
 
-    def note(self, kind: JournalKind, now: datetime, data: dict[str, Any]) -> None:
+    def journal(self, kind: JournalKind, now: datetime, data: dict[str, Any]) -> None:
         s = self.state
         s.journal_outbox.append(JournalEntry(seq=s.journal_seq, kind=kind, at=now, data=data))
         s.journal_seq += 1
@@ -65,7 +65,7 @@ class SessionBook:
         )
         self.state.status = t.to_status
         _append(self.state.status_history, change, RECENT)
-        self.note("session.status", now,
+        self.journal("session.status", now,
                   {**change.model_dump(mode="json", exclude={"at"}), "detail": detail or {}})
         return change
 
@@ -92,7 +92,7 @@ class SessionBook:
         )
         self.state.contracts.append(c)
         self.state.contracts_total += 1
-        self.note("contract.created", now, c.model_dump(
+        self.journal("contract.created", now, c.model_dump(
             mode="json", include={"execution_id", "action_type", "action_detail",
                                   "irreversible", "idempotency_key", "created_at"}))
         return c
@@ -119,7 +119,7 @@ class SessionBook:
                        "error_message": contract.error_message}
         if contract.reason_code is not None and (reason_code or contract.is_terminal):
             outcome["reason_code"] = contract.reason_code  # only when set: older journals
-        self.note("contract.transition", now, {**record.model_dump(mode="json"), **outcome})
+        self.journal("contract.transition", now, {**record.model_dump(mode="json"), **outcome})
         if contract.is_terminal:
             self._closed(contract, now)
         return record
@@ -164,7 +164,7 @@ class SessionBook:
     def refuse(self, refusal: dict[str, Any], now: datetime) -> None:
         """A signal that could not be taken (stale or malformed): recorded, nothing
         else changes (``interaction.reply.refused`` in the log)."""
-        self.note("reply.refused", now, refusal)
+        self.journal("reply.refused", now, refusal)
 
     def request(self, pending: PendingRequest) -> None:
         self.state.pending = pending
@@ -192,7 +192,7 @@ class SessionBook:
         if not auto:  # max_turns bounds the agent alone; a person's answer resets it
             self.state.turn_llm_calls = 0
         self.state.pending = None
-        self.note("reply.accepted", now, record.model_dump(mode="json", exclude={"at"}))
+        self.journal("reply.accepted", now, record.model_dump(mode="json", exclude={"at"}))
         return record
 
 

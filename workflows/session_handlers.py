@@ -20,19 +20,19 @@ with workflow.unsafe.imports_passed_through():
         ExecutionObserver,
         ExecutionSnapshot,
         ExecutionTimeline,
+        execution_snapshot,
     )
-    from workflows.execution_views import snapshot as contract_snapshot_at
     from workflows.fsm import StateMachineTopology
     from workflows.messages import (
         Ack,
         Behaviour,
         ContractQuery,
         EndInput,
+        LiveSession,
         MessageInput,
         RecoverInput,
         ReplyInput,
         SessionInput,
-        SessionSnapshot,
     )
     from workflows.operators import SIGNALS, refusal, signal_input
     from workflows.plan_dispatch import step_command_problem
@@ -172,13 +172,13 @@ class SessionHandlers:
         return ExecutionObserver(self._s.session_id, self._s.contracts, workflow.now())
 
     @workflow.query(name="snapshot")
-    def snapshot(self) -> SessionSnapshot:
+    def snapshot(self) -> LiveSession:
         s, now = self._s, workflow.now()
         last = next((m.content for m in reversed(s.conversation)
                      if m.role == "assistant" and m.content), None)
-        return SessionSnapshot(
+        return LiveSession(
             session_id=s.session_id, status=s.status, mode=s.config.mode, pending=s.pending,
-            contracts=[contract_snapshot_at(c, now) for c in s.contracts], memory=s.memory,
+            contracts=[execution_snapshot(c, now) for c in s.contracts], memory=s.memory,
             status_history=s.status_history, replies=s.replies_total,
             contracts_total=s.contracts_total, turns=s.turns,
             llm_calls=s.llm_calls, failure_reason=s.failure_reason, last_text=last,

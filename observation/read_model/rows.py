@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from observation.log_view import SessionLogView
-from observation.projections import has_suspended, snapshot
+from observation.projections import execution_snapshot, has_suspended
 from workflows.canonical import canonical_json
 from workflows.contract import CONTRACT_TABLE
 
@@ -115,7 +115,7 @@ def session_row(view: SessionLogView) -> SessionRow:
 def contract_row(view: SessionLogView, i: int) -> ContractRow:
     c = view.contracts[i]
     entered = c.transitions[-1].timestamp if c.transitions else c.created_at
-    snap = snapshot(c, entered).model_dump(mode="json")
+    snap = execution_snapshot(c, entered).model_dump(mode="json")
     return ContractRow(
         ordinal=i, execution_id=c.execution_id, status=c.status.value,
         entered_state_at=snap["entered_state_at"], snapshot=dumps(snap),

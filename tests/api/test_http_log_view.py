@@ -14,10 +14,10 @@ from api.http.deps import ApiTuning
 from api.http.paging import encode_cursor
 from observation.exporter import export_session
 from observation.log_view import fold
-from observation.projections import ExecutionTimeline, snapshot
+from observation.projections import ExecutionTimeline, execution_snapshot
 from tests.api.http_support import HttpStack, error_of, serve, session_until, waiting
 from tests.support.sessions import running_worker
-from workflows.messages import SessionSnapshot
+from workflows.messages import LiveSession
 
 # This file is about the live path (the log overlaid by the workflow's query), so
 # every read asks for it; the read model has its own tests (test_http_read_model).
@@ -102,11 +102,11 @@ async def test_a_long_session_pages_from_the_log_with_the_live_overlay(
         # time spent in its state, which depends on when one looks).
         handle = http_stack.client.get_workflow_handle(sid)
         live = await handle.query("timeline", result_type=ExecutionTimeline)
-        snap = await handle.query("snapshot", result_type=SessionSnapshot)
+        snap = await handle.query("snapshot", result_type=LiveSession)
         view = fold(sid, [json.loads(line) for line in
                           (tmp_path / "runs" / sid / "events.ndjson").read_bytes().splitlines()])
         now = datetime.now(UTC)
-        ours = {c.execution_id: snapshot(c, now) for c in view.contracts}
+        ours = {c.execution_id: execution_snapshot(c, now) for c in view.contracts}
         for theirs in live.contracts:
             assert ours[theirs.execution_id].model_dump(exclude={"duration_in_state_ms"}) == \
                 theirs.model_dump(exclude={"duration_in_state_ms"})

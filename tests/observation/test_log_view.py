@@ -16,7 +16,7 @@ from observation.exporter import Chain, line_bytes, map_history
 from observation.exporter.decode import journal_of, load_history
 from observation.log_pages import contract_page, fact_page, history_page, history_tail
 from observation.log_view import fold
-from observation.projections import execution_fact, snapshot
+from observation.projections import execution_fact, execution_snapshot
 from workflows.contract import ExecutionContract, TransitionRecord
 from workflows.session_state import StatusChange
 
@@ -63,7 +63,8 @@ def test_the_fold_gives_what_the_workflow_recorded(name):
     sid, lines = log_lines(name)
     view = fold(sid, lines)
     contracts, facts, history = recorded(name)
-    assert [snapshot(c, NOW) for c in view.contracts] == [snapshot(c, NOW) for c in contracts]
+    assert ([execution_snapshot(c, NOW) for c in view.contracts]
+            == [execution_snapshot(c, NOW) for c in contracts])
     assert [c.transitions for c in view.contracts] == [c.transitions for c in contracts]
     assert view.facts == facts
     assert view.history == history
@@ -113,7 +114,7 @@ def test_contract_pages_cover_log_and_live_exactly_once(logged, live_from, limit
     view = fold(sid, [line for line in lines if not later & {
         line["payload"].get("work_item_id"), line["payload"].get("execution_id")}])
     assert len(view.contracts) == logged
-    live = [snapshot(c, NOW).model_copy(update={"last_actor": "live"})
+    live = [execution_snapshot(c, NOW).model_copy(update={"last_actor": "live"})
             for c in full.contracts[min(live_from, logged):]]
     got = _walk(lambda o, n: contract_page(view, live, o, n, NOW), limit)
     assert [s.execution_id for s in got] == [c.execution_id for c in full.contracts]

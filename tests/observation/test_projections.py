@@ -20,12 +20,12 @@ from observation.projections import (
     at_reader_clock,
     consequence_view,
     execution_fact,
+    execution_snapshot,
     execution_state_event,
     has_side_effects,
     merge_transitions,
     render_facts_for_prompt,
     render_for_prompt,
-    snapshot,
     timeline,
     transition_history,
 )
@@ -93,7 +93,7 @@ def suspended_then_completed(result: object = None) -> ExecutionContract:
 
 def test_seed000_snapshot_of_a_pending_contract() -> None:
     """Scenario: Snapshot of a PENDING contract."""
-    snap = snapshot(tool_contract(), now=at(5))
+    snap = execution_snapshot(tool_contract(), now=at(5))
     dumped = snap.model_dump(mode="json")
     assert dumped["current_status"] == "pending"
     assert (snap.is_terminal, snap.is_stable, snap.is_resumable) == (False, False, False)
@@ -108,7 +108,7 @@ def test_seed000_snapshot_of_a_waiting_contract() -> None:
     """Scenario: Snapshot of a WAITING contract (irreversible)."""
     c = tool_contract(irreversible=True)
     fire(c, [(Trigger.START, Actor.TOOL_NODE, 1), (Trigger.SUSPEND, Actor.ECS_NODE, 2)])
-    snap = snapshot(c, now=at(92.5))
+    snap = execution_snapshot(c, now=at(92.5))
     assert snap.current_status == "waiting"
     assert (snap.is_stable, snap.is_resumable, snap.has_side_effects) == (True, True, True)
     assert snap.is_terminal is False
@@ -124,13 +124,13 @@ def test_seed000_snapshot_duration_never_negative() -> None:
     """Scenario: Snapshot of a WAITING contract -> duration from entering, clamped at 0."""
     c = tool_contract()
     fire(c, [(Trigger.START, Actor.TOOL_NODE, 10)])
-    assert snapshot(c, now=at(9)).duration_in_state_ms == 0
+    assert execution_snapshot(c, now=at(9)).duration_in_state_ms == 0
 
 
 def test_seed000_snapshot_of_a_terminal_contract() -> None:
     """Scenario: Snapshot of a terminal contract -> terminal, stable, not resumable, result."""
     c = suspended_then_completed(result={"bytes": 5})
-    snap = snapshot(c, now=at(100))
+    snap = execution_snapshot(c, now=at(100))
     assert snap.current_status == "completed"
     assert (snap.is_terminal, snap.is_stable, snap.is_resumable) == (True, True, False)
     assert snap.result == {"bytes": 5}
@@ -142,7 +142,7 @@ def test_seed000_snapshot_is_read_only() -> None:
     """Requirement: read-only projection -> taking a snapshot changes nothing."""
     c = suspended_then_completed()
     before = c.model_dump()
-    snapshot(c, now=at(100))
+    execution_snapshot(c, now=at(100))
     consequence_view(c)
     timeline("sess-1", [c], now=at(100))
     execution_fact(c, now=at(100))
@@ -510,7 +510,7 @@ def test_seed000_has_suspended_means_some_contract_was_suspended() -> None:
 def test_seed000_snapshot_and_timeline_agree_on_side_effects_of_a_waiting_call() -> None:
     c = tool_contract(irreversible=True)
     fire(c, [(Trigger.START, Actor.TOOL_NODE, 1), (Trigger.SUSPEND, Actor.ECS_NODE, 2)])
-    assert has_side_effects(c) is snapshot(c, at(3)).has_side_effects is True
+    assert has_side_effects(c) is execution_snapshot(c, at(3)).has_side_effects is True
     assert timeline("sess-1", [c], now=at(3)).contracts[0].has_side_effects is True
 
 
@@ -526,7 +526,7 @@ def test_seed000_equal_timestamps_keep_the_causal_order() -> None:
     merged = merge_transitions([first.transitions, second.transitions])
     assert [(t.execution_id, t.to_status) for t in merged] == want
     # The live overlay (a log-less page) orders the same way.
-    snaps = [snapshot(first, at(6)), snapshot(second, at(6))]
+    snaps = [execution_snapshot(first, at(6)), execution_snapshot(second, at(6))]
     page = contract_page(None, snaps, 0, 10, at(6),
                          [*second.transitions, *first.transitions])
     assert [(t.execution_id, t.to_status) for t in page.transitions] == want
@@ -537,7 +537,7 @@ def test_seed000_live_snapshots_are_served_at_the_readers_clock() -> None:
     snapshot made in the workflow (workflow.now() stands still while it waits) says 0."""
     c = ecs_contract()
     fire(c, [(Trigger.START, Actor.ECS_NODE, 1), (Trigger.SUSPEND, Actor.ECS_NODE, 2)])
-    frozen = snapshot(c, at(2))
+    frozen = execution_snapshot(c, at(2))
     assert frozen.duration_in_state_ms == 0
     assert at_reader_clock(frozen, at(27)).duration_in_state_ms == 25_000
     page = contract_page(None, [frozen], 0, 10, at(22), list(c.transitions))

@@ -15,7 +15,7 @@ from observation.exporter.follower import SessionExport
 from observation.exporter.log import LogWriter
 from observation.exporter.verify import LOG_NAME, read_lines, verify_lines
 from observation.log_view import fold
-from observation.projections import snapshot
+from observation.projections import execution_snapshot
 from observation.read_model import open_store
 from observation.read_model.rows import full_batch
 from observation.read_model.store import InvalidPageToken, ReadStore
@@ -154,7 +154,7 @@ def test_duration_in_state_is_not_stored(make_store, tmp_path):
     stored = store.contract(sid, c.execution_id)["snapshot"]
     assert stored["duration_in_state_ms"] == 0
     later = datetime.fromisoformat(stored["entered_state_at"]) + timedelta(seconds=3)
-    assert snapshot(c, later).duration_in_state_ms == 3000
+    assert execution_snapshot(c, later).duration_in_state_ms == 3000
 
 
 def test_list_pages_and_filters(make_store, tmp_path):

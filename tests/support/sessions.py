@@ -19,7 +19,7 @@ from activities.mcp.pool import McpClientPool
 from api.runtime.worker import build_worker
 from observation.exporter.note import Signer
 from workflows.config import SessionConfig
-from workflows.messages import CURRENT_BEHAVIOUR, SessionInput, SessionResult, SessionSnapshot
+from workflows.messages import CURRENT_BEHAVIOUR, LiveSession, SessionInput, SessionResult
 from workflows.statechart import SessionStatus
 
 
@@ -54,12 +54,12 @@ async def start_session(
 
 
 async def until(
-    handle: WorkflowHandle, check: Callable[[SessionSnapshot], bool], limit_s: float = 60
-) -> SessionSnapshot:
+    handle: WorkflowHandle, check: Callable[[LiveSession], bool], limit_s: float = 60
+) -> LiveSession:
     """Query the snapshot until ``check`` holds (a condition wait, bounded)."""
     deadline = asyncio.get_running_loop().time() + limit_s
     while True:
-        snap = await handle.query("snapshot", result_type=SessionSnapshot)
+        snap = await handle.query("snapshot", result_type=LiveSession)
         if check(snap):
             return snap
         if asyncio.get_running_loop().time() > deadline:
@@ -67,7 +67,7 @@ async def until(
         await asyncio.sleep(0.02)
 
 
-async def until_status(handle: WorkflowHandle, status: SessionStatus, **kw) -> SessionSnapshot:
+async def until_status(handle: WorkflowHandle, status: SessionStatus, **kw) -> LiveSession:
     return await until(handle, lambda s: s.status == status, **kw)
 
 

@@ -14,7 +14,7 @@ from temporalio.client import Client
 from observation.exporter import export_session, verify_dir
 from tests.support.sessions import start_session
 from workflows.config import SessionConfig
-from workflows.messages import ReplyInput, SessionInput, SessionResult, SessionSnapshot
+from workflows.messages import LiveSession, ReplyInput, SessionInput, SessionResult
 from workflows.session_state import RECENT, PendingRequest
 from workflows.statechart import SessionStatus
 
@@ -76,7 +76,7 @@ async def test_two_thousand_turns_carry_bounded_state(dev_worker, task_queue, tm
         previous = pending.request_id
         if i % 500 == 0:
             # The live view stays small whatever the length: recent windows only.
-            snap = await h.query("snapshot", result_type=SessionSnapshot)
+            snap = await h.query("snapshot", result_type=LiveSession)
             assert snap.status is not SessionStatus.FAILED, snap.failure_reason
             assert len(snap.contracts) <= RECENT + 1 and len(snap.status_history) <= RECENT
             assert len(snap.memory) <= RECENT and snap.replies >= i

@@ -23,7 +23,7 @@ from workflows.contract import (
     ExecutionContract,
     Trigger,
 )
-from workflows.execution_views import snapshot
+from workflows.execution_views import execution_snapshot
 from workflows.fsm import (
     Edge,
     InvalidTransitionError,
@@ -102,7 +102,7 @@ def test_contract_random_trigger_sequences(
         assert record.timestamp == when
         assert record.actor == actor.value
         assert c.transitions[-1] == record
-    snap = snapshot(c, T0 + timedelta(days=1))
+    snap = execution_snapshot(c, T0 + timedelta(days=1))
     assert len(c.transitions) == accepted == snap.transition_count
     # The records form one chain from the initial state to the current one.
     chain = [CONTRACT_TABLE.initial] + [t.to_status for t in c.transitions]

@@ -18,11 +18,11 @@ from workflows.config import SessionConfig
 from workflows.contract import ExecutionStatus
 from workflows.messages import (
     EndInput,
+    LiveSession,
     MessageInput,
     RecoverInput,
     ReplyInput,
     SessionResult,
-    SessionSnapshot,
 )
 from workflows.session_state import SessionState
 from workflows.statechart import SessionStatus
@@ -43,11 +43,11 @@ def calls_log(notes_dir: Path) -> list[dict]:
     return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
 
 
-def events(snap: SessionSnapshot) -> list[str]:
+def events(snap: LiveSession) -> list[str]:
     return [c.event.value for c in snap.status_history]
 
 
-async def reply(handle, snap: SessionSnapshot, **kw):
+async def reply(handle, snap: LiveSession, **kw):
     return await handle.execute_update("reply", ReplyInput(request_id=snap.pending.request_id,
                                                            **kw))
 
@@ -69,7 +69,7 @@ async def test_demo_session_runs_end_to_end(ts_worker, notes_dir, task_queue):
     await reply(h, snap, approve=True)
     result = await h.result()
     assert result.status is SessionStatus.SUCCEEDED
-    snap = await h.query("snapshot", result_type=SessionSnapshot)
+    snap = await h.query("snapshot", result_type=LiveSession)
     assert events(snap) == [
         "turn.started", "interaction.requested", "interaction.reply.accepted", "turn.started",
         "interaction.requested", "interaction.reply.accepted", "turn.started", "run.succeeded",
@@ -152,7 +152,7 @@ async def test_reply_of_wrong_shape_or_when_nothing_pending_is_refused(
     # Refused by the validator: no update reached history, nothing changed.
     added = (await h.fetch_history()).events[len(before):]
     assert not [e for e in added if "UPDATE" in EventType.Name(e.event_type)], added
-    assert (await h.query("snapshot", result_type=SessionSnapshot)).replies == 0
+    assert (await h.query("snapshot", result_type=LiveSession)).replies == 0
     await reply(h, snap, choice="b")
     await h.result()
     with pytest.raises((WorkflowUpdateFailedError, RPCError)):  # closed: nothing to update
@@ -175,7 +175,7 @@ async def test_seed004_auto_decide_timeout_takes_the_default(dev_worker, notes,
     h = await start_session(client, cfg, task_queue, search_attributes=True)
     result = await h.result()
     assert result.status is SessionStatus.SUCCEEDED  # auto: a final answer ends the run
-    snap = await h.query("snapshot", result_type=SessionSnapshot)
+    snap = await h.query("snapshot", result_type=LiveSession)
     changes = [(c.from_status.value, c.to_status.value, c.event.value)
                for c in snap.status_history]
     assert ("waiting_user", "queued", "interaction.auto_decide.timeout") in changes
@@ -198,7 +198,7 @@ async def test_strict_mode_keeps_waiting_after_the_timeout(ts_worker, notes,
     await until_status(h, W)
     events = (await h.fetch_history()).events
     assert not [e for e in events if e.HasField("timer_started_event_attributes")]
-    snap = await h.query("snapshot", result_type=SessionSnapshot)
+    snap = await h.query("snapshot", result_type=LiveSession)
     assert snap.status is W and snap.contracts[0].current_status is ExecutionStatus.WAITING
     await h.cancel()
     with pytest.raises(WorkflowFailureError):
@@ -213,7 +213,7 @@ async def test_strict_mode_with_cancel_times_the_contract_out(dev_worker, notes,
                    reply_timeout_s=1, on_reply_timeout="cancel")
     h = await start_session(client, cfg, task_queue, search_attributes=True)
     await h.result()
-    snap = await h.query("snapshot", result_type=SessionSnapshot)
+    snap = await h.query("snapshot", result_type=LiveSession)
     assert "interaction.reply.expired" in events(snap)
     assert snap.contracts[0].current_status is ExecutionStatus.CANCELLED
     assert snap.contracts[0].last_trigger == "timeout"
@@ -230,7 +230,7 @@ async def test_cancel_closes_every_open_contract(ts_worker, notes, notes_dir,
     await h.cancel()
     with pytest.raises(WorkflowFailureError):
         await h.result()
-    snap = await h.query("snapshot", result_type=SessionSnapshot)
+    snap = await h.query("snapshot", result_type=LiveSession)
     assert snap.status is SessionStatus.CANCELED and snap.pending is None
     assert snap.contracts[0].current_status is ExecutionStatus.CANCELLED
     assert events(snap)[-1] == "run.canceled"

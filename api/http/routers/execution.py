@@ -46,9 +46,9 @@ from observation.projections import (
     ExecutionSnapshot,
     ExecutionTimeline,
     at_reader_clock,
+    execution_snapshot,
     merge_transitions,
 )
-from observation.projections import snapshot as project
 from workflows.config import session_of_execution
 from workflows.contract import TransitionRecord
 from workflows.fsm import StateMachineTopology
@@ -201,4 +201,4 @@ async def snapshot(
 
 def _logged(log: SessionLogView | None, execution_id: str) -> ExecutionSnapshot | None:
     contract = log.contract(execution_id) if log is not None else None
-    return project(contract, datetime.now(UTC)) if contract is not None else None
+    return execution_snapshot(contract, datetime.now(UTC)) if contract is not None else None

@@ -42,7 +42,7 @@ from api.http.reads import (
 )
 from observation.log_pages import fact_page, history_page
 from observation.log_view import SessionLogView
-from workflows.messages import SessionSnapshot as WorkflowSnapshot
+from workflows.messages import LiveSession
 
 router = APIRouter(prefix="/api/sessions", tags=["sessions"])
 
@@ -86,7 +86,7 @@ async def memory(session_id: SessionIdDep, client: ClientDep, tuning: TuningDep,
             "session_id": session_id, "facts": items, "total": total, "seq": seq,
             "next_cursor": encode_cursor("memory", session_id, following)})
 
-    def build(log: SessionLogView | None, live: WorkflowSnapshot | None) -> MemoryPage:
+    def build(log: SessionLogView | None, live: LiveSession | None) -> MemoryPage:
         page = fact_page(log, live.memory if live else [], offset, limit)
         check_offset(offset, page.total)
         return MemoryPage(session_id=session_id, facts=page.items, total=page.total,
@@ -115,7 +115,7 @@ async def history(session_id: SessionIdDep, client: ClientDep, tuning: TuningDep
             "session_id": session_id, "status_history": items, "total": total, "seq": seq,
             "next_cursor": encode_cursor("history", session_id, following)})
 
-    def build(log: SessionLogView | None, live: WorkflowSnapshot | None) -> HistoryPage:
+    def build(log: SessionLogView | None, live: LiveSession | None) -> HistoryPage:
         page = history_page(log, live.status_history if live else [], offset, limit)
         check_offset(offset, page.total)
         return HistoryPage(
@@ -128,7 +128,7 @@ async def history(session_id: SessionIdDep, client: ClientDep, tuning: TuningDep
                                build)
 
 
-async def _snapshot(client: Client, session_id: str, tuning: ApiTuning) -> WorkflowSnapshot:
+async def _snapshot(client: Client, session_id: str, tuning: ApiTuning) -> LiveSession:
     with temporal_errors(session_id):
         return await client.get_workflow_handle(session_id).query(
-            "snapshot", result_type=WorkflowSnapshot, rpc_timeout=tuning.query_timeout)
+            "snapshot", result_type=LiveSession, rpc_timeout=tuning.query_timeout)

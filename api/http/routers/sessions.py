@@ -70,11 +70,11 @@ from workflows.messages import (
     CURRENT_BEHAVIOUR,
     Ack,
     EndInput,
+    LiveSession,
     MessageInput,
     ReplyInput,
     SessionInput,
 )
-from workflows.messages import SessionSnapshot as WorkflowSnapshot
 from workflows.operators import static_details, static_summary
 from workflows.plan import replay
 from workflows.search_attributes import SESSION_STATUS
@@ -208,7 +208,7 @@ async def _live_session(session_id: str, client: Client, tuning: ApiTuning, logs
     handle = client.get_workflow_handle(session_id)
     try:
         with temporal_errors(session_id):
-            snap = await handle.query("snapshot", result_type=WorkflowSnapshot,
+            snap = await handle.query("snapshot", result_type=LiveSession,
                                       rpc_timeout=tuning.query_timeout)
     except ApiError as err:
         if err.code not in ("worker_unavailable", SESSION_STUCK):
