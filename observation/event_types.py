@@ -59,6 +59,7 @@ EXECUTION_STATE = "execution_state"
 # Seed 004's FCMP events, after the RUN_STATE_CHANGED they belong to: the session
 # statechart's ``interaction.*`` triggers, then the state change itself.
 CONVERSATION_STATE_CHANGED = "conversation.state.changed"
+INTERACTION_REQUESTED = SessionEvent.INTERACTION_REQUESTED.value  # a request opens
 FCMP_INTERACTION_TYPES: tuple[str, ...] = tuple(
     e.value for e in SessionEvent if e.value.startswith("interaction."))
 FCMP_PREFIXES = ("conversation.", "interaction.")

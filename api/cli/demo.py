@@ -52,17 +52,20 @@ def show(event: dict[str, Any], text: AgentText) -> None:
     """One event of the session's stream, as the demo prints it (or nothing): what
     the agent says as it is written (``text.delta``, then its ``text``), one line for
     a status change or a contract transition."""
+    from api.sse_names import TEXT_DELTA
+    from observation import event_types as ev
+
     kind, p = event["type"], event["payload"]
-    if kind == "text.delta":
+    if kind == TEXT_DELTA:
         text.delta(p)
         return
-    if kind == "text":
+    if kind == ev.TEXT:
         text.final(p)
         return
     text.close()
-    if kind == "conversation.state.changed":
+    if kind == ev.CONVERSATION_STATE_CHANGED:
         console.print(f"[bold]session[/] {p['from']} → {p['to']} [dim]({p['trigger']})[/]")
-    elif kind == "execution_state":
+    elif kind == ev.EXECUTION_STATE:
         console.print(f"  [cyan]contract[/] {p['execution_id'][-8:]} "
                       f"{escape(tool_label(p['action_summary']))}: {p['from_status']} → "
                       f"{p['to_status']} [dim]({p['trigger']} by {p['actor_category']})[/]")
@@ -73,6 +76,7 @@ def follow(api: ApiClient, session_id: str, auto_approve: bool) -> str:
     transitions and what the agent says, in the log's order) until the session ends;
     answer whenever it asks."""
     from api.cli.text import AgentText
+    from observation import event_types as ev
 
     answered: set[str] = set()
     ended = {"status": "unknown"}
@@ -83,9 +87,9 @@ def follow(api: ApiClient, session_id: str, auto_approve: bool) -> str:
         event = {"type": msg.event, "payload": msg.json() or {}}
         show(event, text)
         p = event["payload"]
-        if msg.event == "interaction.requested":  # the status change follows it
+        if msg.event == ev.INTERACTION_REQUESTED:  # the status change follows it
             asked.update(pending=p)
-        if msg.event != "conversation.state.changed":
+        if msg.event != ev.CONVERSATION_STATE_CHANGED:
             return
         ended["status"] = p["to"]
         pending = asked.pop("pending", None)

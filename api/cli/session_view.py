@@ -102,34 +102,36 @@ def render_event(session_id: str, msg: SseMessage, text: AgentText,
                  stack: Stack | None = None) -> None:
     """One line per event (what the agent says as it is written); event types this
     version does not know are skipped."""
+    from api.sse_names import TEXT_DELTA
+    from observation import event_types as ev
     from workflows.contract import actor_of
 
     try:
         d = msg.json() or {}
     except ValueError:
         return
-    if msg.event == "text.delta":
+    if msg.event == TEXT_DELTA:
         return text.delta(d)
-    if msg.event == "text":
+    if msg.event == ev.TEXT:
         return text.final(d)
     text.close()
-    if msg.event == "conversation.state.changed":
+    if msg.event == ev.CONVERSATION_STATE_CHANGED:
         console.print(f"[bold]session[/] {d.get('from')} → {d.get('to')} "
                       f"[dim]({d.get('trigger')})[/]")
-    elif msg.event == "execution_state":
+    elif msg.event == ev.EXECUTION_STATE:
         actor = actor_of(str(d.get("actor_category")), str(d.get("trigger")))
         console.print(f"  [cyan]contract[/] {short_id(str(d.get('execution_id', '')))} "
                       f"{escape(tool_label(d.get('action_summary', '')))}: "
                       f"{d.get('from_status')} → {d.get('to_status')} "
                       f"[dim]({d.get('trigger')} by {actor})[/]")
-    elif msg.event == "interaction.requested" and d.get("request_id"):
+    elif msg.event == ev.INTERACTION_REQUESTED and d.get("request_id"):
         render_pending(session_id, d, stack)
-    elif msg.event == "interaction.reply.refused":
+    elif msg.event == ev.REPLY_REFUSED:
         console.print(f"  [red]refused[/] {d.get('signal')}: {escape(str(d.get('reason')))}")
-    elif msg.event == "tool_result":
+    elif msg.event == ev.TOOL_RESULT:
         what = d.get("error_message") if d.get("is_error") else d.get("text")
         console.print(f"  [magenta]tool {d.get('tool')}[/]: {escape(str(what or ''))[:200]}")
-    elif msg.event == "provider.waiting":
+    elif msg.event == ev.PROVIDER_WAITING:
         console.print(f"  [yellow]{escape(str(d.get('message', 'waiting for the model')))}[/]")
 
 

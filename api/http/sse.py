@@ -36,6 +36,7 @@ from temporalio.client import Client
 
 from activities.deltas import LLM_CALL_SCHEDULED, TextDelta
 from api.sse_names import STREAM_COMPLETE, TEXT_DELTA
+from observation import event_types as ev
 
 if TYPE_CHECKING:  # the exporter is imported on first use (api.http.routers.events)
     from observation.exporter.model import StreamHead
@@ -47,7 +48,7 @@ PING = b": keep-alive\n\n"
 #: ``interaction.requested`` (same payload, same ``id``, right after it, in the same
 #: write), so resuming after that id continues after both. ``emotion`` is reserved
 #: and not produced; ``text`` and ``tool_result`` go out under their own names.
-ALIASES: dict[str, tuple[str, ...]] = {"interaction.requested": ("ecs",)}
+ALIASES: dict[str, tuple[str, ...]] = {ev.INTERACTION_REQUESTED: ("ecs",)}
 
 
 @dataclass(frozen=True)
@@ -149,7 +150,7 @@ class DeltaGate:
             if call_id not in self.said:
                 self.started.add(call_id)
             return self.held.pop(call_id, None)
-        if item.event == "text":
+        if item.event == ev.TEXT:
             self.said.add(call_id)
             self.held.pop(call_id, None)
         return None

@@ -9,15 +9,15 @@ const STATUSES = ["waiting_user", "running", "queued", "succeeded", "failed", "c
 
 async function listed(status, signal) {
   const out = [];
-  let tokenParam = null;
+  let cursor = null;
   for (let i = 0; i < LIST_PAGES; i++) {
     const q = new URLSearchParams({ limit: "500" });
     if (status) q.set("status", status);
-    if (tokenParam) q.set("page_token", tokenParam);
+    if (cursor) q.set("cursor", cursor);
     const body = await getJson(`api/sessions?${q}`, signal);
     out.push(...body.sessions);
-    tokenParam = body.next_page_token;
-    if (!tokenParam) return { sessions: out, more: false };
+    cursor = body.next_cursor;
+    if (!cursor) return { sessions: out, more: false };
   }
   return { sessions: out, more: true };
 }
