@@ -1,1 +1,5 @@
-"""Everything with side effects that a workflow asks for: LLM, MCP tools, commands."""
+"""Everything with side effects that a workflow asks for: LLM, MCP tools, commands.
+
+Comments cite the design by "seed 000" to "seed 004": docs/concepts.md says what each
+requires and docs/glossary.md maps its names to the code's.
+"""

@@ -1,1 +1,5 @@
-"""Read-only: projections, the history exporter, log replay and verification."""
+"""Read-only: projections, the history exporter, log replay and verification.
+
+Comments cite the design by "seed 000" to "seed 004": docs/concepts.md says what each
+requires and docs/glossary.md maps its names to the code's.
+"""
