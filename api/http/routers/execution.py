@@ -17,15 +17,13 @@ from api.http.deps import (
     ConsistencyQuery,
     FreshnessDep,
     LogViewsDep,
+    PageReadDep,
     SessionIdDep,
     TuningDep,
 )
 from api.http.errors import ApiError
 from api.http.models import TimelinePage
 from api.http.paging import (
-    DEFAULT_LIMIT,
-    CursorQuery,
-    LimitQuery,
     check_offset,
     decode_cursor,
     encode_cursor,
@@ -84,19 +82,17 @@ async def topology(
 @router.get("/{session_id}/timeline", response_model=TimelinePage)
 async def timeline(session_id: SessionIdDep, client: ClientDep, tuning: TuningDep,
                    logs: LogViewsDep, request: Request, response: Response,
-                   fresh: FreshnessDep, limit: LimitQuery = DEFAULT_LIMIT,
-                   cursor: CursorQuery = None,
-                   consistency: ConsistencyQuery = "read_model") -> TimelinePage:
+                   paged: PageReadDep) -> TimelinePage:
     """Seed 000's timeline, paged by contract (`limit`, `cursor`): the contracts in
     the order they were created, with their transitions merged by time (equal times
     in the order recorded); the counts are over every contract. From the read model
     (`consistency=live`: the exported log overlaid by the live query). 404 for an
     unknown session (`session_not_found`) and for a session with no execution data
     yet (`execution_data_not_found`, seed 000)."""
-    offset = decode_cursor(cursor, "timeline", session_id)
-    if consistency == "read_model":
+    offset, limit = decode_cursor(paged.cursor, "timeline", session_id), paged.limit
+    if paged.consistency == "read_model":
         return await _stored_timeline(request, response, client, tuning, session_id,
-                                      fresh, offset, limit)
+                                      paged.fresh, offset, limit)
 
     def live() -> Awaitable[ExecutionTimeline]:
         return query(client, session_id, "timeline", ExecutionTimeline, tuning)

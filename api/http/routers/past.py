@@ -17,23 +17,20 @@ from temporalio.client import Client
 from api.http.deps import (
     ApiTuning,
     ClientDep,
-    ConsistencyQuery,
-    FreshnessDep,
     LogViewsDep,
+    PageRead,
+    PageReadDep,
     SessionIdDep,
     TuningDep,
 )
 from api.http.models import HistoryPage, MemoryPage, StatusChangeView
 from api.http.paging import (
-    DEFAULT_LIMIT,
-    CursorQuery,
-    LimitQuery,
     Listing,
     check_offset,
     decode_cursor,
     encode_cursor,
 )
-from api.http.reads import Freshness, log_then_live
+from api.http.reads import log_then_live
 from api.http.routers.session_reads import StoredPage, describe, query, stored_page, stored_row
 from observation.log_pages import Page, fact_page, history_page
 from observation.log_reader import LogViews
@@ -71,11 +68,11 @@ _HISTORY: _PastList[HistoryPage] = _PastList(
 
 
 async def _past_page(past: _PastList[P], session_id: str, client: Client, tuning: ApiTuning,
-                     logs: LogViews, request: Request, response: Response, fresh: Freshness,
-                     limit: int, cursor: str | None, consistency: str) -> P:
-    offset = decode_cursor(cursor, past.listing, session_id)
-    if consistency == "read_model":
-        store, row, _ = await stored_row(request, response, tuning, session_id, fresh)
+                     logs: LogViews, request: Request, response: Response, paged: PageRead
+                     ) -> P:
+    offset, limit = decode_cursor(paged.cursor, past.listing, session_id), paged.limit
+    if paged.consistency == "read_model":
+        store, row, _ = await stored_row(request, response, tuning, session_id, paged.fresh)
         if row is None:  # not exported yet: known to Temporal (empty), else 404
             await describe(client, session_id)
             check_offset(offset, 0)
@@ -105,24 +102,20 @@ async def _past_page(past: _PastList[P], session_id: str, client: Client, tuning
 @router.get("/{session_id}/memory", response_model=MemoryPage)
 async def memory(session_id: SessionIdDep, client: ClientDep, tuning: TuningDep,
                  logs: LogViewsDep, request: Request, response: Response,
-                 fresh: FreshnessDep, limit: LimitQuery = DEFAULT_LIMIT,
-                 cursor: CursorQuery = None,
-                 consistency: ConsistencyQuery = "read_model") -> MemoryPage:
+                 paged: PageReadDep) -> MemoryPage:
     """The memory `execution_fact`s of the session's terminal contracts, in the order
     they were recorded, from the read model (`consistency=live`: the log overlaid by
     the workflow's query). 404 for an unknown session."""
     return await _past_page(_MEMORY, session_id, client, tuning, logs, request, response,
-                            fresh, limit, cursor, consistency)
+                            paged)
 
 
 @router.get("/{session_id}/history", response_model=HistoryPage)
 async def history(session_id: SessionIdDep, client: ClientDep, tuning: TuningDep,
                   logs: LogViewsDep, request: Request, response: Response,
-                  fresh: FreshnessDep, limit: LimitQuery = DEFAULT_LIMIT,
-                  cursor: CursorQuery = None,
-                  consistency: ConsistencyQuery = "read_model") -> HistoryPage:
+                  paged: PageReadDep) -> HistoryPage:
     """The session's status changes (with their FCMP events), oldest first, from the
     read model (`consistency=live`: the log overlaid by the workflow's query). 404
     for an unknown session."""
     return await _past_page(_HISTORY, session_id, client, tuning, logs, request, response,
-                            fresh, limit, cursor, consistency)
+                            paged)

@@ -21,11 +21,10 @@ from api.http import stuck as stuck_sessions
 from api.http.deps import (
     ApiTuning,
     ClientDep,
-    ConsistencyQuery,
-    FreshnessDep,
     LogViewsDep,
     OnChange,
     OnChangeDep,
+    PageReadDep,
     SessionIdDep,
     SettingsDep,
     TuningDep,
@@ -45,9 +44,6 @@ from api.http.models import (
     lone_surrogate,
 )
 from api.http.paging import (
-    DEFAULT_LIMIT,
-    CursorQuery,
-    LimitQuery,
     check_offset,
     decode_cursor,
     encode_cursor,
@@ -152,19 +148,17 @@ async def _recorded_view(client: Client, session_id: str) -> SessionView:
 @router.get("/{session_id}", response_model=SessionView)
 async def get_session(session_id: SessionIdDep, client: ClientDep, tuning: TuningDep,
                       logs: LogViewsDep, request: Request, response: Response,
-                      fresh: FreshnessDep, limit: LimitQuery = DEFAULT_LIMIT,
-                      cursor: CursorQuery = None,
-                      consistency: ConsistencyQuery = "read_model") -> SessionView:
+                      paged: PageReadDep) -> SessionView:
     """The session: canonical status, pending request, counters, and one page of its
     contracts as snapshots (`limit`, `cursor`; `contracts_total` counts them all),
     from the read model (no worker needed; `seq` says how fresh; `min_journal_seq`
     reads your writes). Before the exporter has reached a new session, Temporal's
     record of it (`seq` 0). `consistency=live`: the workflow's query (`live` true;
     `stuck` when its workflow task keeps failing)."""
-    offset = decode_cursor(cursor, "contracts", session_id)
-    if consistency == "live":
+    offset, limit = decode_cursor(paged.cursor, "contracts", session_id), paged.limit
+    if paged.consistency == "live":
         return await _live_session(session_id, client, tuning, logs, offset, limit)
-    store, row, stale = await stored_row(request, response, tuning, session_id, fresh)
+    store, row, stale = await stored_row(request, response, tuning, session_id, paged.fresh)
     if row is None:
         recorded = await _recorded_view(client, session_id)
         check_offset(offset, 0)
