@@ -21,7 +21,7 @@ from hypothesis import settings
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
-from api.runtime.devserver import temporal_cli_path, temporal_test_server_path, tuning_args
+from api.runtime.devserver_setup import temporal_cli_path, temporal_test_server_path, tuning_args
 from tests.fakes.openai_server import FakeOpenAIServer
 from workflows.search_attributes import SEARCH_ATTRIBUTES
 

@@ -9,7 +9,7 @@ the data directory) or by its run directory.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -19,6 +19,9 @@ from api.cli.runs import run_dir
 if TYPE_CHECKING:  # what a command reads or writes loads when it runs
     from api.settings import HitlflowSettings
     from observation.exporter.note import Signer
+
+#: The session a log command reads: its id (found under the data directory) or its run dir.
+RunTarget = Annotated[str, typer.Argument(help="A session id or a run directory.")]
 
 log_app = typer.Typer(help="The audit log of sessions: verify, replay, export, checkpoints.",
                       no_args_is_help=True)
@@ -34,7 +37,7 @@ def _settings(data_dir: Path | None, **more: object) -> HitlflowSettings:
 @log_app.command("verify")
 @stack_options
 def verify_command(
-    target: str = typer.Argument(..., help="A session id or a run directory."),
+    target: RunTarget,
     live: bool = typer.Option(False, "--live", help="The log may still be written: check "
                               "it up to its head (read first), not beyond."),
     key: str | None = typer.Option(None, "--key", help="Also check the signed checkpoint "
@@ -69,7 +72,7 @@ def verify_command(
 @log_app.command("replay")
 @stack_options
 def replay_command(
-    target: str = typer.Argument(..., help="A session id or a run directory."),
+    target: RunTarget,
     write: bool = typer.Option(False, "--write", help="Rewrite snapshot.json and head "
                                "from the log (seed 003's forced replay); takes the lock."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Do not print the snapshot."),

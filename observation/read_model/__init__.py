@@ -1,6 +1,7 @@
 """The read model: every session's current view, kept by the exporter next to the
-log and served by the API (see ``store.py``; rows from the log fold in ``rows.py``;
-the exporter's hook, the start-up catch-up and the rebuild in ``sync.py``)."""
+log and served by the API (see ``store.py``, its list's page token in
+``list_token.py``; rows from the log fold in ``rows.py``; the exporter's hook, the
+start-up catch-up and the rebuild in ``sync.py``)."""
 
 from __future__ import annotations
 

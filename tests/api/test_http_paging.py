@@ -10,7 +10,7 @@ import hashlib
 
 from api.http.paging import encode_cursor
 from api.http.routers.session_list import visibility_cursor
-from observation.read_model.store import session_list_token
+from observation.read_model.list_token import session_list_token
 from observation.tokens import decode_token, encode_token
 from tests.api.http_support import HttpStack, confirm_body, error_of, listed, session_until, waiting
 

@@ -17,8 +17,9 @@ from observation.exporter.verify import LOG_NAME, read_lines, verify_lines
 from observation.log_view import fold
 from observation.projections import execution_snapshot
 from observation.read_model import open_store
+from observation.read_model.list_token import InvalidPageToken
 from observation.read_model.rows import full_batch
-from observation.read_model.store import InvalidPageToken, ReadStore
+from observation.read_model.store import ReadStore
 from observation.read_model.sync import ReadModelObserver, fold_log, rebuild, sync_store
 from tests.support.postgres import postgres_url
 

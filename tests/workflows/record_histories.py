@@ -24,7 +24,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 from api.cli.demo_config import demo_config, notes_server
-from api.runtime.devserver import temporal_cli_path, tuning_args
+from api.runtime.devserver_setup import temporal_cli_path, tuning_args
 from tests.support.mcp_servers import recording_server
 from tests.support.sessions import running_worker, start_session, until, until_status
 from workflows.config import SessionConfig

@@ -4,6 +4,7 @@ contract. The past comes from the exported log, the current run from live querie
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Awaitable
 from datetime import UTC, datetime
 from typing import Annotated
 
@@ -16,29 +17,19 @@ from api.http.deps import (
     ConsistencyQuery,
     FreshnessDep,
     LogViewsDep,
+    PageReadDep,
     SessionIdDep,
     TuningDep,
 )
-from api.http.errors import ApiError, temporal_errors
+from api.http.errors import ApiError
 from api.http.models import TimelinePage
 from api.http.paging import (
-    DEFAULT_LIMIT,
-    CursorQuery,
-    LimitQuery,
     check_offset,
     decode_cursor,
     encode_cursor,
 )
-from api.http.reads import (
-    Freshness,
-    fresh_row,
-    freshness_headers,
-    log_then_live,
-    read_log,
-    store_call,
-    store_of,
-    with_duration,
-)
+from api.http.reads import Freshness, log_then_live, read_log, store_call, with_duration
+from api.http.routers.session_reads import describe, query, stored_page, stored_row
 from observation.log_pages import contract_page
 from observation.log_view import SessionLogView
 from observation.projections import (
@@ -91,24 +82,20 @@ async def topology(
 @router.get("/{session_id}/timeline", response_model=TimelinePage)
 async def timeline(session_id: SessionIdDep, client: ClientDep, tuning: TuningDep,
                    logs: LogViewsDep, request: Request, response: Response,
-                   fresh: FreshnessDep, limit: LimitQuery = DEFAULT_LIMIT,
-                   cursor: CursorQuery = None,
-                   consistency: ConsistencyQuery = "read_model") -> TimelinePage:
+                   paged: PageReadDep) -> TimelinePage:
     """Seed 000's timeline, paged by contract (`limit`, `cursor`): the contracts in
     the order they were created, with their transitions merged by time (equal times
     in the order recorded); the counts are over every contract. From the read model
     (`consistency=live`: the exported log overlaid by the live query). 404 for an
     unknown session (`session_not_found`) and for a session with no execution data
     yet (`execution_data_not_found`, seed 000)."""
-    offset = decode_cursor(cursor, "timeline", session_id)
-    if consistency == "read_model":
+    offset, limit = decode_cursor(paged.cursor, "timeline", session_id), paged.limit
+    if paged.consistency == "read_model":
         return await _stored_timeline(request, response, client, tuning, session_id,
-                                      fresh, offset, limit)
+                                      paged.fresh, offset, limit)
 
-    async def live() -> ExecutionTimeline:
-        with temporal_errors(session_id):
-            return await client.get_workflow_handle(session_id).query(
-                "timeline", result_type=ExecutionTimeline, rpc_timeout=tuning.query_timeout)
+    def live() -> Awaitable[ExecutionTimeline]:
+        return query(client, session_id, "timeline", ExecutionTimeline, tuning)
 
     def build(log: SessionLogView | None, now: ExecutionTimeline | None) -> TimelinePage:
         page = contract_page(log, now.contracts if now else [], offset, limit,
@@ -129,31 +116,25 @@ async def timeline(session_id: SessionIdDep, client: ClientDep, tuning: TuningDe
 async def _stored_timeline(request: Request, response: Response, client: Client,
                            tuning: ApiTuning, session_id: str, fresh: Freshness, offset: int,
                            limit: int) -> TimelinePage:
-    store = store_of(request.app.state)
-    row, stale = await fresh_row(store, session_id, fresh, tuning.freshness_wait_s)
-    freshness_headers(response, row, stale)
+    store, row, _ = await stored_row(request, response, tuning, session_id, fresh)
     if row is None:  # not exported yet: known to Temporal (no data yet), else 404
-        with temporal_errors(session_id):
-            await client.get_workflow_handle(session_id).describe()
+        await describe(client, session_id)
         raise _no_execution_data(session_id)
     total = row["contracts_total"]
     if total == 0:
         raise _no_execution_data(session_id)
-    check_offset(offset, total)
-    rows = await store_call(store, store.contracts, session_id, offset, limit)
+    page = await stored_page(store, store.contracts, session_id, offset, limit, total)
     now = datetime.now(UTC)
     transitions = merge_transitions(   # rows come in creation order
-        [TransitionRecord.model_validate(t) for t in r["transitions"]] for r in rows)
-    following = offset + len(rows)
+        [TransitionRecord.model_validate(t) for t in r["transitions"]] for r in page.items)
     return TimelinePage.model_validate({
         "session_id": session_id, "total_contracts": total,
         "terminal_contracts": row["terminal_contracts"],
         "active_contracts": total - row["terminal_contracts"],
         "has_suspended": row["has_suspended"],
-        "contracts": [with_duration(r["snapshot"], now) for r in rows],
+        "contracts": [with_duration(r["snapshot"], now) for r in page.items],
         "transitions": transitions, "seq": row["last_seq"],
-        "next_cursor": encode_cursor("timeline", session_id,
-                                     following if following < total else None)})
+        "next_cursor": encode_cursor("timeline", session_id, page.next_offset)})
 
 
 @router.get("/{execution_id}/snapshot", response_model=ExecutionSnapshot)
@@ -172,9 +153,7 @@ async def snapshot(
     if session_id is None:
         raise unknown
     if consistency == "read_model":
-        store = store_of(request.app.state)
-        row, stale = await fresh_row(store, session_id, fresh, tuning.freshness_wait_s)
-        freshness_headers(response, row, stale)
+        store, row, _ = await stored_row(request, response, tuning, session_id, fresh)
         found = await store_call(store, store.contract, session_id, execution_id) \
             if row is not None else None
         if found is None:
@@ -182,10 +161,8 @@ async def snapshot(
         return ExecutionSnapshot.model_validate(with_duration(found["snapshot"],
                                                               datetime.now(UTC)))
     try:
-        with temporal_errors(session_id):
-            live = await client.get_workflow_handle(session_id).query(
-                "contract_snapshot", ContractQuery(execution_id=execution_id),
-                result_type=ExecutionSnapshot, rpc_timeout=tuning.query_timeout)
+        live = await query(client, session_id, "contract_snapshot", ExecutionSnapshot, tuning,
+                           ContractQuery(execution_id=execution_id))
         # The query's duration is workflow.now()'s, which stands still while the
         # workflow waits: the elapsed time is the reader's clock's.
         return at_reader_clock(live, datetime.now(UTC))

@@ -8,7 +8,8 @@ once it shows the session ended, or when no worker answers.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
 
 from fastapi import APIRouter, Request, Response
 from temporalio.client import Client
@@ -16,119 +17,105 @@ from temporalio.client import Client
 from api.http.deps import (
     ApiTuning,
     ClientDep,
-    ConsistencyQuery,
-    FreshnessDep,
     LogViewsDep,
+    PageRead,
+    PageReadDep,
     SessionIdDep,
     TuningDep,
 )
-from api.http.errors import temporal_errors
 from api.http.models import HistoryPage, MemoryPage, StatusChangeView
 from api.http.paging import (
-    DEFAULT_LIMIT,
-    CursorQuery,
-    LimitQuery,
+    Listing,
     check_offset,
     decode_cursor,
     encode_cursor,
 )
-from api.http.reads import (
-    Freshness,
-    fresh_row,
-    freshness_headers,
-    log_then_live,
-    store_call,
-    store_of,
-)
-from observation.log_pages import fact_page, history_page
+from api.http.reads import log_then_live
+from api.http.routers.session_reads import StoredPage, describe, query, stored_page, stored_row
+from observation.log_pages import Page, fact_page, history_page
+from observation.log_reader import LogViews
 from observation.log_view import SessionLogView
+from observation.read_model import ReadStore
 from workflows.messages import LiveSession
 
 router = APIRouter(prefix="/api/sessions", tags=["sessions"])
 
 
-async def _entries(request: Request, response: Response, client: Client, tuning: ApiTuning,
-                   session_id: str, fresh: Freshness, total_of: str,
-                   read: Callable[..., list[dict[str, Any]]], offset: int, limit: int
-                   ) -> tuple[list[dict[str, Any]], int, int | None, int]:
-    """``(entries, total, next offset, seq)`` of a paged list in the read model."""
-    store = store_of(request.app.state)
-    row, stale = await fresh_row(store, session_id, fresh, tuning.freshness_wait_s)
-    freshness_headers(response, row, stale)
-    if row is None:  # not exported yet: known to Temporal (empty), else 404
-        with temporal_errors(session_id):
-            await client.get_workflow_handle(session_id).describe()
-        check_offset(offset, 0)
-        return [], 0, None, 0
-    total = row[total_of]
-    check_offset(offset, total)
-    items = await store_call(store, read, session_id, offset, limit)
-    following = offset + len(items)
-    return items, total, following if following < total else None, row["last_seq"]
+P = TypeVar("P", MemoryPage, HistoryPage)
+
+
+@dataclass(frozen=True)
+class _PastList(Generic[P]):
+    """One of the session's paged past lists, as the read model and the log hold it."""
+
+    listing: Listing
+    field: str                     # the page's list field
+    page_model: type[P]
+    total_column: str              # the read model's count of it
+    stored: Callable[[ReadStore], Callable[..., list[dict[str, Any]]]]
+    live: Callable[[LiveSession], list[Any]]
+    log_page: Callable[[SessionLogView | None, list[Any], int, int], Page[Any]]
+    view: Callable[[Any], Any] = lambda item: item
+
+
+_MEMORY: _PastList[MemoryPage] = _PastList(
+    "memory", "facts", MemoryPage, "facts_total", lambda s: s.facts, lambda live: live.memory,
+    fact_page)
+_HISTORY: _PastList[HistoryPage] = _PastList(
+    "history", "status_history", HistoryPage, "history_total", lambda s: s.history,
+    lambda live: live.status_history, history_page,
+    lambda c: StatusChangeView.model_validate(c.model_dump(mode="json")))
+
+
+async def _past_page(past: _PastList[P], session_id: str, client: Client, tuning: ApiTuning,
+                     logs: LogViews, request: Request, response: Response, paged: PageRead
+                     ) -> P:
+    offset, limit = decode_cursor(paged.cursor, past.listing, session_id), paged.limit
+    if paged.consistency == "read_model":
+        store, row, _ = await stored_row(request, response, tuning, session_id, paged.fresh)
+        if row is None:  # not exported yet: known to Temporal (empty), else 404
+            await describe(client, session_id)
+            check_offset(offset, 0)
+            page, seq = StoredPage([], 0, None), 0
+        else:
+            page = await stored_page(store, past.stored(store), session_id, offset, limit,
+                                     row[past.total_column])
+            seq = row["last_seq"]
+        return past.page_model.model_validate({
+            "session_id": session_id, past.field: page.items, "total": page.total,
+            "seq": seq, "next_cursor": encode_cursor(past.listing, session_id,
+                                                     page.next_offset)})
+
+    def build(log: SessionLogView | None, live: LiveSession | None) -> P:
+        page = past.log_page(log, past.live(live) if live else [], offset, limit)
+        check_offset(offset, page.total)
+        return past.page_model.model_validate({
+            "session_id": session_id, past.field: [past.view(i) for i in page.items],
+            "total": page.total,
+            "next_cursor": encode_cursor(past.listing, session_id, page.next_offset)})
+
+    return await log_then_live(
+        logs, session_id, lambda: query(client, session_id, "snapshot", LiveSession, tuning),
+        build)
 
 
 @router.get("/{session_id}/memory", response_model=MemoryPage)
 async def memory(session_id: SessionIdDep, client: ClientDep, tuning: TuningDep,
                  logs: LogViewsDep, request: Request, response: Response,
-                 fresh: FreshnessDep, limit: LimitQuery = DEFAULT_LIMIT,
-                 cursor: CursorQuery = None,
-                 consistency: ConsistencyQuery = "read_model") -> MemoryPage:
+                 paged: PageReadDep) -> MemoryPage:
     """The memory `execution_fact`s of the session's terminal contracts, in the order
     they were recorded, from the read model (`consistency=live`: the log overlaid by
     the workflow's query). 404 for an unknown session."""
-    offset = decode_cursor(cursor, "memory", session_id)
-    if consistency == "read_model":
-        store = store_of(request.app.state)
-        items, total, following, seq = await _entries(
-            request, response, client, tuning, session_id, fresh, "facts_total",
-            store.facts, offset, limit)
-        return MemoryPage.model_validate({
-            "session_id": session_id, "facts": items, "total": total, "seq": seq,
-            "next_cursor": encode_cursor("memory", session_id, following)})
-
-    def build(log: SessionLogView | None, live: LiveSession | None) -> MemoryPage:
-        page = fact_page(log, live.memory if live else [], offset, limit)
-        check_offset(offset, page.total)
-        return MemoryPage(session_id=session_id, facts=page.items, total=page.total,
-                          next_cursor=encode_cursor("memory", session_id, page.next_offset))
-
-    return await log_then_live(logs, session_id, lambda: _snapshot(client, session_id, tuning),
-                               build)
+    return await _past_page(_MEMORY, session_id, client, tuning, logs, request, response,
+                            paged)
 
 
 @router.get("/{session_id}/history", response_model=HistoryPage)
 async def history(session_id: SessionIdDep, client: ClientDep, tuning: TuningDep,
                   logs: LogViewsDep, request: Request, response: Response,
-                  fresh: FreshnessDep, limit: LimitQuery = DEFAULT_LIMIT,
-                  cursor: CursorQuery = None,
-                  consistency: ConsistencyQuery = "read_model") -> HistoryPage:
+                  paged: PageReadDep) -> HistoryPage:
     """The session's status changes (with their FCMP events), oldest first, from the
     read model (`consistency=live`: the log overlaid by the workflow's query). 404
     for an unknown session."""
-    offset = decode_cursor(cursor, "history", session_id)
-    if consistency == "read_model":
-        store = store_of(request.app.state)
-        items, total, following, seq = await _entries(
-            request, response, client, tuning, session_id, fresh, "history_total",
-            store.history, offset, limit)
-        return HistoryPage.model_validate({
-            "session_id": session_id, "status_history": items, "total": total, "seq": seq,
-            "next_cursor": encode_cursor("history", session_id, following)})
-
-    def build(log: SessionLogView | None, live: LiveSession | None) -> HistoryPage:
-        page = history_page(log, live.status_history if live else [], offset, limit)
-        check_offset(offset, page.total)
-        return HistoryPage(
-            session_id=session_id, total=page.total,
-            status_history=[StatusChangeView.model_validate(c.model_dump(mode="json"))
-                            for c in page.items],
-            next_cursor=encode_cursor("history", session_id, page.next_offset))
-
-    return await log_then_live(logs, session_id, lambda: _snapshot(client, session_id, tuning),
-                               build)
-
-
-async def _snapshot(client: Client, session_id: str, tuning: ApiTuning) -> LiveSession:
-    with temporal_errors(session_id):
-        return await client.get_workflow_handle(session_id).query(
-            "snapshot", result_type=LiveSession, rpc_timeout=tuning.query_timeout)
+    return await _past_page(_HISTORY, session_id, client, tuning, logs, request, response,
+                            paged)

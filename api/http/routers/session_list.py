@@ -20,7 +20,7 @@ from api.http.models import SessionList, SessionSummary
 from api.http.paging import ListCursorQuery, PageTokenQuery, invalid_cursor
 from api.http.reads import store_call, store_of
 from observation.read_model import ReadStore
-from observation.read_model.store import InvalidPageToken
+from observation.read_model.list_token import InvalidPageToken
 from observation.tokens import (
     TokenError,
     decode_page_token,

@@ -21,11 +21,10 @@ from api.http import stuck as stuck_sessions
 from api.http.deps import (
     ApiTuning,
     ClientDep,
-    ConsistencyQuery,
-    FreshnessDep,
     LogViewsDep,
     OnChange,
     OnChangeDep,
+    PageReadDep,
     SessionIdDep,
     SettingsDep,
     TuningDep,
@@ -45,22 +44,13 @@ from api.http.models import (
     lone_surrogate,
 )
 from api.http.paging import (
-    DEFAULT_LIMIT,
-    CursorQuery,
-    LimitQuery,
     check_offset,
     decode_cursor,
     encode_cursor,
 )
-from api.http.reads import (
-    fresh_row,
-    freshness_headers,
-    read_log,
-    store_call,
-    store_of,
-    with_duration,
-)
+from api.http.reads import read_log, with_duration
 from api.http.routers.session_list import execution_status_of, status_of
+from api.http.routers.session_reads import describe, query, stored_page, stored_row
 from observation.log_pages import contract_page
 from observation.log_reader import LogViews
 from observation.log_view import SessionLogView
@@ -121,11 +111,6 @@ async def start_session(
 # -- one session -----------------------------------------------------------------------
 
 
-async def _describe(client: Client, session_id: str) -> WorkflowExecutionDescription:
-    with temporal_errors(session_id):
-        return await client.get_workflow_handle(session_id).describe()
-
-
 async def _view_of(client: Client, desc: WorkflowExecutionDescription,
                    session_id: str) -> SessionView:
     """What Temporal alone knows of a session (no worker needed): its last recorded
@@ -157,45 +142,39 @@ def _from_log(view: SessionView, log: SessionLogView | None) -> SessionView:
 
 
 async def _recorded_view(client: Client, session_id: str) -> SessionView:
-    return await _view_of(client, await _describe(client, session_id), session_id)
+    return await _view_of(client, await describe(client, session_id), session_id)
 
 
 @router.get("/{session_id}", response_model=SessionView)
 async def get_session(session_id: SessionIdDep, client: ClientDep, tuning: TuningDep,
                       logs: LogViewsDep, request: Request, response: Response,
-                      fresh: FreshnessDep, limit: LimitQuery = DEFAULT_LIMIT,
-                      cursor: CursorQuery = None,
-                      consistency: ConsistencyQuery = "read_model") -> SessionView:
+                      paged: PageReadDep) -> SessionView:
     """The session: canonical status, pending request, counters, and one page of its
     contracts as snapshots (`limit`, `cursor`; `contracts_total` counts them all),
     from the read model (no worker needed; `seq` says how fresh; `min_journal_seq`
     reads your writes). Before the exporter has reached a new session, Temporal's
     record of it (`seq` 0). `consistency=live`: the workflow's query (`live` true;
     `stuck` when its workflow task keeps failing)."""
-    offset = decode_cursor(cursor, "contracts", session_id)
-    if consistency == "live":
+    offset, limit = decode_cursor(paged.cursor, "contracts", session_id), paged.limit
+    if paged.consistency == "live":
         return await _live_session(session_id, client, tuning, logs, offset, limit)
-    store = store_of(request.app.state)
-    row, stale = await fresh_row(store, session_id, fresh, tuning.freshness_wait_s)
-    freshness_headers(response, row, stale)
+    store, row, stale = await stored_row(request, response, tuning, session_id, paged.fresh)
     if row is None:
         recorded = await _recorded_view(client, session_id)
         check_offset(offset, 0)
         return recorded.model_copy(update={"stale": stale})
-    check_offset(offset, row["contracts_total"])
-    rows = await store_call(store, store.contracts, session_id, offset, limit)
+    page = await stored_page(store, store.contracts, session_id, offset, limit,
+                             row["contracts_total"])
     now = datetime.now(UTC)
-    following = offset + len(rows)
     return SessionView.model_validate({
         "session_id": session_id, "status": row["status"],
         "execution_status": row["execution_status"], "live": False, "mode": row["mode"],
         "pending": row["pending"], "replies": row["replies"], "turns": row["turns"],
         "llm_calls": row["llm_calls"], "failure_reason": row["failure_reason"],
         "last_text": row["last_text"], "waiting_since": row["waiting_since"],
-        "contracts": [with_duration(r["snapshot"], now) for r in rows],
+        "contracts": [with_duration(r["snapshot"], now) for r in page.items],
         "contracts_total": row["contracts_total"],
-        "next_cursor": encode_cursor("contracts", session_id, following
-                                     if following < row["contracts_total"] else None),
+        "next_cursor": encode_cursor("contracts", session_id, page.next_offset),
         "seq": row["last_seq"], "journal_seq": row["journal_seq"], "stale": stale,
         "stuck": await request.app.state.stuck_watch.view(client, session_id)
         if row["execution_status"] == "running" else None})
@@ -205,11 +184,8 @@ async def _live_session(session_id: str, client: Client, tuning: ApiTuning, logs
                         offset: int, limit: int) -> SessionView:
     """The workflow's query overlaid on the log fold (needs a worker; without one,
     Temporal's record and the log)."""
-    handle = client.get_workflow_handle(session_id)
     try:
-        with temporal_errors(session_id):
-            snap = await handle.query("snapshot", result_type=LiveSession,
-                                      rpc_timeout=tuning.query_timeout)
+        snap = await query(client, session_id, "snapshot", LiveSession, tuning)
     except ApiError as err:
         if err.code not in ("worker_unavailable", SESSION_STUCK):
             raise
@@ -291,7 +267,7 @@ async def cancel(session_id: SessionIdDep, client: ClientDep,
     is cancelling is a 202 `already_requested`; 409 when it has already ended, or
     when it is stuck (nothing is recorded then: a stuck session cannot carry out a
     cancel)."""
-    desc = await _describe(client, session_id)
+    desc = await describe(client, session_id)
     view = await _view_of(client, desc, session_id)
     if view.execution_status != "running":
         status = view.status.value if view.status else view.execution_status
@@ -317,11 +293,8 @@ async def step_action(
 ) -> Accepted:
     """Plan sessions (seed 002): the person approves, skips or resets step `index`.
     409 for an agent session."""
-    handle = client.get_workflow_handle(session_id)
     try:
-        with temporal_errors(session_id):
-            state = await handle.query("state", result_type=SessionState,
-                                       rpc_timeout=tuning.query_timeout)
+        state = await query(client, session_id, "state", SessionState, tuning)
     except ApiError as err:
         raise await stuck_sessions.explain(client, session_id, err) from None
     if state.config.plan is None:
