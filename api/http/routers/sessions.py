@@ -81,7 +81,8 @@ router = APIRouter(prefix="/api/sessions", tags=["sessions"])
 
 @router.post("", status_code=201, response_model=SessionCreated)
 async def start_session(
-    config: Annotated[SessionConfig, Body(description="The session config (docs/session-config.md).")],
+    config: Annotated[SessionConfig, Body(
+        description="The session config (docs/session-config.md).")],
     response: Response, client: ClientDep, settings: SettingsDep, on_change: OnChangeDep,
     session_id: Annotated[str | None, Query(
         pattern=SESSION_ID_PATTERN, max_length=128,
