@@ -15,7 +15,7 @@ the worker's CPU by median in two runs; with the contexts asked once too, 0.69×
 and 0.75× in three.
 
 ``_Instance`` is the SDK's private class: pyproject.toml pins temporalio below its next
-minor version, and ``tests/api/test_sdk_private_api.py`` fails, saying what changed,
+minor version, and ``tests/api/runtime/test_sdk_private_api.py`` fails, saying what changed,
 when a release changes what this module relies on."""
 
 from __future__ import annotations

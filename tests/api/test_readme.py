@@ -18,7 +18,7 @@ from temporalio.client import Client
 
 from api.cli.options import API_URL_FILE
 from api.cli.up import READY_LINE
-from tests.api.test_cli_stack import cli, cli_env, wait_for_pollers
+from tests.api.cli.test_cli_stack import cli, cli_env, wait_for_pollers
 
 REPO = Path(__file__).resolve().parents[2]
 README = REPO / "README.md"
@@ -32,7 +32,7 @@ BLOCKS_TIMEOUT_S = 240
 NOT_RUN = {
     "pip install": "installs, then starts the stack or the whole suite (this test runs "
                    "`up` itself and is part of that suite)",
-    "hitlflow demo ": "the interactive demo asks at a terminal (tests/api/test_cli_demo.py "
+    "hitlflow demo ": "the interactive demo asks at a terminal (tests/api/cli/test_cli_demo.py "
                       "runs `demo --auto-approve` against `up`)",
     "HITLFLOW_SCREENSHOTS=": "runs the inbox's browser test (part of the suite) to take "
                              "the README's screenshots",

@@ -116,7 +116,7 @@ async def _visibility_page(client: Client, query: str, limit: int, token: bytes 
         if err.status in (RPCStatusCode.INVALID_ARGUMENT, RPCStatusCode.UNKNOWN):
             raise invalid_cursor(f"Temporal refused it ({err.message})", param) from None
         raise
-    # Private in the SDK: pinned, and checked by tests/api/test_sdk_private_api.py.
+    # Private in the SDK: pinned, and checked by tests/api/runtime/test_sdk_private_api.py.
     return [WorkflowExecution._from_raw_info(info, client.namespace, client.data_converter)
             for info in resp.executions], resp.next_page_token or None
 

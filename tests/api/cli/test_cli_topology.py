@@ -15,7 +15,7 @@ from workflows.fsm import derive_topology
 from workflows.statechart import SESSION_TABLE, SessionEvent, SessionStatus
 from workflows.tables import statecharts_markdown
 
-DOCS = pathlib.Path(__file__).resolve().parents[2] / "docs" / "statecharts.md"
+DOCS = pathlib.Path(__file__).resolve().parents[3] / "docs" / "statecharts.md"
 runner = CliRunner()
 
 

@@ -15,7 +15,7 @@ from temporalio.client import Client
 from api.cli.demo import console, show
 from api.cli.text import AgentText
 from api.cli.up import READY_LINE
-from tests.api.test_cli_stack import cli, wait_for_pollers
+from tests.api.cli.test_cli_stack import cli, wait_for_pollers
 
 DEMO_TIMEOUT_S = 120
 SHOWN = re.compile(r"(session \w+ → \w+|contract \S+ .+?: \w+ → \w+|agent: .*)")

@@ -21,7 +21,7 @@ from observation.exporter.note import NoteKeyError, Signer
 from tests.support.cli import log_app
 from tests.support.logs import forged, rewrite
 
-HISTORIES = Path(__file__).parents[1] / "workflows" / "histories"
+HISTORIES = Path(__file__).parents[2] / "workflows" / "histories"
 SID, EVENTS = load_history((HISTORIES / "demo.json").read_text())
 runner = CliRunner()
 

@@ -28,8 +28,8 @@ from api.settings import HitlflowSettings
 from api.sse_names import TEXT_DELTA
 from observation.exporter import LogFeed
 from observation.exporter.verify import LOG_NAME
+from tests.api.http.test_http_sse import Reader
 from tests.api.http_support import HttpStack, eventually, serve
-from tests.api.test_http_sse import Reader
 from tests.fakes.openai_server import FakeOpenAIServer
 from tests.support.postgres import postgres_url
 from tests.support.sessions import running_exporter, running_worker

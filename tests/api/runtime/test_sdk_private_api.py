@@ -37,7 +37,7 @@ def params(fn: object) -> list[str]:
 
 
 def test_the_pin_keeps_the_sdk_below_its_next_minor_version():
-    project = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())
+    project = tomllib.loads((Path(__file__).parents[3] / "pyproject.toml").read_text())
     pin = next(d for d in project["project"]["dependencies"] if d.startswith("temporalio"))
     upper = re.search(r"<\s*(\d+)\.(\d+)", pin)
     assert upper, f"temporalio is not pinned below a version ({pin!r}); see this module"
