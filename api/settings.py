@@ -24,7 +24,7 @@ class HitlflowSettings(BaseSettings):
     api_host: str = "127.0.0.1"
     api_token: str | None = None
     # The worker's MCP servers: one closes after this many seconds with no call,
-    # and at most this many run at once (README "Tools and their safety class").
+    # and at most this many run at once (docs/concepts.md, "Tools and their safety class").
     mcp_idle_s: float = Field(default=300.0, ge=0)
     mcp_max_servers: int = Field(default=32, ge=1)
     # The read model: PostgreSQL (postgresql://...) on a cluster; unset means SQLite

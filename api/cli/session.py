@@ -61,7 +61,7 @@ def start(
                                                    "(default: generated).")] = None,
     as_json: AsJson = False, *, stack: Stack,
 ) -> None:
-    """Start a session from a config file (JSON; see the README), or from a plan file."""
+    """Start a session from a config file (JSON; docs/session-config.md), or from a plan file."""
     if (config is None) == (plan is None):
         error("give a config file (or -) or --plan FILE, not both", 2)
     body = _plan_body(plan) if plan is not None else _config_body(config)

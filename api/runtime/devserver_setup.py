@@ -18,7 +18,7 @@ from pathlib import Path
 #: survives a power cut or an OS crash; ``normal`` would skip that fsync and could lose
 #: the last commits then (never corrupt the file). Measured with
 #: ``bench/session_bench.py --synchronous normal,full``: the cost was within the noise
-#: (README, "How much one machine carries").
+#: (docs/performance.md).
 SQLITE_PRAGMAS: tuple[str, ...] = ("journal_mode=wal", "synchronous=full")
 
 #: Dynamic config for latency on a small machine. The history queue processors read
