@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated, Literal
 
-from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, ValidationInfo, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 TASK_QUEUE = "hitlflow-sessions"
+#: The Host names the API answers to unless told others (any port).
+LOCAL_HOSTS = ("localhost", "127.0.0.1", "::1")
 
 
 class HitlflowSettings(BaseSettings):
@@ -22,7 +25,34 @@ class HitlflowSettings(BaseSettings):
     ui_port: int = Field(default=8233, ge=1, le=65535)
     api_port: int = Field(default=8000, ge=1, le=65535)
     api_host: str = "127.0.0.1"
-    api_token: str | None = None
+    # The HTTP API's doors (docs/security.md, "The HTTP API"). Requests need
+    # `Authorization: Bearer <api_token>`; with no token, `up` makes one
+    # (<data_dir>/api-token) and `hitlflow api` refuses to start, unless `api_auth` is
+    # "off" (explicitly: anyone who reaches the port may then run commands on the workers).
+    api_token: str | None = Field(default=None, repr=False)
+    api_auth: Literal["token", "off"] = "token"
+    # The names the API answers to in the Host header (any port; comma-separated in the
+    # environment, empty: these; "*": any, e.g. behind a proxy that checks it); others
+    # get 400. The address the API is bound to (`api_host`) is always one of them.
+    api_allowed_hosts: Annotated[list[str], NoDecode] = list(LOCAL_HOSTS)
+    # Origins allowed cross-origin calls (CORS); none by default.
+    api_cors_origins: Annotated[list[str], NoDecode] = []
+
+    @field_validator("api_token", mode="before")
+    @classmethod
+    def _no_empty_token(cls, value: object) -> object:
+        """An empty token (``HITLFLOW_API_TOKEN=``) is no token: never one that matches."""
+        return None if value == "" else value
+
+    @field_validator("api_allowed_hosts", "api_cors_origins", mode="before")
+    @classmethod
+    def _comma_separated(cls, value: object, info: ValidationInfo) -> object:
+        if isinstance(value, str):
+            value = [part.strip() for part in value.split(",") if part.strip()]
+            if not value and info.field_name == "api_allowed_hosts":
+                return list(LOCAL_HOSTS)
+        return value
+
     # The worker's MCP servers: one closes after this many seconds with no call,
     # and at most this many run at once (docs/concepts.md, "Tools and their safety class").
     mcp_idle_s: float = Field(default=300.0, ge=0)

@@ -75,7 +75,8 @@ class ApiClient:
         return self.request("GET", path, **kw)
 
     def post(self, path: str, body: Any = None, **kw: Any) -> Any:
-        return self.request("POST", path, json=body, **kw)
+        """POST ``body`` as JSON (``{}`` when None: the API takes only JSON to change things)."""
+        return self.request("POST", path, json={} if body is None else body, **kw)
 
     def events(self, session_id: str, last_event_id: str | None = None
                ) -> Iterator[SseMessage]:

@@ -6,7 +6,9 @@
 ``telemetry`` as they are. Where the API is: ``--api-url`` (env ``HITLFLOW_API_URL``),
 else ``--api-port`` (env ``HITLFLOW_API_PORT``) on ``HITLFLOW_API_HOST``, else the
 address ``up`` recorded in the data directory while it runs (``api-url``), else
-``http://127.0.0.1:8000``.
+``http://127.0.0.1:8000``. The token: ``--token`` (env ``HITLFLOW_API_TOKEN``), else the
+one ``up`` keeps in the data directory (``api-token``, ``api.cli.api_auth``), unless
+``--api-url`` names another API than the one ``up`` recorded there.
 """
 
 from __future__ import annotations
@@ -83,6 +85,14 @@ class Stack:
     def resolved_data_dir(self) -> Path:
         return self.settings().data_dir
 
+    def _recorded_url(self) -> str | None:
+        """The address ``up`` recorded in the data directory while it runs."""
+        try:
+            text = (self.settings().data_dir / API_URL_FILE).read_text().strip()
+        except OSError:
+            return None
+        return text if text.startswith(("http://", "https://")) else None
+
     def url(self) -> str:
         from api.cli.client import default_api_url
 
@@ -91,19 +101,28 @@ class Stack:
             return given
         settings = self.settings()
         if self.api_port is None and "api_port" not in settings.model_fields_set:
-            recorded = settings.data_dir / API_URL_FILE
-            try:
-                text = recorded.read_text().strip()
-            except OSError:
-                text = ""
-            if text.startswith(("http://", "https://")):
-                return text
+            recorded = self._recorded_url()
+            if recorded is not None:
+                return recorded
         return default_api_url(settings)
+
+    def api_token(self) -> str | None:
+        """The token to send: the one given, else the one ``up`` keeps in the data
+        directory, but never to an API named by an address ``up`` did not record."""
+        from api.cli.api_auth import read_token
+
+        settings = self.settings()
+        if self.token or settings.api_token:
+            return self.token or settings.api_token
+        given = self.api_url or os.environ.get("HITLFLOW_API_URL")
+        if given and given.rstrip("/") != (self._recorded_url() or "").rstrip("/"):
+            return None
+        return read_token(settings.data_dir)
 
     def client(self) -> ApiClient:
         from api.cli.client import ApiClient
 
-        return ApiClient(self.url(), self.token or self.settings().api_token)
+        return ApiClient(self.url(), self.api_token())
 
     def flags(self) -> list[str]:
         """The options the person gave on the command line (never the token), for the

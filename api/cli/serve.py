@@ -1,5 +1,6 @@
 """``hitlflow api``: the HTTP service alone, against a Temporal frontend, until Ctrl-C
-(more API processes may serve the same sessions)."""
+(more API processes may serve the same sessions). It needs ``HITLFLOW_API_TOKEN`` (or,
+explicitly, ``HITLFLOW_API_AUTH=off``): without, it refuses to start."""
 
 from __future__ import annotations
 
@@ -25,7 +26,17 @@ def api_command(
         settings = settings_of(api_host=host, api_port=port, temporal_address=temporal_address)
     except UsageError as e:
         fail(f"Error: {e}", 2)
+    from api.cli.api_auth import warn_auth_off
+    from api.cli.client import default_api_url
     from api.http.app import ApiStartError, run_api
+    from api.http.doors import AuthConfigError, required_token
+
+    try:
+        token = required_token(settings)
+    except AuthConfigError as e:
+        fail(f"Error: {e}", 2)
+    if token is None:
+        warn_auth_off(default_api_url(settings))
     from api.runtime.heap import freeze_startup
     from api.runtime.process import serve
 

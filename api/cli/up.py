@@ -19,12 +19,14 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
+from api.cli.api_auth import TOKEN_FILE, TokenFileError, sign_in_link, up_auth, warn_auth_off
 from api.cli.options import API_URL_FILE, UsageError, fail, settings_of
 
 if TYPE_CHECKING:
     import asyncio
 
     from activities.deltas import DeltaBus
+    from api.cli.api_auth import UpAuth
     from api.cli.worker import RunWorker
     from api.runtime.devserver import DevServer
     from api.settings import HitlflowSettings
@@ -70,7 +72,7 @@ async def _start_api(settings: HitlflowSettings, stop: asyncio.Event,
 
 
 async def _up(settings: HitlflowSettings, run_worker: RunWorker | None,
-              signer: Signer | None = None) -> int:
+              signer: Signer | None = None, auth: UpAuth | None = None) -> int:
     import asyncio
 
     from activities.deltas import InProcessDeltaBus
@@ -116,7 +118,10 @@ async def _up(settings: HitlflowSettings, run_worker: RunWorker | None,
         # the API wakes a parked session's follower as soon as it accepted a write, and
         # its SSE streams take the exporter's lines (one follower per session, not two).
         wakeups, feed = Wakeups(), LogFeed(stack.data_dir / "runs")
-        api = await _start_api(stack, api_stop, wakeups, feed, deltas)
+        # Only the API holds a token `up` made (the worker and the exporter need none).
+        api_settings = stack if auth is None or auth.token is None else stack.model_copy(
+            update={"api_token": auth.token})
+        api = await _start_api(api_settings, api_stop, wakeups, feed, deltas)
         exporter_stop = asyncio.Event()
         exporter = asyncio.create_task(
             run_exporter(await connect(stack), stack.data_dir, exporter_stop, wakeups=wakeups,
@@ -129,9 +134,13 @@ async def _up(settings: HitlflowSettings, run_worker: RunWorker | None,
                         server.wait())
         recorded = None
         if worker is None or worker_ready.is_set():
-            _print_where(settings, server, worker)
+            _print_where(settings, server, worker, auth)
             # The client commands find this API from the data directory (api.cli.options).
             recorded = _record_api_url(server.data_dir, stack)
+            if auth is not None and auth.token is None:
+                from api.cli.client import default_api_url
+
+                warn_auth_off(default_api_url(settings))
             typer.echo(f"{READY_LINE}; press Ctrl-C to stop.")
             freeze_startup()
 
@@ -163,12 +172,24 @@ async def _up(settings: HitlflowSettings, run_worker: RunWorker | None,
         signals.close()
 
 
-def _print_where(settings: HitlflowSettings, server: DevServer, worker: Any) -> None:
+def _print_where(settings: HitlflowSettings, server: DevServer, worker: Any,
+                 auth: UpAuth | None) -> None:
+    from api.cli.client import default_api_url
+
+    url = default_api_url(settings)
     typer.echo(f"Temporal frontend: {server.address} (namespace {settings.namespace})")
     typer.echo(f"Temporal UI:       {server.ui_url}")
-    typer.echo(f"API:               http://{settings.api_host}:{settings.api_port}")
-    typer.echo(f"Inbox:             http://{settings.api_host}:{settings.api_port}/ "
-               "(answer waiting sessions in a browser)")
+    typer.echo(f"API:               {url}")
+    if auth is None or auth.source == "off":
+        inbox = f"{url}/ (no sign-in: the API runs without authentication)"
+    elif auth.source == "env":
+        inbox = f"{url}/ (sign in with HITLFLOW_API_TOKEN)"
+    else:  # the token only this user can read: the link that signs the browser in
+        inbox = f"{sign_in_link(url, auth.token or '')} (signs you in; keep it to yourself)"
+    typer.echo(f"Inbox:             {inbox}")
+    if auth is not None and auth.source in ("made", "kept"):
+        typer.echo(f"API token:         {server.data_dir / TOKEN_FILE} (the hitlflow "
+                   "commands read it there)")
     where = (f"task queue {settings.task_queue} (a process of its own)" if worker
              else "not started (--no-worker)")
     typer.echo(f"Worker:            {where}")
@@ -227,17 +248,24 @@ def up_command(
     except UsageError as e:
         fail(f"Error: {e}", 2)
     from api.cli.worker import load_run_worker
+    from api.http.doors import AuthConfigError
     from api.runtime.devserver import DevServerError
     from api.runtime.process import run
     from api.runtime.signing_keys import exporter_signer
     from observation.exporter.note import NoteKeyError
 
     try:
+        auth = up_auth(settings)  # HITLFLOW_API_TOKEN, or one kept in the data directory
+    except AuthConfigError as e:
+        fail(f"Error: {e}", 2)
+    except (TokenFileError, OSError) as e:
+        fail(f"Error: the API token: {e}")
+    try:
         run_worker = load_run_worker(process=True) if worker else None
         signer = exporter_signer(settings)  # created at the first start
     except (DevServerError, NoteKeyError, OSError) as e:
         fail(f"Error: {e}")
-    run(_up(settings, run_worker, signer))
+    run(_up(settings, run_worker, signer, auth))
 
 
 def register(app: typer.Typer) -> None:

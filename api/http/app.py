@@ -4,9 +4,11 @@
   the API starts even while Temporal is down; ``/healthz`` says so and calls that
   need Temporal answer 503 ``temporal_unavailable`` until it is back.
 * Every error is ``{"error": {"code", "message"}}`` (``api.http.errors``).
-* Request bodies are bounded (413); with ``HITLFLOW_API_TOKEN`` set, everything but
-  ``/healthz`` and the inbox's static page (``api.http.routers.inbox``, which holds no data)
-  needs ``Authorization: Bearer <token>`` (401), docs included.
+* Before anything else runs for a request, its doors (``api.http.doors``): an allowed
+  ``Host`` (400), a JSON body on every state-changing route (415), and
+  ``Authorization: Bearer <token>`` everywhere but ``/healthz`` and the inbox's static
+  files, docs included (401); ``create_app`` refuses to build an API without a token
+  unless ``HITLFLOW_API_AUTH=off``. Request bodies are bounded (413).
 * OpenAPI docs at ``/docs``.
 """
 
@@ -14,11 +16,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
 import logging
 import socket
 from collections.abc import AsyncIterator, Callable, Iterator
-from typing import Any
 
 import uvicorn
 from fastapi import FastAPI
@@ -29,7 +29,7 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
 from activities.deltas import DeltaBus, cluster_delta_bus
-from api.http import errors
+from api.http import doors, errors
 from api.http.deps import ApiTuning, OnChange
 from api.http.routers import (
     audit,
@@ -48,9 +48,6 @@ from observation.log_reader import LogViews
 from observation.read_model import ReadModelError, ReadStore, open_store
 
 log = logging.getLogger("hitlflow.api")
-
-OPEN_PATHS = frozenset({"/healthz", *inbox.PATHS})
-
 
 class _BodyTooLarge(StarletteHTTPException):
     def __init__(self, limit: int) -> None:
@@ -89,41 +86,6 @@ class BodyLimit:
             return message
 
         await self.app(scope, limited, send)
-
-
-class BearerAuth:
-    """``Authorization: Bearer <token>`` on every path but ``OPEN_PATHS``."""
-
-    def __init__(self, app: ASGIApp, token: str) -> None:
-        self.app, self.token = app, token.encode()
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] in OPEN_PATHS:
-            await self.app(scope, receive, send)
-            return
-        scheme, _, given = Headers(scope=scope).get("authorization", "").partition(" ")
-        if scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), self.token):
-            await self.app(scope, receive, send)
-            return
-        why = "a bearer token is required" if not given else "the bearer token is wrong"
-        await errors.error_response(401, "unauthorized", why, {"WWW-Authenticate": "Bearer"})(
-            scope, receive, send)
-
-
-def _document_bearer(app: FastAPI) -> None:
-    base = app.openapi
-
-    def openapi() -> dict[str, Any]:
-        schema = base()
-        schemes = schema.setdefault("components", {}).setdefault("securitySchemes", {})
-        schemes["bearer"] = {"type": "http", "scheme": "bearer"}
-        for path, operations in schema.get("paths", {}).items():
-            if path not in OPEN_PATHS:
-                for op in operations.values():
-                    op["security"] = [{"bearer": []}]
-        return schema
-
-    app.openapi = openapi  # type: ignore[method-assign]
 
 
 def _nobody(session_id: str) -> None:
@@ -191,9 +153,7 @@ def create_app(
                    execution.router, audit.router):
         app.include_router(router, responses=errors.ERROR_RESPONSES)
     app.add_middleware(BodyLimit, limit=tuning.max_body_bytes)
-    if settings.api_token:
-        app.add_middleware(BearerAuth, token=settings.api_token)
-        _document_bearer(app)
+    doors.install(app, settings)  # they run first: Host, CORS, JSON bodies, the token
     return app
 
 

@@ -35,8 +35,9 @@ log = logging.getLogger("hitlflow.api")
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorBody, "description": what}
     for code, what in {
-        400: "Malformed request (e.g. invalid JSON)",
-        401: "Missing or wrong bearer token (when HITLFLOW_API_TOKEN is set)",
+        400: "Malformed request (e.g. invalid JSON), or a Host header the API does not "
+             "answer to (`host_not_allowed`, HITLFLOW_API_ALLOWED_HOSTS)",
+        401: "Missing or wrong bearer token (unless HITLFLOW_API_AUTH=off)",
         404: "Unknown session, contract or route",
         409: "The session is not in a state that takes this request (or it is stuck: "
              "`session_stuck`, its workflow task keeps failing); nothing changed",

@@ -1,5 +1,7 @@
-// The HTTP API, called with the bearer token the person typed (kept in this tab's
-// session storage). A 401 hands over to the sign-in page (see onUnauthorized).
+// The HTTP API, called with the bearer token the person typed or brought in a sign-in
+// link (kept in this tab's session storage). A 401 hands over to the sign-in page (see
+// onUnauthorized). Whatever changes something goes as JSON, `{}` when there is nothing
+// to say: the API takes nothing else.
 import { setLive } from "./dom.js";
 
 export const TOKEN_KEY = "hitlflow.api_token";
@@ -17,10 +19,11 @@ export function token() { return sessionStorage.getItem(TOKEN_KEY) || ""; }
 export async function api(path, { method = "GET", body, headers = {}, signal } = {}) {
   const all = { ...headers };
   if (token()) all.Authorization = `Bearer ${token()}`;
-  if (body !== undefined) all["Content-Type"] = "application/json";
+  const reads = method === "GET" || method === "HEAD";
+  if (!reads) all["Content-Type"] = "application/json";
   const r = await fetch(path, {
     method, headers: all, signal, cache: "no-store",
-    body: body === undefined ? undefined : JSON.stringify(body),
+    body: reads ? undefined : JSON.stringify(body === undefined ? {} : body),
   });
   if (r.status === 401) {
     const why = await messageOf(r);

@@ -10,7 +10,7 @@
 // updates (stream.js).
 //
 // This module is the page's entry: it routes the hash to a view and asks for the token
-// when the API wants one. The views: list.js (the list), session.js (one session, with
+// when the API wants one, or takes it from a sign-in link (#token=..., printed by `up`). The views: list.js (the list), session.js (one session, with
 // forms.js for what it waits for, conversation.js and contracts.js); api.js calls the
 // API, dom.js builds elements.
 import { $, h, page, setLive } from "./dom.js";
@@ -21,6 +21,7 @@ import { showSession } from "./session.js";
 let view = null; // { ctl: AbortController } of the page shown
 
 function route() {
+  signInFromLink();
   if (view) view.ctl.abort();
   view = { ctl: new AbortController() };
   $("#signout").hidden = !token();
@@ -34,6 +35,19 @@ function route() {
 
 // -- sign in (only when the API asks for a token) -------------------------------------
 
+// A sign-in link (`hitlflow up` prints http://127.0.0.1:8000/#token=...): the token is
+// in the fragment, which the browser never sends to a server. It is read once, kept like
+// a typed one, and removed from the address bar and this entry of the history.
+function signInFromLink() {
+  const m = /^#token=([^&#]+)$/.exec(location.hash);
+  if (!m) return;
+  try {
+    sessionStorage.setItem(TOKEN_KEY, decodeURIComponent(m[1]).trim());
+  } finally {
+    history.replaceState(null, "", location.pathname + location.search);
+  }
+}
+
 function showLogin(why) {
   if (view) view.ctl.abort();
   const input = h("input", { id: "token", type: "password", autocomplete: "off",
@@ -46,8 +60,9 @@ function showLogin(why) {
   h("p", { class: "notice", role: "alert" }, why || "This API needs a bearer token."),
   h("label", { for: "token" }, "API token"), input,
   h("p", { id: "token-help", class: "meta" },
-    "The value of HITLFLOW_API_TOKEN. It is kept in this browser tab only ",
-    "(session storage) and sent as a bearer token."),
+    "The token in the sign-in link `hitlflow up` printed (also in its data directory, ",
+    "file api-token), or the value of HITLFLOW_API_TOKEN. It is kept in this browser ",
+    "tab only (session storage) and sent as a bearer token."),
   h("div", { class: "actions" }, h("button", { class: "primary", type: "submit" }, "Sign in")));
   page("Sign in", form);
   input.focus();

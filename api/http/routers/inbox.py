@@ -28,7 +28,7 @@ FILES = {
         "inbox",  # the entry: routes the page to a view, asks for the token
         "api", "dom", "stream", "list", "session", "forms", "conversation", "contracts")},
 }
-#: The paths the bearer token does not guard (api.http.app.OPEN_PATHS).
+#: The paths the bearer token does not guard (api.http.doors.OPEN_PATHS).
 PATHS = frozenset({"/", *(f"/inbox/{name}" for name in FILES if name != "index.html")})
 HEADERS = {
     # Revalidate every time: a new version of the package shows at the next reload.

@@ -1,0 +1,197 @@
+"""The API's doors: what a request must show before anything of the API runs for it
+(docs/security.md, "The HTTP API"). In the order they are checked:
+
+1. ``HostAllowList``: the ``Host`` header names this API (``localhost``, ``127.0.0.1``,
+   ``[::1]``, any port; ``HITLFLOW_API_ALLOWED_HOSTS`` otherwise), else 400: a page of
+   another site that rebinds its own name to 127.0.0.1 (DNS rebinding) gets nothing.
+2. CORS (Starlette's), only with ``HITLFLOW_API_CORS_ORIGINS``: closed by default.
+3. ``JsonBodies``: a request that could change something (POST, PUT, PATCH, DELETE to
+   a route that takes it) says ``Content-Type: application/json``, an empty body
+   included, else 415 before its body is read. A browser sends such a request to
+   another origin only after a preflight the API never grants, so a form, a
+   ``text/plain`` or an empty POST from another site changes nothing.
+4. ``BearerAuth``: ``Authorization: Bearer <token>`` everywhere but ``OPEN_PATHS``
+   (``/healthz`` and the inbox's static files, which hold no data), else 401; compared
+   in constant time, never logged. Without a token the API does not start, unless
+   ``HITLFLOW_API_AUTH=off`` says so (``required_token``).
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Iterable
+from typing import Any
+
+from fastapi import FastAPI
+from starlette.datastructures import Headers
+from starlette.middleware.cors import CORSMiddleware
+from starlette.routing import BaseRoute, Match
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from api.http import errors
+from api.http.routers import inbox
+from api.settings import HitlflowSettings
+
+#: Paths open without a token: they hold no data.
+OPEN_PATHS = frozenset({"/healthz", *inbox.PATHS})
+#: The methods of requests that may change something.
+STATE_CHANGING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+#: What ``api_host`` may be that names no one host (every interface).
+_WILDCARDS = frozenset({"", "0.0.0.0", "::"})
+
+
+class AuthConfigError(Exception):
+    """The API would run without authentication and was not told to."""
+
+
+def required_token(settings: HitlflowSettings) -> str | None:
+    """The bearer token the API requires, or None when ``api_auth`` is ``off``.
+
+    Raises :class:`AuthConfigError` when there is neither (the API never runs open by
+    default) or both (which one was meant is not for us to guess)."""
+    if settings.api_auth == "off":
+        if settings.api_token:
+            raise AuthConfigError("HITLFLOW_API_AUTH=off and HITLFLOW_API_TOKEN are both "
+                                  "set: unset one of them")
+        return None
+    if not settings.api_token:
+        raise AuthConfigError(
+            "the API requires authentication and no token is set: set HITLFLOW_API_TOKEN "
+            "to a long random secret (e.g. the output of python3 -c 'import secrets; "
+            "print(secrets.token_urlsafe(32))'), or HITLFLOW_API_AUTH=off to run without "
+            "it (then anyone who reaches the port can start sessions, which run commands "
+            "on the workers)")
+    return settings.api_token
+
+
+def host_name(host: str) -> str:
+    """The name in a Host header (or an allow-list entry), without its port, lower case:
+    ``[::1]:8000`` -> ``::1``, ``Example.org:80`` -> ``example.org``."""
+    host = host.strip().lower()
+    if host.startswith("["):
+        return host[1:].partition("]")[0]
+    name, colon, port = host.rpartition(":")
+    if colon and port.isdigit() and ":" not in name:
+        return name
+    return host
+
+
+def allowed_hosts(settings: HitlflowSettings) -> frozenset[str]:
+    """The names the API answers to: the configured ones and the address it is bound to."""
+    names = {host_name(h) for h in settings.api_allowed_hosts}
+    if settings.api_host not in _WILDCARDS:
+        names.add(host_name(settings.api_host))
+    return frozenset(names)
+
+
+class HostAllowList:
+    """400 ``host_not_allowed`` for a Host header that names no allowed host."""
+
+    def __init__(self, app: ASGIApp, hosts: Iterable[str]) -> None:
+        self.app, self.hosts = app, frozenset(hosts)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or "*" in self.hosts:
+            await self.app(scope, receive, send)
+            return
+        host = Headers(scope=scope).get("host", "")
+        if host_name(host) in self.hosts:
+            await self.app(scope, receive, send)
+            return
+        shown = repr(host[:100]) if host else "none"
+        await errors.error_response(
+            400, "host_not_allowed", f"this API does not answer to the Host {shown}: it "
+            f"answers to {', '.join(sorted(self.hosts))} (HITLFLOW_API_ALLOWED_HOSTS)",
+        )(scope, receive, send)
+
+
+def is_json(content_type: str | None) -> bool:
+    media = (content_type or "").partition(";")[0].strip().lower()
+    return media == "application/json"
+
+
+class JsonBodies:
+    """415 ``unsupported_media_type`` for a state-changing request to a route that
+    takes it, unless it says ``Content-Type: application/json`` (checked before the
+    body is read). Other paths and methods go on to their 404 or 405."""
+
+    def __init__(self, app: ASGIApp, routes: list[BaseRoute]) -> None:
+        self.app, self.routes = app, routes
+
+    def _routed(self, scope: Scope) -> bool:
+        return any(route.matches(scope)[0] == Match.FULL for route in self.routes)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] not in STATE_CHANGING or is_json(
+                Headers(scope=scope).get("content-type")) or not self._routed(scope):
+            await self.app(scope, receive, send)
+            return
+        given = Headers(scope=scope).get("content-type")
+        said = f"Content-Type {given[:100]!r}" if given else "no Content-Type"
+        await errors.error_response(
+            415, "unsupported_media_type", f"{scope['method']} {scope['path']} takes a JSON "
+            f"body and this request has {said}: send Content-Type: application/json (and "
+            "{} when there is nothing to say)",
+        )(scope, receive, send)
+
+
+class BearerAuth:
+    """``Authorization: Bearer <token>`` on every path but ``OPEN_PATHS``."""
+
+    def __init__(self, app: ASGIApp, token: str) -> None:
+        self.app, self.token = app, token.encode()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] in OPEN_PATHS:
+            await self.app(scope, receive, send)
+            return
+        scheme, _, given = Headers(scope=scope).get("authorization", "").partition(" ")
+        if scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), self.token):
+            await self.app(scope, receive, send)
+            return
+        why = "a bearer token is required" if not given else "the bearer token is wrong"
+        await errors.error_response(401, "unauthorized", why, {"WWW-Authenticate": "Bearer"})(
+            scope, receive, send)
+
+
+def _document(app: FastAPI, bearer: bool) -> None:
+    """The doors in the OpenAPI document: the 415 of every state-changing operation,
+    and the bearer token of every operation but the open ones."""
+    base = app.openapi
+    unsupported = {"description": "The request could change something and its body is not "
+                   "JSON (`Content-Type: application/json`, `{}` when empty); nothing changed",
+                   "content": {"application/json": {"schema": {
+                       "$ref": "#/components/schemas/ErrorBody"}}}}
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema:
+            return app.openapi_schema
+        schema = base()
+        if bearer:
+            schemes = schema.setdefault("components", {}).setdefault("securitySchemes", {})
+            schemes["bearer"] = {"type": "http", "scheme": "bearer"}
+        for path, operations in schema.get("paths", {}).items():
+            for method, op in operations.items():
+                if method.upper() in STATE_CHANGING:
+                    op.setdefault("responses", {})["415"] = unsupported
+                if bearer and path not in OPEN_PATHS:
+                    op["security"] = [{"bearer": []}]
+        return schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+
+def install(app: FastAPI, settings: HitlflowSettings) -> None:
+    """Put the doors in front of ``app`` (its last middlewares: they run first), in the
+    order of this module's docstring. Raises :class:`AuthConfigError` (``required_token``)."""
+    token = required_token(settings)
+    if token is not None:
+        app.add_middleware(BearerAuth, token=token)
+    _document(app, bearer=token is not None)
+    app.add_middleware(JsonBodies, routes=app.router.routes)
+    if settings.api_cors_origins:
+        app.add_middleware(
+            CORSMiddleware, allow_origins=settings.api_cors_origins,
+            allow_methods=["GET", "POST"], max_age=600,
+            allow_headers=["Authorization", "Content-Type", "Last-Event-ID"])
+    app.add_middleware(HostAllowList, hosts=allowed_hosts(settings))
