@@ -255,16 +255,16 @@ def up_command(
     from observation.exporter.note import NoteKeyError
 
     try:
+        run_worker = load_run_worker(process=True) if worker else None
+        signer = exporter_signer(settings)  # created at the first start
+    except (DevServerError, NoteKeyError, OSError) as e:
+        fail(f"Error: {e}")
+    try:
         auth = up_auth(settings)  # HITLFLOW_API_TOKEN, or one kept in the data directory
     except AuthConfigError as e:
         fail(f"Error: {e}", 2)
     except (TokenFileError, OSError) as e:
         fail(f"Error: the API token: {e}")
-    try:
-        run_worker = load_run_worker(process=True) if worker else None
-        signer = exporter_signer(settings)  # created at the first start
-    except (DevServerError, NoteKeyError, OSError) as e:
-        fail(f"Error: {e}")
     run(_up(settings, run_worker, signer, auth))
 
 

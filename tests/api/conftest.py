@@ -10,7 +10,7 @@ import pytest
 from temporalio.testing import WorkflowEnvironment
 
 from api.settings import HitlflowSettings
-from tests.api.http_support import HttpStack, running_stack
+from tests.api.http_support import TOKEN, HttpStack, running_stack
 
 
 @pytest.fixture(scope="module")
@@ -18,10 +18,11 @@ async def http_stack(dev_env: WorkflowEnvironment, free_port: Callable[[], int],
                      tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[HttpStack]:
     """The API (its lifespan connects its own Temporal client), a session worker on
     a task queue of this module's own, and the exporter keeping the read model the
-    API reads (in a data directory of the module's own)."""
+    API reads (in a data directory of the module's own); the API requires ``TOKEN``,
+    which ``http_stack.http`` sends."""
     settings = HitlflowSettings(
         temporal_address=dev_env.client.service_client.config.target_host,
-        task_queue=f"tq-http-{uuid.uuid4().hex[:8]}", api_token=None,
+        task_queue=f"tq-http-{uuid.uuid4().hex[:8]}", api_token=TOKEN,
         data_dir=tmp_path_factory.mktemp("http-data"))
     async with running_stack(dev_env.client, settings, free_port()) as stack:
         yield stack

@@ -20,6 +20,10 @@ from observation.exporter.keys import load_or_create_signer
 from tests.support.sessions import running_exporter, running_worker
 
 DEADLINE_S = 30.0
+#: The bearer token of the tests' APIs (an API requires one, docs/security.md), and
+#: the header that sends it, as every client of an API does.
+TOKEN = "hitlflow-test-token"
+AUTH = {"authorization": f"Bearer {TOKEN}"}
 
 
 @dataclass
@@ -46,7 +50,9 @@ async def running_stack(client: Client, settings: HitlflowSettings, port: int,
                         headers: dict[str, str] | None = None) -> AsyncIterator[HttpStack]:
     """A worker on ``settings.task_queue``, the exporter keeping the read model in
     ``settings.data_dir``, and the API on 127.0.0.1:``port`` (``headers``: the test
-    client's, e.g. the bearer token)."""
+    client's; default: the bearer token of ``settings``)."""
+    if headers is None and settings.api_token:
+        headers = {"authorization": f"Bearer {settings.api_token}"}
     signer = load_or_create_signer(settings.data_dir)  # as `up` does at its first start
     async with running_worker(client, settings.task_queue), \
             running_exporter(client, settings.data_dir, settings.task_queue,

@@ -14,6 +14,7 @@ from typer.testing import CliRunner, Result
 
 from api.cli.main import app
 from tests.api.http_support import (
+    TOKEN,
     HttpStack,
     chat_body,
     confirm_body,
@@ -27,9 +28,11 @@ runner = CliRunner()
 
 async def hitlflow(stack: HttpStack | None, *args: str, input: str | None = None,
                    columns: int = 200) -> Result:
-    """The CLI, told where the API is by HITLFLOW_API_URL (None: not told)."""
+    """The CLI, told where the API is by HITLFLOW_API_URL (None: not told), and its
+    token by HITLFLOW_API_TOKEN."""
     env = {"HITLFLOW_API_URL": stack.url if stack else None, "COLUMNS": str(columns),
-           "NO_COLOR": "1", "HITLFLOW_API_PORT": None, "HITLFLOW_DATA_DIR": None}
+           "NO_COLOR": "1", "HITLFLOW_API_PORT": None, "HITLFLOW_DATA_DIR": None,
+           "HITLFLOW_API_TOKEN": TOKEN}
     return await asyncio.to_thread(runner.invoke, app, list(args), input=input, env=env)
 
 
@@ -37,7 +40,7 @@ async def tail_process(stack: HttpStack, sid: str) -> asyncio.subprocess.Process
     """`hitlflow session tail` as its own process (CliRunner swaps sys.stdout: one at
     a time only)."""
     env = {**os.environ, "HITLFLOW_API_URL": stack.url, "COLUMNS": "200", "NO_COLOR": "1",
-           "TERM": "dumb"}
+           "TERM": "dumb", "HITLFLOW_API_TOKEN": TOKEN}
     return await asyncio.create_subprocess_exec(
         sys.executable, "-m", "api.cli", "session", "tail", sid, env=env,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)

@@ -12,6 +12,7 @@ from observation.exporter.checkpoint import Checkpoint, root_of
 from observation.exporter.note import Verifier, open_note
 from observation.telemetry.hook import rebuild_store
 from tests.api.http_support import (
+    AUTH,
     HttpStack,
     confirm_body,
     error_of,
@@ -24,7 +25,7 @@ from tests.api.http_support import (
 async def test_log_and_telemetry_runs_of_a_session(http_stack: HttpStack, tmp_path, free_port):
     settings = http_stack.settings.model_copy(update={"data_dir": tmp_path})
     async with serve(create_app(settings), free_port()) as server, \
-            httpx.AsyncClient(base_url=server.url, timeout=30) as http:
+            httpx.AsyncClient(base_url=server.url, timeout=30, headers=AUTH) as http:
         r = await http.post("/api/sessions", json=confirm_body())
         sid = r.json()["session_id"]
         await session_until(http, sid, lambda s: s["status"] == "waiting_user")
@@ -80,6 +81,6 @@ async def test_a_sessions_signed_checkpoint_and_the_key_to_check_it(
     assert (await http.get("/api/sessions/..%2Fetc/checkpoint")).status_code in (404, 422)
     settings = http_stack.settings.model_copy(update={"data_dir": tmp_path})
     async with serve(create_app(settings), free_port()) as server, \
-            httpx.AsyncClient(base_url=server.url, timeout=30) as bare:
+            httpx.AsyncClient(base_url=server.url, timeout=30, headers=AUTH) as bare:
         r = await bare.get("/api/checkpoint-key")  # no exporter has started here
         assert r.status_code == 404 and error_of(r)["code"] == "checkpoint_key_not_found"

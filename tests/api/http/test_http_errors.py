@@ -10,7 +10,15 @@ import pytest
 
 from api.http.app import create_app
 from api.http.deps import ApiTuning
-from tests.api.http_support import HttpStack, confirm_body, error_of, serve, session_until, waiting
+from tests.api.http_support import (
+    AUTH,
+    HttpStack,
+    confirm_body,
+    error_of,
+    serve,
+    session_until,
+    waiting,
+)
 
 BAD_IDS = ["..", "../x", "..%2Fx", "%2e%2e", "a b", "a.b", "-x", "_x", "x" * 129, "é", "x%00",
            "%2Fetc%2Fpasswd", "x;y", "x'y", 'x"y', "x\\y"]
@@ -67,8 +75,8 @@ async def test_broken_bodies(http_stack: HttpStack):
         ("POST", f"/api/sessions/{sid}/messages", None, {"text": ["a"]}, 422,
          "validation_error"),
         ("POST", f"/api/sessions/{sid}/end", None, {"by": ""}, 422, "validation_error"),
-        ("POST", f"/api/sessions/{sid}/steps/-1/skip", None, None, 422, "validation_error"),
-        ("POST", f"/api/sessions/{sid}/steps/x/skip", None, None, 422, "validation_error"),
+        ("POST", f"/api/sessions/{sid}/steps/-1/skip", None, {}, 422, "validation_error"),
+        ("POST", f"/api/sessions/{sid}/steps/x/skip", None, {}, 422, "validation_error"),
         ("GET", "/api/sessions?limit=0", None, None, 422, "validation_error"),
         ("GET", "/api/sessions?limit=lots", None, None, 422, "validation_error"),
         ("DELETE", f"/api/sessions/{sid}", None, None, 405, "method_not_allowed"),
@@ -82,7 +90,7 @@ async def test_broken_bodies(http_stack: HttpStack):
     # None of it touched the session.
     after = (await http.get(f"/api/sessions/{sid}")).json()
     assert after["pending"] == s["pending"] and after["replies"] == 0
-    await http.post(f"/api/sessions/{sid}/cancel")
+    await http.post(f"/api/sessions/{sid}/cancel", json={})
 
 
 async def test_a_lone_surrogate_is_refused_on_every_text_input(http_stack: HttpStack):
@@ -114,7 +122,7 @@ async def test_a_lone_surrogate_is_refused_on_every_text_input(http_stack: HttpS
     assert (await http.get(f"/api/sessions/{new}")).status_code == 404
     after = (await http.get(f"/api/sessions/{sid}")).json()
     assert after["pending"] == s["pending"] and after["replies"] == 0
-    await http.post(f"/api/sessions/{sid}/cancel")
+    await http.post(f"/api/sessions/{sid}/cancel", json={})
 
 
 async def test_oversized_bodies_are_413(http_stack: HttpStack):
@@ -133,7 +141,8 @@ async def test_oversized_bodies_are_413(http_stack: HttpStack):
     r = await http.post("/api/sessions", content=chunks(),
                         headers={"content-type": "application/json"})
     assert r.status_code == 413 and error_of(r)["code"] == "body_too_large"
-    r = await http.post("/api/sessions/abc/cancel", content=big)  # a route without a body
+    r = await http.post("/api/sessions/abc/cancel", content=big,  # a route without a body
+                        headers={"content-type": "application/json"})
     assert r.status_code == 413 and error_of(r)["code"] == "body_too_large"
 
 
@@ -156,7 +165,8 @@ async def test_bearer_token_guards_everything_but_healthz(guarded: httpx.AsyncCl
     for (method, path), auth in itertools.product(
             paths, [None, "Bearer wrong", "Basic czNjcmV0LXRva2Vu", "Bearer", "s3cret-token",
                     "Bearer s3cret-token-and-more"]):
-        headers = {"authorization": auth} if auth else {}
+        headers = {"content-type": "application/json", **({"authorization": auth} if auth
+                                                           else {})}
         r = await guarded.request(method, path, headers=headers, content=b"{not json")
         assert r.status_code == 401, (method, path, auth, r.text)
         assert error_of(r)["code"] == "unauthorized"
@@ -178,7 +188,7 @@ async def test_no_input_ever_produces_a_5xx(http_stack: HttpStack, free_port):
                                   b'{"request_id":"x","approve":true}', b'{"text":"hi"}',
                                   b"\xff\xfe", b'{"mode":"auto","agent":{"llm":{}}}']
     async with serve(app, free_port()) as server, \
-            httpx.AsyncClient(base_url=server.url, timeout=30) as http:
+            httpx.AsyncClient(base_url=server.url, timeout=30, headers=AUTH) as http:
         routes = [(m, p.format(id=i)) for i in junk_ids for m, p in [
             ("GET", "/api/sessions/{id}"), ("POST", "/api/sessions/{id}/reply"),
             ("POST", "/api/sessions/{id}/messages"), ("POST", "/api/sessions/{id}/end"),

@@ -12,6 +12,8 @@ import httpx
 from api.http.app import create_app
 from api.settings import HitlflowSettings
 from tests.api.http_support import (
+    AUTH,
+    TOKEN,
     HttpStack,
     chat_body,
     confirm_body,
@@ -57,7 +59,7 @@ async def test_timeline_and_snapshot_of_a_waiting_session(http_stack: HttpStack)
     assert snap["current_status"] == "waiting" and snap["is_resumable"] is True
     assert snap["is_stable"] is True and snap["last_trigger"] == "suspend"
     assert snap["transition_count"] == 2 and snap["session_id"] == sid
-    await http.post(f"/api/sessions/{sid}/cancel")
+    await http.post(f"/api/sessions/{sid}/cancel", json={})
 
 
 async def test_unknown_ids_are_404_with_a_message(http_stack: HttpStack):
@@ -86,7 +88,7 @@ async def test_unknown_ids_are_404_with_a_message(http_stack: HttpStack):
     await session_until(http, sid, waiting("confirm"))
     r = await http.get(f"/api/execution/{sid}.0000/snapshot")
     assert r.status_code == 404 and error_of(r)["message"] == f"no contract '{sid}.0000'"
-    await http.post(f"/api/sessions/{sid}/cancel")
+    await http.post(f"/api/sessions/{sid}/cancel", json={})
 
 
 async def test_healthz_says_whether_temporal_is_reachable(http_stack: HttpStack, free_port,
@@ -95,10 +97,10 @@ async def test_healthz_says_whether_temporal_is_reachable(http_stack: HttpStack,
     assert r.status_code == 200
     assert r.json()["status"] == "ok" and r.json()["temporal"]["reachable"] is True
     # Temporal is down: the API still serves; it says so, and Temporal calls are 503.
-    settings = HitlflowSettings(temporal_address=f"127.0.0.1:{free_port()}", api_token=None,
+    settings = HitlflowSettings(temporal_address=f"127.0.0.1:{free_port()}", api_token=TOKEN,
                                 data_dir=tmp_path)
     async with serve(create_app(settings), free_port()) as server, \
-            httpx.AsyncClient(base_url=server.url, timeout=30) as http:
+            httpx.AsyncClient(base_url=server.url, timeout=30, headers=AUTH) as http:
         # The list comes from the read model: it needs no Temporal.
         r = await http.get("/api/sessions")
         assert r.status_code == 200 and r.json()["sessions"] == []
@@ -155,7 +157,7 @@ async def test_duration_of_a_waiting_contract_is_the_elapsed_time(http_stack: Ht
             low, high = _ms_since(entered, before), _ms_since(entered, after)
             assert low - 1 <= snap["duration_in_state_ms"] <= high + 1, (path, consistency,
                                                                           low, snap, high)
-    await http.post(f"/api/sessions/{sid}/cancel")
+    await http.post(f"/api/sessions/{sid}/cancel", json={})
 
 
 async def test_timeline_of_a_session_without_execution_data_is_404(http_stack: HttpStack):
@@ -170,7 +172,7 @@ async def test_timeline_of_a_session_without_execution_data_is_404(http_stack: H
         assert r.status_code == 404, (consistency, r.text)
         err = error_of(r)
         assert err["code"] == "execution_data_not_found" and sid in err["message"]
-    await http.post(f"/api/sessions/{sid}/cancel")
+    await http.post(f"/api/sessions/{sid}/cancel", json={})
 
 
 async def test_has_suspended_stays_true_after_the_suspended_contract_ended(

@@ -15,7 +15,7 @@ from api.http.paging import encode_cursor
 from observation.exporter import export_session
 from observation.log_view import fold
 from observation.projections import ExecutionTimeline, execution_snapshot
-from tests.api.http_support import HttpStack, error_of, serve, session_until, waiting
+from tests.api.http_support import AUTH, HttpStack, error_of, serve, session_until, waiting
 from tests.support.sessions import running_worker
 from workflows.messages import LiveSession
 
@@ -51,7 +51,7 @@ async def test_a_long_session_pages_from_the_log_with_the_live_overlay(
         http_stack: HttpStack, tmp_path, free_port):
     settings = http_stack.settings.model_copy(update={"data_dir": tmp_path})
     async with serve(create_app(settings), free_port()) as server, \
-            httpx.AsyncClient(base_url=server.url, timeout=30, params=LIVE) as http:
+            httpx.AsyncClient(base_url=server.url, timeout=30, headers=AUTH, params=LIVE) as http:
         sid = (await http.post("/api/sessions", json=many_body())).json()["session_id"]
         s = await session_until(http, sid, waiting("confirm"))
         # The live query keeps only a recent window: the log has the rest.
@@ -158,7 +158,7 @@ async def test_without_a_worker_the_past_comes_from_the_log(http_stack: HttpStac
                                                       "task_queue": queue})
     app = create_app(settings, tuning=ApiTuning(query_timeout_s=1.0))
     async with serve(app, free_port()) as server, \
-            httpx.AsyncClient(base_url=server.url, timeout=30, params=LIVE) as http:
+            httpx.AsyncClient(base_url=server.url, timeout=30, headers=AUTH, params=LIVE) as http:
         async with running_worker(http_stack.client, queue):
             sid = (await http.post("/api/sessions", json=many_body())).json()["session_id"]
             s = await session_until(http, sid, waiting("confirm"))

@@ -22,11 +22,11 @@ async def test_plan_session_pauses_at_its_gate_and_takes_step_commands(
     s = await session_until(http, sid, waiting("step"))
     assert s["pending"]["prompt"].startswith("gate: go / no-go")
     # Broken input: not the waiting step, a step that does not exist, reset forward.
-    r = await http.post(f"/api/sessions/{sid}/steps/2/approve")
+    r = await http.post(f"/api/sessions/{sid}/steps/2/approve", json={})
     assert r.status_code == 409 and "cursor is at step 1" in error_of(r)["message"]
-    r = await http.post(f"/api/sessions/{sid}/steps/7/approve")
+    r = await http.post(f"/api/sessions/{sid}/steps/7/approve", json={})
     assert r.status_code == 409 and error_of(r)["code"] == "no_such_step"
-    r = await http.post(f"/api/sessions/{sid}/steps/2/reset")
+    r = await http.post(f"/api/sessions/{sid}/steps/2/reset", json={})
     assert r.status_code == 409 and "forward past the cursor" in error_of(r)["message"]
     r = await http.post(f"/api/sessions/{sid}/steps/1/approve", json={"by": "ann"})
     assert r.status_code == 202, r.text

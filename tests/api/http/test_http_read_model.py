@@ -12,7 +12,7 @@ from temporalio.testing import WorkflowEnvironment
 from api.http.app import create_app
 from api.http.deps import ApiTuning
 from api.settings import HitlflowSettings
-from tests.api.http_support import confirm_body, error_of, serve, session_until, waiting
+from tests.api.http_support import AUTH, confirm_body, error_of, serve, session_until, waiting
 from tests.support.sessions import running_exporter, running_worker
 
 
@@ -25,7 +25,7 @@ async def test_every_read_answers_with_the_worker_stopped(dev_env: WorkflowEnvir
                                                 freshness_wait_s=0.2))
     async with running_exporter(dev_env.client, tmp_path, settings.task_queue), \
             serve(app, free_port()) as server, \
-            httpx.AsyncClient(base_url=server.url, timeout=30) as http:
+            httpx.AsyncClient(base_url=server.url, timeout=30, headers=AUTH) as http:
         async with running_worker(dev_env.client, settings.task_queue):
             sid = (await http.post("/api/sessions", json=confirm_body())).json()["session_id"]
             before = await session_until(http, sid, waiting("confirm"))
@@ -96,7 +96,7 @@ async def test_sse_in_up_streams_the_exporters_lines_and_reads_see_them_at_once(
     async with running_exporter(dev_env.client, tmp_path, settings.task_queue, feed), \
             running_worker(dev_env.client, settings.task_queue), \
             serve(app, free_port()) as server, \
-            httpx.AsyncClient(base_url=server.url, timeout=30) as http:
+            httpx.AsyncClient(base_url=server.url, timeout=30, headers=AUTH) as http:
         sid = (await http.post("/api/sessions", json=confirm_body(*steps))).json()["session_id"]
         seen: list[tuple[str, int]] = []
         async with http.stream("GET", f"/api/sessions/{sid}/events") as stream:

@@ -8,7 +8,15 @@ import httpx
 
 from api.http.app import create_app
 from api.settings import HitlflowSettings
-from tests.api.http_support import HttpStack, confirm_body, serve, session_until, waiting
+from tests.api.http_support import (
+    AUTH,
+    TOKEN,
+    HttpStack,
+    confirm_body,
+    serve,
+    session_until,
+    waiting,
+)
 
 
 async def test_two_api_replicas_serve_the_same_sessions(http_stack: HttpStack, free_port,
@@ -17,13 +25,13 @@ async def test_two_api_replicas_serve_the_same_sessions(http_stack: HttpStack, f
     monkeypatch.setenv("HITLFLOW_TASK_QUEUE", http_stack.settings.task_queue)
     # Replicas share the read model the exporter keeps (as on a cluster).
     monkeypatch.setenv("HITLFLOW_DATA_DIR", str(http_stack.settings.data_dir))
-    monkeypatch.delenv("HITLFLOW_API_TOKEN", raising=False)
+    monkeypatch.setenv("HITLFLOW_API_TOKEN", TOKEN)
     settings = HitlflowSettings()  # from the environment only
     assert settings.target == http_stack.settings.temporal_address
     async with serve(create_app(settings), free_port()) as one, \
             serve(create_app(settings), free_port()) as two, \
-            httpx.AsyncClient(base_url=one.url, timeout=30) as a, \
-            httpx.AsyncClient(base_url=two.url, timeout=30) as b:
+            httpx.AsyncClient(base_url=one.url, timeout=30, headers=AUTH) as a, \
+            httpx.AsyncClient(base_url=two.url, timeout=30, headers=AUTH) as b:
         r = await a.post("/api/sessions", json=confirm_body())
         assert r.status_code == 201, r.text
         sid = r.json()["session_id"]

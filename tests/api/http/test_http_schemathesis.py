@@ -41,7 +41,7 @@ from api.settings import HitlflowSettings  # noqa: E402
 from observation.exporter.keys import load_or_create_signer  # noqa: E402
 from observation.telemetry import STORE_NAME, TelemetryStore  # noqa: E402
 from observation.telemetry.hook import sync_store  # noqa: E402
-from tests.api.http_support import confirm_body, session_until, waiting  # noqa: E402
+from tests.api.http_support import AUTH, TOKEN, confirm_body, session_until, waiting  # noqa: E402
 from tests.support.sessions import (  # noqa: E402
     running_exporter,
     running_worker,
@@ -65,7 +65,7 @@ class ThreadedApi:
     a queue of their own) in a thread with its own event loop."""
 
     def __init__(self, target: str, port: int, data_dir: Path) -> None:
-        self.settings = HitlflowSettings(temporal_address=target, api_token=None,
+        self.settings = HitlflowSettings(temporal_address=target, api_token=TOKEN,
                                          task_queue=f"tq-fuzz-{uuid.uuid4().hex[:8]}",
                                          data_dir=data_dir)
         self.real_queue = f"tq-fuzz-real-{uuid.uuid4().hex[:8]}"
@@ -107,7 +107,7 @@ class ThreadedApi:
         """One session waiting for the person, one finished, both in the read model."""
         config = SessionConfig.model_validate(confirm_body())
         sids = [(await start_session(client, config, self.real_queue)).id for _ in range(2)]
-        async with httpx.AsyncClient(base_url=self.url, timeout=30) as http:
+        async with httpx.AsyncClient(base_url=self.url, timeout=30, headers=AUTH) as http:
             views = [await session_until(http, sid, waiting("confirm")) for sid in sids]
             r = await http.post(f"/api/sessions/{sids[1]}/reply", json={
                 "request_id": views[1]["pending"]["request_id"], "approve": True})

@@ -10,6 +10,7 @@ import httpx
 from api.http.app import create_app
 from api.http.deps import ApiTuning
 from tests.api.http_support import (
+    AUTH,
     HttpStack,
     chat_body,
     confirm_body,
@@ -89,7 +90,7 @@ async def test_demo_session_driven_through_http(http_stack: HttpStack, http_note
     r = await http.post(f"/api/sessions/{sid}/reply", json={"request_id": "x", "approve": True})
     assert r.status_code == 409
     assert error_of(r)["message"] == "nothing is pending: the session is succeeded"
-    r = await http.post(f"/api/sessions/{sid}/cancel")
+    r = await http.post(f"/api/sessions/{sid}/cancel", json={})
     assert r.status_code == 409 and error_of(r)["code"] == "session_closed"
 
     # The observation endpoints agree with the session.
@@ -120,7 +121,7 @@ async def test_a_new_session_is_queued_and_listed_before_any_worker_runs(
     sid = f"queued-{uuid.uuid4().hex[:8]}"
     async with serve(app, free_port()) as server, \
             running_exporter(http_stack.client, settings.data_dir, settings.task_queue), \
-            httpx.AsyncClient(base_url=server.url, timeout=30) as http:
+            httpx.AsyncClient(base_url=server.url, timeout=30, headers=AUTH) as http:
         r = await http.post("/api/sessions", params={"session_id": sid}, json=confirm_body())
         assert r.status_code == 201 and r.json() == {"session_id": sid, "status": "queued"}
         assert await listed(http, sid, "queued")
@@ -134,7 +135,7 @@ async def test_a_new_session_is_queued_and_listed_before_any_worker_runs(
         # The same id again: 409, ids are never reused.
         r = await http.post("/api/sessions", params={"session_id": sid}, json=confirm_body())
         assert r.status_code == 409 and error_of(r)["code"] == "session_exists"
-        r = await http.post(f"/api/sessions/{sid}/cancel")
+        r = await http.post(f"/api/sessions/{sid}/cancel", json={})
         assert r.status_code == 202 and r.json()["status"] == "queued"
     await http_stack.client.get_workflow_handle(sid).terminate("test cleanup")
 
@@ -144,7 +145,7 @@ async def test_messages_start_a_turn_and_end_finishes(http_stack: HttpStack):
     sid = (await http.post("/api/sessions", json=chat_body())).json()["session_id"]
     s = await session_until(http, sid, waiting("message"))
     assert s["last_text"] == "hello, what next?"
-    r = await http.post(f"/api/sessions/{sid}/end")
+    r = await http.post(f"/api/sessions/{sid}/end", json={})
     assert r.status_code == 202 and r.json()["status"] == "waiting_user"
     s = await session_until(http, sid, lambda s: s["status"] == "succeeded")
     r = await http.post(f"/api/sessions/{sid}/messages", json={"text": "too late"})
@@ -164,14 +165,14 @@ async def test_cancel_a_waiting_session(http_stack: HttpStack):
     http = http_stack.http
     sid = (await http.post("/api/sessions", json=confirm_body())).json()["session_id"]
     await session_until(http, sid, waiting("confirm"))
-    r = await http.post(f"/api/sessions/{sid}/cancel")
+    r = await http.post(f"/api/sessions/{sid}/cancel", json={})
     assert r.status_code == 202 and r.json() == {
         "session_id": sid, "accepted": True, "request_id": None, "status": "waiting_user",
         "journal_seq": None, "cancellation": "requested"}
     s = await session_until(http, sid, lambda s: s["status"] == "canceled")
     assert [c["current_status"] for c in s["contracts"]] == ["cancelled"]
     assert await listed(http, sid, "canceled")
-    r = await http.post(f"/api/sessions/{sid}/cancel")
+    r = await http.post(f"/api/sessions/{sid}/cancel", json={})
     assert r.status_code == 409
     assert error_of(r)["message"] == "the session already ended: it is canceled"
 
@@ -203,9 +204,9 @@ async def test_plan_step_actions_on_an_agent_session(http_stack: HttpStack):
         assert r.status_code == 409
         assert error_of(r) == {"code": "not_a_plan_session", "message": "not a plan session: "
                                f"{sid} is driven by an agent, it has no steps"}
-    r = await http.post(f"/api/sessions/{sid}/steps/0/explode")
+    r = await http.post(f"/api/sessions/{sid}/steps/0/explode", json={})
     assert r.status_code == 422
-    await http.post(f"/api/sessions/{sid}/cancel")
+    await http.post(f"/api/sessions/{sid}/cancel", json={})
 
 
 async def test_list_pages_and_filters(http_stack: HttpStack):
@@ -230,7 +231,7 @@ async def test_list_pages_and_filters(http_stack: HttpStack):
             break
     assert ids <= set(seen) and len(seen) == len(set(seen))
     for sid in ids:
-        await http.post(f"/api/sessions/{sid}/cancel")
+        await http.post(f"/api/sessions/{sid}/cancel", json={})
     r = await http.get("/api/sessions", params={"cursor": "not-a-token!"})
     assert r.status_code == 400 and error_of(r)["code"] == "invalid_cursor"
     r = await http.get("/api/sessions", params={"page_token": "not-a-token!"})  # the old name
@@ -247,7 +248,7 @@ async def test_a_second_cancel_while_cancelling_is_accepted_and_says_so(http_sta
         "SessionWorkflow", SessionInput(session_id=sid, config=SessionConfig.model_validate(
             confirm_body())), id=sid, task_queue=f"tq-nobody-{uuid.uuid4().hex[:6]}")
     try:
-        answers = [await http_stack.http.post(f"/api/sessions/{sid}/cancel") for _ in "12"]
+        answers = [await http_stack.http.post(f"/api/sessions/{sid}/cancel", json={}) for _ in "12"]
         assert [(r.status_code, r.json()["cancellation"]) for r in answers] == [
             (202, "requested"), (202, "already_requested")]
         desc = await http_stack.client.get_workflow_handle(sid).describe()
@@ -274,7 +275,7 @@ async def test_a_reply_to_an_expired_request_says_it_expired(http_stack: HttpSta
         "request_id": asked["pending"]["request_id"], "approve": True})
     assert r.status_code == 409 and error_of(r)["code"] == "reply_refused"
     assert f"request {asked['pending']['request_id']!r} expired at " in error_of(r)["message"]
-    await http.post(f"/api/sessions/{sid}/cancel")
+    await http.post(f"/api/sessions/{sid}/cancel", json={})
 
 
 async def test_a_reply_to_an_auto_decided_request_says_what_was_decided(
@@ -289,4 +290,4 @@ async def test_a_reply_to_an_auto_decided_request_says_what_was_decided(
         "request_id": asked["pending"]["request_id"], "approve": True})
     assert r.status_code == 409 and error_of(r)["code"] == "reply_refused"
     assert "was auto-decided: rejected" in error_of(r)["message"]
-    await http.post(f"/api/sessions/{sid}/cancel")
+    await http.post(f"/api/sessions/{sid}/cancel", json={})

@@ -18,7 +18,7 @@ from api.http.deps import ApiTuning
 from api.http.sse import StreamEvent
 from api.sse_names import STREAM_COMPLETE
 from observation.exporter import StreamHead
-from tests.api.http_support import HttpStack, confirm_body, error_of
+from tests.api.http_support import AUTH, HttpStack, confirm_body, error_of
 
 SEED_000_PAYLOAD = {"execution_id", "action_summary", "from_status", "to_status", "trigger",
                     "actor_category", "is_terminal", "is_resumable", "has_side_effects",
@@ -128,7 +128,7 @@ async def sse(http_stack: HttpStack, free_port) -> AsyncIterator[tuple[httpx.Asy
     server = ApiServer(app, "127.0.0.1", free_port())
     await server.start()
     try:
-        async with httpx.AsyncClient(base_url=server.url, timeout=30) as http:
+        async with httpx.AsyncClient(base_url=server.url, timeout=30, headers=AUTH) as http:
             yield http, buses
     finally:
         await server.stop()
@@ -319,7 +319,7 @@ async def test_open_streams_end_when_the_server_stops(http_stack, free_port):
     server = ApiServer(app, "127.0.0.1", free_port())
     await server.start()
     await bus.publish("text", {"text": "hi"})
-    async with httpx.AsyncClient(base_url=server.url, timeout=30) as http, \
+    async with httpx.AsyncClient(base_url=server.url, timeout=30, headers=AUTH) as http, \
             http.stream("GET", f"/api/sessions/{sid}/events") as r:
         reader = Reader(r)
         assert (await reader.next()).event == "text"

@@ -33,6 +33,8 @@ from api.http.deps import ApiTuning
 from api.runtime.worker import build_worker
 from api.settings import HitlflowSettings
 from tests.api.http_support import (
+    AUTH,
+    TOKEN,
     HttpStack,
     confirm_body,
     error_of,
@@ -75,7 +77,7 @@ async def stuck_stack(dev_env: WorkflowEnvironment, free_port: Callable[[], int]
     not turned into a failed session), with the poisoning interceptor."""
     settings = HitlflowSettings(
         temporal_address=dev_env.client.service_client.config.target_host,
-        task_queue=f"tq-stuck-{uuid.uuid4().hex[:8]}", api_token=None,
+        task_queue=f"tq-stuck-{uuid.uuid4().hex[:8]}", api_token=TOKEN,
         data_dir=tmp_path_factory.mktemp("stuck-data"))
     pool = McpClientPool()
     poisoned: list[str] = []
@@ -86,7 +88,7 @@ async def stuck_stack(dev_env: WorkflowEnvironment, free_port: Callable[[], int]
                 serve(create_app(settings, tuning=ApiTuning(query_timeout_s=2.0,
                                                             update_timeout_s=3.0)),
                       free_port()) as server, \
-                httpx.AsyncClient(base_url=server.url, timeout=30,
+                httpx.AsyncClient(base_url=server.url, timeout=30, headers=AUTH,
                                   params={"consistency": "live"}) as http:
             # Only the live view knows a workflow task keeps failing (the read model
             # shows the last status the session recorded): every read here asks for it.

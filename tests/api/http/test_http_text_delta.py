@@ -29,7 +29,7 @@ from api.sse_names import TEXT_DELTA
 from observation.exporter import LogFeed
 from observation.exporter.verify import LOG_NAME
 from tests.api.http.test_http_sse import Reader
-from tests.api.http_support import HttpStack, eventually, serve
+from tests.api.http_support import AUTH, TOKEN, HttpStack, eventually, serve
 from tests.fakes.openai_server import FakeOpenAIServer
 from tests.support.postgres import postgres_url
 from tests.support.sessions import running_exporter, running_worker
@@ -46,7 +46,7 @@ async def stream_stack(request: pytest.FixtureRequest, dev_env: WorkflowEnvironm
     API's are one object (``up``) or two on one PostgreSQL database (``cluster``)."""
     settings = HitlflowSettings(
         temporal_address=dev_env.client.service_client.config.target_host,
-        task_queue=f"tq-delta-{uuid.uuid4().hex[:8]}", api_token=None,
+        task_queue=f"tq-delta-{uuid.uuid4().hex[:8]}", api_token=TOKEN,
         data_dir=tmp_path_factory.mktemp("delta-data"))
     if request.param == "up":
         api_bus, buses = InProcessDeltaBus(), []
@@ -66,7 +66,7 @@ async def stream_stack(request: pytest.FixtureRequest, dev_env: WorkflowEnvironm
                 running_exporter(dev_env.client, settings.data_dir, settings.task_queue,
                                  feed=feed), \
                 serve(app, free_port()) as server, \
-                httpx.AsyncClient(base_url=server.url, timeout=30) as http:
+                httpx.AsyncClient(base_url=server.url, timeout=30, headers=AUTH) as http:
             yield HttpStack(http=http, url=server.url, client=dev_env.client,
                             settings=settings)
     finally:
