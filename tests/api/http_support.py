@@ -47,17 +47,19 @@ async def serve(app: FastAPI, port: int) -> AsyncIterator[ApiServer]:
 
 @asynccontextmanager
 async def running_stack(client: Client, settings: HitlflowSettings, port: int,
-                        headers: dict[str, str] | None = None) -> AsyncIterator[HttpStack]:
+                        headers: dict[str, str] | None = None,
+                        app: FastAPI | None = None) -> AsyncIterator[HttpStack]:
     """A worker on ``settings.task_queue``, the exporter keeping the read model in
     ``settings.data_dir``, and the API on 127.0.0.1:``port`` (``headers``: the test
-    client's; default: the bearer token of ``settings``)."""
+    client's; default: the bearer token of ``settings``; ``app``: the API, default
+    ``create_app(settings)``)."""
     if headers is None and settings.api_token:
         headers = {"authorization": f"Bearer {settings.api_token}"}
     signer = load_or_create_signer(settings.data_dir)  # as `up` does at its first start
     async with running_worker(client, settings.task_queue), \
             running_exporter(client, settings.data_dir, settings.task_queue,
                              signer=signer), \
-            serve(create_app(settings), port) as server, \
+            serve(app or create_app(settings), port) as server, \
             httpx.AsyncClient(base_url=server.url, timeout=30, headers=headers) as http:
         yield HttpStack(http=http, url=server.url, client=client, settings=settings)
 

@@ -79,7 +79,7 @@ async def test_unknown_ids_are_404_with_a_message(http_stack: HttpStack):
         assert error_of(r)["code"] == code, path
     for action in ("reply", "messages", "end", "cancel", "steps/1/skip"):
         body = {"request_id": "r"} if action == "reply" else \
-            {"text": "t"} if action == "messages" else None
+            {"text": "t"} if action == "messages" else {}
         r = await http.post(f"/api/sessions/{ghost}/{action}", json=body)
         assert r.status_code == 404, (action, r.text)
         assert error_of(r) == {"code": "session_not_found", "message": f"no session {ghost!r}"}
@@ -112,7 +112,7 @@ async def test_healthz_says_whether_temporal_is_reachable(http_stack: HttpStack,
         for method, path in [("GET", "/api/sessions/abc"),
                              ("POST", "/api/sessions/abc/cancel"),
                              ("GET", "/api/execution/abc/timeline")]:
-            r = await http.request(method, path)
+            r = await http.request(method, path, json={} if method == "POST" else None)
             assert r.status_code == 503, (path, r.text)
             assert error_of(r)["code"] == "temporal_unavailable"
         r = await http.post("/api/sessions", json=confirm_body())

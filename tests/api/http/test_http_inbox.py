@@ -13,7 +13,6 @@ import asyncio
 import contextlib
 import os
 import re
-import shutil
 import tempfile
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -33,6 +32,7 @@ from tests.api.http_support import (
     error_of,
     running_stack,
 )
+from tests.support.browser_origin import chromium_path
 
 TOKEN = "inbox-s3cret"
 AUTH = {"authorization": f"Bearer {TOKEN}"}
@@ -108,20 +108,6 @@ def test_the_served_files_are_the_modules_the_page_loads():
 # -- in a browser ----------------------------------------------------------------------
 
 
-def _chromium() -> str:
-    """The system's chromium; missing, the test fails in CI (``CI`` set) and is
-    skipped elsewhere, saying how to get it."""
-    found = os.environ.get("HITLFLOW_CHROMIUM") or shutil.which("chromium") \
-        or shutil.which("chromium-browser")
-    why = ("the inbox's browser test needs Debian's chromium (apt-get install chromium; "
-           ".ci/run installs it) or HITLFLOW_CHROMIUM=<path>")
-    if not found:
-        if os.environ.get("CI"):
-            pytest.fail(f"no chromium found: {why}")
-        pytest.skip(f"no chromium found: {why}")
-    return found
-
-
 class Pages:
     """A browser context's open pages: their pictures for the docs, and all of them
     saved on a failure (to a temporary directory named in the failure)."""
@@ -163,7 +149,7 @@ class Pages:
 @pytest.fixture(scope="module")
 async def browser() -> AsyncIterator[object]:
     """One chromium for the module's tests."""
-    chromium = _chromium()
+    chromium = chromium_path()
     try:
         from playwright.async_api import async_playwright, expect
     except ImportError as err:  # a dev extra: never a silent skip

@@ -12,7 +12,15 @@ from temporalio.testing import WorkflowEnvironment
 from api.http.app import create_app
 from api.http.deps import ApiTuning
 from api.settings import HitlflowSettings
-from tests.api.http_support import AUTH, confirm_body, error_of, serve, session_until, waiting
+from tests.api.http_support import (
+    AUTH,
+    TOKEN,
+    confirm_body,
+    error_of,
+    serve,
+    session_until,
+    waiting,
+)
 from tests.support.sessions import running_exporter, running_worker
 
 
@@ -20,7 +28,7 @@ async def test_every_read_answers_with_the_worker_stopped(dev_env: WorkflowEnvir
                                                           free_port, tmp_path: Path):
     settings = HitlflowSettings(
         temporal_address=dev_env.client.service_client.config.target_host,
-        task_queue=f"tq-rm-{uuid.uuid4().hex[:8]}", data_dir=tmp_path)
+        task_queue=f"tq-rm-{uuid.uuid4().hex[:8]}", data_dir=tmp_path, api_token=TOKEN)
     app = create_app(settings, tuning=ApiTuning(query_timeout_s=0.5, update_timeout_s=0.5,
                                                 freshness_wait_s=0.2))
     async with running_exporter(dev_env.client, tmp_path, settings.task_queue), \
@@ -87,7 +95,7 @@ async def test_sse_in_up_streams_the_exporters_lines_and_reads_see_them_at_once(
 
     settings = HitlflowSettings(
         temporal_address=dev_env.client.service_client.config.target_host,
-        task_queue=f"tq-feed-{uuid.uuid4().hex[:8]}", data_dir=tmp_path)
+        task_queue=f"tq-feed-{uuid.uuid4().hex[:8]}", data_dir=tmp_path, api_token=TOKEN)
     feed = LogFeed(tmp_path / "runs")
     app = create_app(settings, tuning=ApiTuning(freshness_wait_s=0),
                      event_provider=lambda _c, sid, after: feed.events(sid, after),

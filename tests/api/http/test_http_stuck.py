@@ -149,7 +149,7 @@ async def test_stuck_session_is_shown_and_refuses_writes(stuck_stack: HttpStack)
     writes = [("reply", {"request_id": rid, "approve": True}),
               ("reply", {"request_id": "not-the-pending-one", "approve": True}),
               ("messages", {"text": "hello?"}), ("end", {"reason": "done"}),
-              ("cancel", None), ("steps/0/approve", None)]
+              ("cancel", {}), ("steps/0/approve", {})]
     for path, body in writes:
         r = await http.post(f"/api/sessions/{sid}/{path}", json=body)
         assert r.status_code == 409, (path, r.text)
