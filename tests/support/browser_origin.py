@@ -43,11 +43,11 @@ _RUN = """async (attempts) => {
     const headers = { ...a.headers };
     if (a.content_type !== null) headers["Content-Type"] = a.content_type;
     const init = { method: a.method, mode: a.mode, headers, cache: "no-store",
-                   credentials: "include", redirect: "manual" };
+                   credentials: "include" };
     if (a.body !== null) init.body = a.body;
     try {
       const r = await fetch(a.url, init);
-      const opaque = r.type === "opaque" || r.type === "opaqueredirect";
+      const opaque = r.type === "opaque";
       out.push({ sent: true, status: opaque ? null : r.status,
                  body: opaque ? null : await r.text(), error: null });
     } catch (e) {
