@@ -18,7 +18,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from api.cli.options import Stack, stack_options
+from api.cli.options import Stack, command_line, stack_options
 from api.cli.session_view import follow_events, tool_label
 
 if TYPE_CHECKING:  # loaded when the demo runs
@@ -102,7 +102,7 @@ def follow(api: ApiClient, session_id: str, auto_approve: bool) -> str:
     return ended["status"]
 
 
-def run_demo(api: ApiClient, data_dir: Path, auto_approve: bool) -> str:
+def run_demo(api: ApiClient, data_dir: Path, auto_approve: bool, stack: Stack) -> str:
     from api.cli.demo_config import demo_config
 
     session_id = f"demo-{uuid.uuid4().hex[:8]}"
@@ -111,8 +111,10 @@ def run_demo(api: ApiClient, data_dir: Path, auto_approve: bool) -> str:
     body = demo_config(notes).model_dump(mode="json", exclude_none=True)
     api.post("/api/sessions", body, params={"session_id": session_id})
     console.print(f"started demo session [bold]{session_id}[/] (notes in {notes})")
-    console.print(f"  [dim]watch it: hitlflow session tail {session_id} --api-url "
-                  f"{api.base_url}[/]")
+    # With the person's own stack options: the command finds the API and its token as
+    # the demo did (an --api-url alone would not be sent the token up keeps).
+    tail = command_line("session", "tail", session_id, stack=stack)
+    console.print(f"  [dim]watch it: {escape(tail)}[/]")
     status = follow(api, session_id, auto_approve)
     console.print(f"demo session {session_id} ended [bold]{status}[/]")
     return status
@@ -132,7 +134,7 @@ def register(app: typer.Typer) -> None:
 
         with stack.client() as api:
             try:
-                status = run_demo(api, stack.resolved_data_dir, auto_approve)
+                status = run_demo(api, stack.resolved_data_dir, auto_approve, stack)
             except ApiClientError as err:
                 console.print(f"[red]error:[/] {err.code}: {err.message}")
                 raise typer.Exit(2) from None

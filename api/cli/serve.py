@@ -21,7 +21,8 @@ def api_command(
     temporal_address: TemporalAddress = None,
 ) -> None:
     """Serve the HTTP API alone against a Temporal frontend until Ctrl-C (more API
-    processes may serve the same sessions)."""
+    processes may serve the same sessions). Needs HITLFLOW_API_TOKEN (or, explicitly,
+    HITLFLOW_API_AUTH=off): docs/security.md."""
     try:
         settings = settings_of(api_host=host, api_port=port, temporal_address=temporal_address)
     except UsageError as e:

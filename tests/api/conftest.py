@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
-from api.settings import HitlflowSettings
-from tests.api.http_support import TOKEN, HttpStack, running_stack
+from tests.api.http_support import HttpStack, running_stack, stack_settings
 
 
 @pytest.fixture(scope="module")
@@ -20,10 +18,7 @@ async def http_stack(dev_env: WorkflowEnvironment, free_port: Callable[[], int],
     a task queue of this module's own, and the exporter keeping the read model the
     API reads (in a data directory of the module's own); the API requires ``TOKEN``,
     which ``http_stack.http`` sends."""
-    settings = HitlflowSettings(
-        temporal_address=dev_env.client.service_client.config.target_host,
-        task_queue=f"tq-http-{uuid.uuid4().hex[:8]}", api_token=TOKEN,
-        data_dir=tmp_path_factory.mktemp("http-data"))
+    settings = stack_settings(dev_env.client, tmp_path_factory.mktemp("http-data"), "http")
     async with running_stack(dev_env.client, settings, free_port()) as stack:
         yield stack
 

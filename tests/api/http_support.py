@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -43,6 +44,15 @@ async def serve(app: FastAPI, port: int) -> AsyncIterator[ApiServer]:
         yield server
     finally:
         await server.stop()
+
+
+def stack_settings(client: Client, data_dir: Path, name: str,
+                   token: str | None = TOKEN) -> HitlflowSettings:
+    """The settings of a test's stack: the test's Temporal, a task queue of its own
+    (``tq-<name>-...``), ``data_dir``, and the API's ``token``."""
+    return HitlflowSettings(temporal_address=client.service_client.config.target_host,
+                            task_queue=f"tq-{name}-{uuid.uuid4().hex[:8]}", api_token=token,
+                            data_dir=data_dir)
 
 
 @asynccontextmanager

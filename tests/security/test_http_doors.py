@@ -29,9 +29,16 @@ from temporalio.testing import WorkflowEnvironment
 
 from api.http.app import create_app
 from api.http.doors import OPEN_PATHS, STATE_CHANGING
-from api.settings import HitlflowSettings
 from tests.api.cli.test_cli_stack import cli, cli_env, run_cli
-from tests.api.http_support import HttpStack, error_of, running_stack, serve, session_until, waiting
+from tests.api.http_support import (
+    HttpStack,
+    error_of,
+    running_stack,
+    serve,
+    session_until,
+    stack_settings,
+    waiting,
+)
 from tests.support.browser_origin import FORM, TEXT, Attempt, chromium_path, described, foreign_page
 
 TOKEN = "doors-s3cret-token"
@@ -78,10 +85,8 @@ class Doors:
 @pytest.fixture(scope="module")
 async def doors(dev_env: WorkflowEnvironment, free_port: Callable[[], int],
                 tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Doors]:
-    settings = HitlflowSettings(
-        temporal_address=dev_env.client.service_client.config.target_host,
-        task_queue=f"tq-doors-{uuid.uuid4().hex[:8]}", api_token=TOKEN,
-        data_dir=tmp_path_factory.mktemp("doors-data"))
+    settings = stack_settings(dev_env.client, tmp_path_factory.mktemp("doors-data"), "doors",
+                              TOKEN)
     seen: list[tuple[str, str, str, int]] = []
     guarded = create_app(settings)
     guarded.add_middleware(Recorder, seen=seen)

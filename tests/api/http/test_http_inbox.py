@@ -14,7 +14,6 @@ import contextlib
 import os
 import re
 import tempfile
-import uuid
 from collections.abc import AsyncIterator, Callable
 from importlib import resources
 from pathlib import Path
@@ -24,13 +23,13 @@ import pytest
 from temporalio.testing import WorkflowEnvironment
 
 from api.http.routers import inbox
-from api.settings import HitlflowSettings
 from tests.api.http_support import (
     HttpStack,
     confirm_body,
     demo_body,
     error_of,
     running_stack,
+    stack_settings,
 )
 from tests.support.browser_origin import chromium_path
 
@@ -45,10 +44,8 @@ EXPECT_MS = 30_000
 async def inbox_stack(dev_env: WorkflowEnvironment, free_port: Callable[[], int],
                       tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[HttpStack]:
     """Like ``http_stack``, with ``HITLFLOW_API_TOKEN`` set."""
-    settings = HitlflowSettings(
-        temporal_address=dev_env.client.service_client.config.target_host,
-        task_queue=f"tq-inbox-{uuid.uuid4().hex[:8]}", api_token=TOKEN,
-        data_dir=tmp_path_factory.mktemp("inbox-data"))
+    settings = stack_settings(dev_env.client, tmp_path_factory.mktemp("inbox-data"), "inbox",
+                              TOKEN)
     async with running_stack(dev_env.client, settings, free_port(), AUTH) as stack:
         yield stack
 
