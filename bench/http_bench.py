@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from stack import Up, WorkerProcess, p50_p99, pct, ratio, session_body, start_up
+from stack import Up, WorkerProcess, api_headers, p50_p99, pct, ratio, session_body, start_up
 
 from api.cli.sse_client import aparse_lines
 
@@ -116,7 +116,7 @@ async def drive_phase(tally: dict, count: int, url: str, replies: int, data_dir:
 
 async def drive_client(tally: dict, url: str, replies: int, data_dir: Path) -> tuple[int, int]:
     where = {"stage": "start"}
-    async with httpx.AsyncClient(base_url=url, timeout=120) as http:
+    async with httpx.AsyncClient(base_url=url, timeout=120, headers=api_headers()) as http:
         try:
             return await asyncio.wait_for(drive(tally, http, replies, data_dir, where),
                                           STUCK_AFTER_S)
@@ -192,7 +192,7 @@ async def update_phase(tally: dict, count: int, temporal: str, task_queue: str, 
 async def read_phase(tally: dict, count: int, url: str, path: str, seconds: float,
                      start_at: float) -> None:
     async def one() -> None:
-        async with httpx.AsyncClient(base_url=url, timeout=60) as http:
+        async with httpx.AsyncClient(base_url=url, timeout=60, headers=api_headers()) as http:
             await http.get(path)  # connect before the clock starts
             await at(start_at)
             while time.time() < start_at + seconds:
@@ -247,7 +247,7 @@ def merge(tallies: list[dict]) -> dict:
 
 async def healthz_probe(url: str, done: asyncio.Event) -> list[float]:
     lat: list[float] = []
-    async with httpx.AsyncClient(base_url=url, timeout=60) as http:
+    async with httpx.AsyncClient(base_url=url, timeout=60, headers=api_headers()) as http:
         while not done.is_set():
             t0 = time.perf_counter()
             (await http.get("/healthz")).raise_for_status()
@@ -296,7 +296,7 @@ async def drive_mode(up: Up, clients: Clients, args: argparse.Namespace) -> None
 
 
 async def read_mode(up: Up, clients: Clients, args: argparse.Namespace) -> None:
-    async with httpx.AsyncClient(base_url=up.url, timeout=60) as http:
+    async with httpx.AsyncClient(base_url=up.url, timeout=60, headers=api_headers()) as http:
         sid = (await http.post("/api/sessions", json=session_body(1))).json()["session_id"]
         for _ in range(600):
             if (await http.get(f"/api/sessions/{sid}")).json().get("status") == "waiting_user":

@@ -49,6 +49,7 @@ import httpx
 from stack import (
     StepFollower,
     Up,
+    api_headers,
     cpu_share,
     p50_p99,
     pct,
@@ -128,7 +129,7 @@ def _gets(url: str, sids: list[str], count: int) -> tuple[list[float], int]:
     async def run() -> None:
         nonlocal errors
         gate = asyncio.Semaphore(8)
-        async with httpx.AsyncClient(base_url=url, timeout=60) as http:
+        async with httpx.AsyncClient(base_url=url, timeout=60, headers=api_headers()) as http:
             async def one(sid: str) -> None:
                 nonlocal errors
                 async with gate:
@@ -297,7 +298,8 @@ async def main(argv: list[str]) -> None:
         try:
             client = await connect(HitlflowSettings(temporal_address=up.temporal))
             limits = httpx.Limits(max_connections=args.concurrency + 8)
-            async with httpx.AsyncClient(base_url=up.url, timeout=120, limits=limits) as http:
+            async with httpx.AsyncClient(base_url=up.url, timeout=120, headers=api_headers(),
+                                         limits=limits) as http:
                 sids = await start_sessions(http, args.base, args.concurrency)
                 await until_waiting(client, args.base, args.wait_s)
                 base = await measure(up, http, client, sids, args, args.settle_s)

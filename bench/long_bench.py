@@ -29,7 +29,7 @@ from pathlib import Path
 
 import httpx
 from http_bench import Stream
-from stack import session_body, start_up
+from stack import api_headers, session_body, start_up
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
@@ -104,7 +104,8 @@ async def main(argv: list[str]) -> None:
         data = Path(tmp)
         up = await start_up(data)
         try:
-            async with httpx.AsyncClient(base_url=up.url, timeout=120) as http:
+            async with httpx.AsyncClient(base_url=up.url, timeout=120,
+                                         headers=api_headers()) as http:
                 t0 = time.perf_counter()
                 sid, per_turn = await drive(http, args.turns)
                 wall = time.perf_counter() - t0

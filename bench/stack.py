@@ -13,6 +13,7 @@ import asyncio
 import multiprocessing
 import os
 import re
+import secrets
 import signal
 import socket
 import statistics
@@ -108,6 +109,16 @@ async def cpu_share(pids: dict[str, int], seconds: float) -> dict[str, float]:
 
 # ---------------------------------------------------------------------------
 # hitlflow up
+
+
+def api_headers() -> dict[str, str]:
+    """What the benchmark's clients send: the API token of its stacks. One for the run,
+    in the environment (set at import, before any process starts): ``up`` and every
+    client process share it (the API requires one: docs/security.md)."""
+    return {"authorization": f"Bearer {os.environ['HITLFLOW_API_TOKEN']}"}
+
+
+os.environ.setdefault("HITLFLOW_API_TOKEN", secrets.token_urlsafe(32))
 
 
 def up_env() -> dict[str, str]:
