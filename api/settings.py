@@ -17,6 +17,10 @@ class HitlflowSettings(BaseSettings):
     # host:port of a Temporal frontend; empty means the embedded dev server of `up`.
     temporal_address: str = ""
     namespace: str = "default"
+    # Connect with temporalio's environment configuration: the TEMPORAL_* variables and
+    # profile file for TLS, client certificates and API keys (docs/operations.md,
+    # "Connecting to a secured Temporal"); `up` turns it off for its own dev server.
+    temporal_envconfig: bool = True
     task_queue: str = TASK_QUEUE
     temporal_port: int = Field(default=7233, ge=1, le=65535)
     ui_port: int = Field(default=8233, ge=1, le=65535)

@@ -26,7 +26,6 @@ from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
 
 from activities.deltas import DeltaBus, cluster_delta_bus
 from api.http import errors
@@ -44,6 +43,7 @@ from api.http.routers import (
 from api.http.sse import EventProvider, HeadProvider
 from api.http.stuck import StuckWatch
 from api.settings import HitlflowSettings
+from api.temporal_connection import connect
 from observation.log_reader import LogViews
 from observation.read_model import ReadModelError, ReadStore, open_store
 
@@ -153,9 +153,7 @@ def create_app(
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         if app.state.client is None:
-            app.state.client = await Client.connect(
-                settings.target, namespace=settings.namespace,
-                data_converter=pydantic_data_converter, lazy=True)
+            app.state.client = await connect(settings, lazy=True)
         opened = None
         if app.state.read_model is None:
             try:
