@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from workflows.config import SessionConfig
 from workflows.execution_views import ExecutionFact, ExecutionSnapshot
+from workflows.limits import MAX_DEPTH_CEILING, value_problem
 from workflows.session_state import PendingRequest, SessionState, StatusChange
 from workflows.statechart import SessionStatus
 
@@ -89,6 +90,16 @@ class ReplyInput(BaseModel):
     values: dict[str, Any] | None = None
     comment: str | None = Field(default=None, max_length=10_000)
     by: str = Field(default="user", min_length=1, max_length=200)
+
+    @model_validator(mode="after")
+    def _within_limits(self) -> ReplyInput:
+        """A reply sent straight to Temporal (an update or a signal) is held to the
+        limits the API holds its bodies to (``workflows.limits``), at their most."""
+        problem = None if self.values is None else value_problem(
+            self.values, MAX_DEPTH_CEILING, ["values"])
+        if problem is not None:
+            raise ValueError(problem.message)
+        return self
 
 
 class MessageInput(BaseModel):
