@@ -11,6 +11,8 @@ levels deep. Each asserts the refusal names the limit, and that nothing changed.
 
 from __future__ import annotations
 
+import asyncio
+import json
 import sys
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -22,7 +24,9 @@ from temporalio.client import WorkflowUpdateFailedError
 from temporalio.common import RawValue
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.testing import WorkflowEnvironment
+from typer.testing import CliRunner
 
+from api.cli.main import app as cli
 from api.http.limits import DEPTH_SETTING
 from api.settings import HitlflowSettings
 from tests.api.http_support import (
@@ -30,6 +34,7 @@ from tests.api.http_support import (
     chat_body,
     confirm_body,
     error_of,
+    eventually,
     running_stack,
     session_until,
     waiting,
@@ -240,6 +245,18 @@ async def test_a_deep_reply_sent_straight_to_temporal_is_refused_not_stuck(
                                 consistency="live")
     assert after["replies"] == before["replies"] + 1
 
+    async def refusals() -> list[dict]:
+        r = await stack.http.get(f"/api/sessions/{sid}/log")
+        lines = [json.loads(x) for x in r.text.splitlines()] if r.status_code == 200 else []
+        return [e["payload"] for e in lines if e["type"] == "interaction.reply.refused"]
+    # The signal the workflow could decode is refused on the record; the other, which
+    # no worker can decode, is dropped by the SDK before the workflow sees it.
+    (refused,) = await eventually(refusals, bool, what="the refusal in the log")
+    assert refused["signal"] == "submit_reply" and refused["request_id"] == rid
+    assert refused["reason"].startswith(
+        f"malformed signal: values: Value error, nesting deeper than {MAX_DEPTH_CEILING} "
+        "levels at $.values.a.a")
+
 
 # -- the model ------------------------------------------------------------------------
 
@@ -272,3 +289,29 @@ async def test_model_arguments_nested_too_deep_go_back_to_the_model(
     assert mistake["current_status"] == "failed"
     assert mistake["error_message"].startswith(
         f"the arguments of write_note are refused: {TOO_DEEP}$.a.a")
+
+
+# -- the command line ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("values", "said"), [
+    (nested(10_000), f"--values: nesting deeper than {MAX_DEPTH_CEILING} levels at "
+                     "$.values.a.a"),
+    ('{"n": 1e400}', "--values: a number JSON cannot carry at $.values.n: 1e400 is beyond"),
+])
+async def test_the_cli_refuses_values_past_the_limits_before_sending(
+        stack: HttpStack, values: str, said: str) -> None:
+    """Tried: `hitlflow session reply --values` with 10,000 levels (Python's parser
+    raised RecursionError) and with 1e400 (sent on as Infinity). The command says why
+    and exits 2; the waiting session is unchanged."""
+    r = await stack.http.post("/api/sessions", json=confirm_body())
+    sid = r.json()["session_id"]
+    await session_until(stack.http, sid, waiting("confirm"), consistency="live")
+    before = await live(stack.http, sid)
+    env = {"HITLFLOW_API_URL": stack.url, "COLUMNS": "400", "NO_COLOR": "1",
+           "HITLFLOW_API_PORT": None, "HITLFLOW_DATA_DIR": None}
+    result = await asyncio.to_thread(CliRunner().invoke, cli, [
+        "session", "reply", sid, "--approve", "--values", values], env=env)
+    assert result.exit_code == 2, (result.output, result.exception)
+    assert said in " ".join(result.output.split())
+    assert await live(stack.http, sid) == before
