@@ -32,6 +32,9 @@ class HitlflowSettings(BaseSettings):
     # Levels of arrays and objects a JSON body of the API may have (docs/security.md,
     # "Limits"): deeper is a 422 before anything parses it.
     max_json_depth: int = Field(default=DEFAULT_MAX_DEPTH, ge=16, le=MAX_DEPTH_CEILING)
+    # Bytes a config, a reply or a message may take in the session's history (encoded,
+    # defaults filled in): more is a 422. At most 1 MiB: Temporal refuses 2 MB payloads.
+    max_input_bytes: int = Field(default=1024 * 1024, ge=16 * 1024, le=1024 * 1024)
     # The read model: PostgreSQL (postgresql://...) on a cluster; unset means SQLite
     # in data_dir (read_model.sqlite).
     read_model_url: str | None = None

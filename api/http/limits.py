@@ -21,12 +21,15 @@ import json
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from temporalio.client import Client
 
 from api.http.errors import ApiError
 from workflows.limits import JsonProblem, scan_json_text
 
 #: The setting that sets the depth (``HitlflowSettings.max_json_depth``).
 DEPTH_SETTING = "HITLFLOW_MAX_JSON_DEPTH"
+#: The setting that sets the size (``HitlflowSettings.max_input_bytes``).
+SIZE_SETTING = "HITLFLOW_MAX_INPUT_BYTES"
 #: Bodies larger than this are scanned in a worker thread (the event loop serves on).
 _THREAD_BYTES = 64 * 1024
 
@@ -93,3 +96,16 @@ class JsonLimits:
             return message
 
         await self.app(scope, scanned, send)
+
+
+def check_input_size(client: Client, value: object, limit: int, what: str) -> None:
+    """422 ``too_large`` when ``value``, encoded as the session's history will hold it
+    (the client's own data converter: defaults filled in, numbers as pydantic writes
+    them), is over ``limit`` bytes. A body within the 1 MiB the API reads can grow past
+    what Temporal takes in one payload (2 MB), and an update that does is accepted by
+    the server but not by the worker's answer: the session sticks."""
+    (payload,) = client.data_converter.payload_converter.to_payloads([value])
+    size = payload.ByteSize()
+    if size > limit:
+        raise ApiError(422, "too_large", f"{what} is {size} bytes as the session's history "
+                       f"holds it, over the limit of {limit} bytes (the limit: {SIZE_SETTING})")

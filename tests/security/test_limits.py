@@ -27,7 +27,7 @@ from temporalio.testing import WorkflowEnvironment
 from typer.testing import CliRunner
 
 from api.cli.main import app as cli
-from api.http.limits import DEPTH_SETTING
+from api.http.limits import DEPTH_SETTING, SIZE_SETTING
 from api.settings import HitlflowSettings
 from tests.api.http_support import (
     HttpStack,
@@ -315,3 +315,58 @@ async def test_the_cli_refuses_values_past_the_limits_before_sending(
     assert result.exit_code == 2, (result.output, result.exception)
     assert said in " ".join(result.output.split())
     assert await live(stack.http, sid) == before
+
+
+# -- size -------------------------------------------------------------------------------
+
+
+async def test_inputs_that_grow_past_the_size_limit_are_refused(stack: HttpStack) -> None:
+    """Tried: a 1 MB config of 80,000 bare tool calls (4 MB once the defaults are filled
+    in: Temporal refused it, a 503) and a 1 MB reply of 250,000 `1e5` (2.2 MB as
+    `100000.0`: the update was taken and the session stuck). Both are 422 `too_large`
+    naming the limit; nothing starts, the waiting session is unchanged."""
+    calls = ",".join(['{"tool":"x"}'] * 80_000)
+    sid, before = f"s-big-{uuid.uuid4().hex[:8]}", await session_ids(stack.http)
+    body = config_text("{}").replace('{"tool_calls":[', '{"tool_calls":[' + calls + ",", 1)
+    r = await stack.http.post("/api/sessions", params={"session_id": sid}, content=body,
+                              headers=JSON)
+    assert r.status_code == 422, r.text
+    error = error_of(r)
+    assert error["code"] == "too_large"
+    assert error["message"].startswith("the session config is ")
+    assert error["message"].endswith(" bytes as the session's history holds it, over the "
+                                      f"limit of {1024 * 1024} bytes (the limit: "
+                                      f"{SIZE_SETTING})")
+    await assert_never_started(stack, sid, before)
+
+    r = await stack.http.post("/api/sessions", json=confirm_body())
+    sid = r.json()["session_id"]
+    waited = await session_until(stack.http, sid, waiting("confirm"), consistency="live")
+    rid, before_reply = waited["pending"]["request_id"], await live(stack.http, sid)
+    body = ('{"request_id": "' + rid + '", "approve": true, "values": {"v": ['
+            + ",".join(["1e5"] * 250_000) + "]}}")
+    r = await stack.http.post(f"/api/sessions/{sid}/reply", content=body, headers=JSON)
+    assert r.status_code == 422, r.text
+    assert error_of(r)["code"] == "too_large"
+    assert error_of(r)["message"].startswith("the request is ")
+    assert await live(stack.http, sid) == before_reply
+    r = await stack.http.post(f"/api/sessions/{sid}/reply",
+                              json={"request_id": rid, "approve": True})
+    assert r.status_code == 202, r.text
+
+
+async def test_inputs_just_within_the_size_limit_run_to_the_end(stack: HttpStack) -> None:
+    """Tried: a config and a reply each just under the size limit. Both are taken and
+    the session runs to its end (the limit leaves room for what history adds)."""
+    big = "x" * (1000 * 1024)
+    body = confirm_body()
+    body["initial_message"] = big
+    r = await stack.http.post("/api/sessions", json=body)
+    assert r.status_code == 201, r.text
+    sid = r.json()["session_id"]
+    waited = await session_until(stack.http, sid, waiting("confirm"), consistency="live")
+    r = await stack.http.post(f"/api/sessions/{sid}/reply", json={
+        "request_id": waited["pending"]["request_id"], "approve": True, "values": {"v": big}})
+    assert r.status_code == 202, r.text
+    await session_until(stack.http, sid, lambda s: s["status"] == "succeeded",
+                        consistency="live")
