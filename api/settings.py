@@ -7,6 +7,8 @@ from pathlib import Path
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from workflows.limits import DEFAULT_MAX_DEPTH, MAX_DEPTH_CEILING
+
 TASK_QUEUE = "hitlflow-sessions"
 
 
@@ -31,6 +33,12 @@ class HitlflowSettings(BaseSettings):
     # and at most this many run at once (docs/concepts.md, "Tools and their safety class").
     mcp_idle_s: float = Field(default=300.0, ge=0)
     mcp_max_servers: int = Field(default=32, ge=1)
+    # Levels of arrays and objects a JSON body of the API may have (docs/security.md,
+    # "Limits"): deeper is a 422 before anything parses it.
+    max_json_depth: int = Field(default=DEFAULT_MAX_DEPTH, ge=16, le=MAX_DEPTH_CEILING)
+    # Bytes a config, a reply or a message may take in the session's history (encoded,
+    # defaults filled in): more is a 422. At most 1 MiB: Temporal refuses 2 MB payloads.
+    max_input_bytes: int = Field(default=1024 * 1024, ge=16 * 1024, le=1024 * 1024)
     # The read model: PostgreSQL (postgresql://...) on a cluster; unset means SQLite
     # in data_dir (read_model.sqlite).
     read_model_url: str | None = None

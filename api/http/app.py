@@ -30,6 +30,7 @@ from temporalio.client import Client
 from activities.deltas import DeltaBus, cluster_delta_bus
 from api.http import errors
 from api.http.deps import ApiTuning, OnChange
+from api.http.limits import JsonLimits
 from api.http.routers import (
     audit,
     events,
@@ -188,6 +189,7 @@ def create_app(
     for router in (sessions.router, session_list.router, past.router, events.router,
                    execution.router, audit.router):
         app.include_router(router, responses=errors.ERROR_RESPONSES)
+    app.add_middleware(JsonLimits, max_depth=settings.max_json_depth)  # inside BodyLimit
     app.add_middleware(BodyLimit, limit=tuning.max_body_bytes)
     if settings.api_token:
         app.add_middleware(BearerAuth, token=settings.api_token)
