@@ -78,6 +78,9 @@ def start(
 def _config_body(config: str | None) -> Any:
     try:
         text = sys.stdin.read() if config == "-" else Path(str(config)).read_text()
+        beyond = scan_json_text(text, MAX_DEPTH_CEILING)  # before json.loads recurses
+        if beyond is not None:
+            error(f"{config}: {beyond.message}", 2)
         return json.loads(text)
     except OSError as err:
         error(f"cannot read {config}: {err.strerror or err}", 2)

@@ -317,6 +317,24 @@ async def test_the_cli_refuses_values_past_the_limits_before_sending(
     assert await live(stack.http, sid) == before
 
 
+async def test_the_cli_refuses_a_config_file_past_the_limits_before_sending(
+        stack: HttpStack, tmp_path) -> None:
+    """Tried: `hitlflow session start FILE` with a config 10,000 levels deep (Python's
+    parser raised RecursionError, a traceback). The command says why and exits 2;
+    no session starts."""
+    path = tmp_path / "deep.json"
+    path.write_text('{"agent": ' + nested(10_000) + "}")
+    before = await session_ids(stack.http)
+    env = {"HITLFLOW_API_URL": stack.url, "COLUMNS": "400", "NO_COLOR": "1",
+           "HITLFLOW_API_PORT": None, "HITLFLOW_DATA_DIR": None}
+    result = await asyncio.to_thread(CliRunner().invoke, cli, [
+        "session", "start", str(path)], env=env)
+    assert result.exit_code == 2, (result.output, result.exception)
+    assert f"nesting deeper than {MAX_DEPTH_CEILING} levels at $.agent.a" in " ".join(
+        result.output.split())
+    assert await session_ids(stack.http) == before
+
+
 # -- size -------------------------------------------------------------------------------
 
 
