@@ -205,3 +205,18 @@ def test_the_environment_rule_and_the_redaction_rule():
     assert redact(f"k={LLM_KEY} p={DB_PASSWORD} abc", secrets) == \
         f"k={REDACTED} p={REDACTED} abc"
     assert CHECKPOINT_KEY_FILE == KEY_NAME  # the worker names the exporter's key file
+
+
+async def test_a_config_cannot_pass_the_workers_own_settings(stack: Stack):
+    """Tried: a plan (on the API that allows shell) whose `pass_env` names
+    HITLFLOW_API_TOKEN, and a tool server's naming HITLFLOW_CHECKPOINT_KEY: 422, and
+    nothing started."""
+    plan = {"plan": {"pass_env": ["HITLFLOW_API_TOKEN"], "steps": [{"run": "env"}]}}
+    demo = demo_body(Path("n"))
+    tool = {**demo["agent"]["tools"][0], "pass_env": ["HITLFLOW_CHECKPOINT_KEY"]}
+    for body in (plan, {**demo, "agent": {**demo["agent"], "tools": [tool]}}):
+        sid = f"s-passing-{uuid.uuid4().hex[:8]}"
+        r = await stack.shell.post("/api/sessions", params={"session_id": sid}, json=body)
+        assert r.status_code == 422, r.text
+        assert "HITLFLOW_* settings" in error_of(r)["message"]
+        assert (await stack.shell.get(f"/api/sessions/{sid}")).status_code == 404
