@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated
 
-from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from workflows.limits import DEFAULT_MAX_DEPTH, MAX_DEPTH_CEILING
 
 TASK_QUEUE = "hitlflow-sessions"
+#: What the API lets a session config run by default: the README's demo tool server.
+DEMO_COMMAND = "python -m activities.demo_notes_server"
 
 
 class HitlflowSettings(BaseSettings):
@@ -63,6 +66,20 @@ class HitlflowSettings(BaseSettings):
     # (`hitlflow log keygen`) or the key itself (PRIVATE+KEY+...). Unset:
     # <data_dir>/checkpoint.key, created by the exporter's first start (api.runtime.signing_keys).
     checkpoint_key: str | None = Field(default=None, repr=False)
+
+    # Who may run code (docs/security.md, "Who may run code"): what a session config
+    # started over HTTP may run, comma-separated. An entry is a tool server command's
+    # argv prefix (DEMO_COMMAND by default), `shell` (plan steps' run and verify shell
+    # commands) or `*` (any command). Empty: no command at all.
+    api_allowed_commands: Annotated[list[str], NoDecode] = Field(
+        default_factory=lambda: [DEMO_COMMAND])
+
+    @field_validator("api_allowed_commands", mode="before")
+    @classmethod
+    def _comma_separated(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return value
 
     @property
     def target(self) -> str:

@@ -18,6 +18,7 @@ from temporalio.client import (
 from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDReusePolicy
 
 from api.http import stuck as stuck_sessions
+from api.http.command_policy import refusal_message, refused_commands
 from api.http.deps import (
     ApiTuning,
     ClientDep,
@@ -37,6 +38,7 @@ from api.http.models import (
     Accepted,
     CancelAccepted,
     EndRequest,
+    ErrorBody,
     MessageRequest,
     ReplyRequest,
     SessionCreated,
@@ -80,7 +82,10 @@ router = APIRouter(prefix="/api/sessions", tags=["sessions"])
 # -- start ------------------------------------------------------------------
 
 
-@router.post("", status_code=201, response_model=SessionCreated)
+@router.post("", status_code=201, response_model=SessionCreated, responses={
+    403: {"model": ErrorBody, "description": "The config runs a command the server does "
+          "not allow (`commands_not_allowed`, HITLFLOW_API_ALLOWED_COMMANDS); nothing "
+          "was started"}})
 async def start_session(
     config: Annotated[SessionConfig, Body(
         description="The session config (docs/session-config.md).")],
@@ -90,9 +95,14 @@ async def start_session(
         description="The new session's id (default: generated). Never reused.")] = None,
 ) -> SessionCreated:
     """Start a session. Its `SessionStatus` search attribute is `queued` from the
-    start, so it is listed before any worker picks it up."""
+    start, so it is listed before any worker picks it up. A config that runs a
+    command the server does not allow (a plan step's shell command, a tool server
+    started from a command) is a 403 `commands_not_allowed` that names it."""
     if lone_surrogate(config.model_dump()):
         raise ApiError(422, "validation_error", f"body: {NOT_UNICODE}")
+    if refused := refused_commands(config, settings.api_allowed_commands):
+        raise ApiError(403, "commands_not_allowed",
+                       refusal_message(refused, settings.api_allowed_commands))
     sid = session_id or f"s-{uuid.uuid4().hex[:12]}"
     start = SessionInput(session_id=sid, config=config, behaviour=CURRENT_BEHAVIOUR)
     check_input_size(client, start, settings.max_input_bytes, "the session config")

@@ -24,8 +24,9 @@ import httpx
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
+from api.http.command_policy import SHELL
 from api.http.routers import inbox
-from api.settings import HitlflowSettings
+from api.settings import DEMO_COMMAND, HitlflowSettings
 from tests.api.http_support import (
     HttpStack,
     confirm_body,
@@ -44,11 +45,13 @@ EXPECT_MS = 30_000
 @pytest.fixture(scope="module")
 async def inbox_stack(dev_env: WorkflowEnvironment, free_port: Callable[[], int],
                       tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[HttpStack]:
-    """Like ``http_stack``, with ``HITLFLOW_API_TOKEN`` set."""
+    """Like ``http_stack``, with ``HITLFLOW_API_TOKEN`` set (plans' shell commands
+    allowed too: the plan gate's session)."""
     settings = HitlflowSettings(
         temporal_address=dev_env.client.service_client.config.target_host,
         task_queue=f"tq-inbox-{uuid.uuid4().hex[:8]}", api_token=TOKEN,
-        data_dir=tmp_path_factory.mktemp("inbox-data"))
+        data_dir=tmp_path_factory.mktemp("inbox-data"),
+        api_allowed_commands=[SHELL, DEMO_COMMAND])
     async with running_stack(dev_env.client, settings, free_port(), AUTH) as stack:
         yield stack
 
