@@ -2,7 +2,9 @@
 in-window steps (long-running processes supervised by heartbeats).
 
 The command's outcome is data (exit code, output, duration), never an
-exception: the workflow's pure ``resolve()`` decides what it means. Only a lost
+exception: the workflow's pure ``resolve()`` decides what it means. A command
+sees a minimal environment, never the worker's, and the secrets the worker knows
+are redacted from its output (``activities.command_env``). Only a lost
 worker surfaces as an activity failure (a heartbeat timeout), and the workflow
 decides that in one place too.
 
@@ -44,6 +46,7 @@ import time
 
 from temporalio import activity
 
+from activities.command_env import command_env, redact, secret_values
 from workflows.io import CommandInput, CommandResult
 
 OUTPUT_LIMIT = 64 * 1024
@@ -53,8 +56,9 @@ DRAIN_LIMIT_S = 5.0  # reading what is left once the group is gone
 SIGNALS = frozenset(int(s) for s in signal.valid_signals())
 
 
-def _clip(data: bytes) -> str:
-    text = data.decode("utf-8", errors="replace")
+def _clip(data: bytes, secrets: list[str]) -> str:
+    """The output as text, secrets redacted (before it is cut: no half secret shows)."""
+    text = redact(data.decode("utf-8", errors="replace"), secrets)
     return text if len(text) <= OUTPUT_LIMIT else text[:OUTPUT_LIMIT] + "\n[... output cut]"
 
 
@@ -127,7 +131,8 @@ async def _spawn(input: CommandInput) -> tuple[asyncio.subprocess.Process, _Prot
     transport, protocol = await loop.subprocess_shell(
         lambda: _Protocol(limit=2**16, loop=loop), input.command,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-        stdin=asyncio.subprocess.DEVNULL, cwd=input.cwd, start_new_session=True)
+        stdin=asyncio.subprocess.DEVNULL, cwd=input.cwd, start_new_session=True,
+        env=command_env(input.pass_env))
     return asyncio.subprocess.Process(transport, protocol, loop), protocol
 
 
@@ -177,14 +182,15 @@ async def run_command(input: CommandInput) -> CommandResult:
         exited.cancel()
         if not output.done():
             output.cancel()
-    stderr = _clip(bytes(err))
+    secrets = secret_values()
+    stderr = _clip(bytes(err), secrets)
     if timed_out:
         code = 124
         stderr += f"\ntimed out after {input.timeout_s:g} s"
     elif lost is not None and code > 0:
         stderr += f"\nthe window's command was killed by signal {lost} (exit {code})"
     return CommandResult(
-        exit_code=code, stdout=_clip(bytes(out)), stderr=stderr,
+        exit_code=code, stdout=_clip(bytes(out), secrets), stderr=stderr,
         duration_s=round(time.monotonic() - started, 3),
         killed_by_signal=lost if window else (-code if code < 0 else None),
     )

@@ -8,9 +8,13 @@ from typing import Annotated, Literal
 from pydantic import Field, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from workflows.limits import DEFAULT_MAX_DEPTH, MAX_DEPTH_CEILING
+
 TASK_QUEUE = "hitlflow-sessions"
 #: The Host names the API answers to unless told others (any port).
 LOCAL_HOSTS = ("localhost", "127.0.0.1", "::1")
+#: What the API lets a session config run by default: the README's demo tool server.
+DEMO_COMMAND = "python -m activities.demo_notes_server"
 
 
 class HitlflowSettings(BaseSettings):
@@ -20,6 +24,10 @@ class HitlflowSettings(BaseSettings):
     # host:port of a Temporal frontend; empty means the embedded dev server of `up`.
     temporal_address: str = ""
     namespace: str = "default"
+    # Connect with temporalio's environment configuration: the TEMPORAL_* variables and
+    # profile file for TLS, client certificates and API keys (docs/operations.md,
+    # "Connecting to a secured Temporal"); `up` turns it off for its own dev server.
+    temporal_envconfig: bool = True
     task_queue: str = TASK_QUEUE
     temporal_port: int = Field(default=7233, ge=1, le=65535)
     ui_port: int = Field(default=8233, ge=1, le=65535)
@@ -57,6 +65,12 @@ class HitlflowSettings(BaseSettings):
     # and at most this many run at once (docs/concepts.md, "Tools and their safety class").
     mcp_idle_s: float = Field(default=300.0, ge=0)
     mcp_max_servers: int = Field(default=32, ge=1)
+    # Levels of arrays and objects a JSON body of the API may have (docs/security.md,
+    # "Limits"): deeper is a 422 before anything parses it.
+    max_json_depth: int = Field(default=DEFAULT_MAX_DEPTH, ge=16, le=MAX_DEPTH_CEILING)
+    # Bytes a config, a reply or a message may take in the session's history (encoded,
+    # defaults filled in): more is a 422. At most 1 MiB: Temporal refuses 2 MB payloads.
+    max_input_bytes: int = Field(default=1024 * 1024, ge=16 * 1024, le=1024 * 1024)
     # The read model: PostgreSQL (postgresql://...) on a cluster; unset means SQLite
     # in data_dir (read_model.sqlite).
     read_model_url: str | None = None
@@ -81,6 +95,20 @@ class HitlflowSettings(BaseSettings):
     # (`hitlflow log keygen`) or the key itself (PRIVATE+KEY+...). Unset:
     # <data_dir>/checkpoint.key, created by the exporter's first start (api.runtime.signing_keys).
     checkpoint_key: str | None = Field(default=None, repr=False)
+
+    # Who may run code (docs/security.md, "Who may run code"): what a session config
+    # started over HTTP may run, comma-separated. An entry is a tool server command's
+    # argv prefix (DEMO_COMMAND by default), `shell` (plan steps' run and verify shell
+    # commands) or `*` (any command). Empty: no command at all.
+    api_allowed_commands: Annotated[list[str], NoDecode] = Field(
+        default_factory=lambda: [DEMO_COMMAND])
+
+    @field_validator("api_allowed_commands", mode="before")
+    @classmethod
+    def _comma_separated(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return value
 
     @property
     def target(self) -> str:

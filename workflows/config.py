@@ -22,10 +22,30 @@ from workflows.statechart import SessionPolicy
 
 SafetyOverride = Literal["read_only", "irreversible", "at_most_once", "reversible"]
 NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
+#: A variable of the worker a command may see (``pass_env``): a name, never a value,
+#: and never one of the worker's own settings (HITLFLOW_*: its token, its keys).
+PASS_ENV_RE = re.compile(r"^(?!HITLFLOW_)[A-Za-z_][A-Za-z0-9_]{0,127}$")
 
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+
+def _checked_pass_env(names: list[str], where: str) -> list[str]:
+    for name in names:
+        if not PASS_ENV_RE.fullmatch(name):
+            raise ValueError(f"{where}: pass_env names a variable of the worker; {name!r} is "
+                             "not a variable name, or is one of the worker's own HITLFLOW_* "
+                             "settings (never passed to a command)")
+    return names
+
+
+def _without_empty_pass_env(data: dict[str, Any]) -> dict[str, Any]:
+    """``pass_env`` is left out of the JSON when empty: configs and histories recorded
+    before it existed read the same."""
+    if not data.get("pass_env"):
+        data.pop("pass_env", None)
+    return data
 
 
 class ToolCallRequest(_Strict):
@@ -194,13 +214,23 @@ class McpServerConfig(_Strict):
     command: list[str] | None = None
     url: str | None = None
     env: dict[str, str] = Field(default_factory=dict)
+    # Variables of the worker the server may see (by name; docs/session-config.md).
+    pass_env: list[str] = Field(default_factory=list)
     cwd: str | None = None
     roots: list[str] | None = None
     # Per-tool override of the safety class derived from the MCP annotations.
     tool_overrides: dict[str, SafetyOverride] = Field(default_factory=dict)
 
+    @model_serializer(mode="wrap")
+    def _compact(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return _without_empty_pass_env(handler(self))
+
     @model_validator(mode="after")
     def _shape(self) -> McpServerConfig:
+        _checked_pass_env(self.pass_env, f"MCP server {self.name!r}")
+        if self.url is not None and self.pass_env:
+            raise ValueError(f"MCP server {self.name!r}: pass_env is for a command; a url "
+                             "server runs elsewhere, with its own environment")
         if (self.command is None) == (self.url is None):
             raise ValueError(f"MCP server {self.name!r} needs exactly one of command or url")
         if self.command is not None and not self.command:
@@ -259,6 +289,17 @@ class PlanDriver(_Strict):
     name: str = "plan"
     steps: list[PlanStep] = Field(min_length=1, max_length=500)
     tools: list[McpServerConfig] = Field(default_factory=list)
+    # Variables of the worker the steps' commands may see (by name; docs/session-config.md).
+    pass_env: list[str] = Field(default_factory=list)
+
+    @model_serializer(mode="wrap")
+    def _compact(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return _without_empty_pass_env(handler(self))
+
+    @model_validator(mode="after")
+    def _names(self) -> PlanDriver:
+        _checked_pass_env(self.pass_env, "plan")
+        return self
 
 
 class SessionConfig(_Strict):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, SerializerFunctionWrapHandler, model_serializer
 
 from workflows.config import EcsRequest, LLMConfig, McpServerConfig, ToolCallRequest
 from workflows.safety import SafetyClass, ToolAnnotations
@@ -148,6 +148,17 @@ class CommandInput(BaseModel):
     step: int = 0
     timeout_s: float = 3600.0
     cwd: str | None = None
+    # The worker's variables the command may see besides the few every command gets
+    # (the plan's ``pass_env``; activities.command_env). Left out of the JSON when
+    # empty: inputs recorded before it existed read the same.
+    pass_env: list[str] = Field(default_factory=list)
+
+    @model_serializer(mode="wrap")
+    def _compact(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data = handler(self)
+        if not data.get("pass_env"):
+            data.pop("pass_env", None)
+        return data
 
 
 class CommandResult(BaseModel):

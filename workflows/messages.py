@@ -9,10 +9,11 @@ from __future__ import annotations
 from enum import IntEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from workflows.config import SessionConfig
 from workflows.execution_views import ExecutionFact, ExecutionSnapshot
+from workflows.limits import MAX_DEPTH_CEILING, value_problem
 from workflows.session_state import PendingRequest, SessionState, StatusChange
 from workflows.statechart import SessionStatus
 
@@ -89,6 +90,17 @@ class ReplyInput(BaseModel):
     values: dict[str, Any] | None = None
     comment: str | None = Field(default=None, max_length=10_000)
     by: str = Field(default="user", min_length=1, max_length=200)
+
+    @field_validator("values")
+    @classmethod
+    def _within_limits(cls, values: dict[str, Any] | None) -> dict[str, Any] | None:
+        """A reply sent straight to Temporal (an update or a signal) is held to the
+        limits the API holds its bodies to (``workflows.limits``), at their most."""
+        problem = None if values is None else value_problem(
+            values, MAX_DEPTH_CEILING, ["values"])
+        if problem is not None:
+            raise ValueError(problem.message)
+        return values
 
 
 class MessageInput(BaseModel):

@@ -148,10 +148,15 @@ class PlanTurn:
                 self._close(E.RUN_FAILED, f"plan stopped at step {at.current_step}: "
                             f"{d.events[-1].reason}: {d.feedback[:500]}", Actor.PLAN)
 
+    def _pass_env(self) -> list[str]:
+        plan = self._s.config.plan
+        return list(plan.pass_env) if plan is not None else []
+
     async def _command(self, c: ExecutionContract, step: int, command: str, purpose: str,
                        timeout_s: float) -> CommandResult:
         inp = CommandInput(session_id=self._s.session_id, execution_id=c.execution_id,
-                           command=command, purpose=purpose, step=step, timeout_s=timeout_s)
+                           command=command, purpose=purpose, step=step, timeout_s=timeout_s,
+                           pass_env=self._pass_env())
         try:
             return await self._activity(
                 "run_command", inp, CommandResult, retry_policy=ONCE, contract=c,
@@ -190,7 +195,7 @@ class PlanTurn:
         self._record([WindowLaunched(step=i, command=str(step.run))])
         inp = CommandInput(session_id=self._s.session_id, execution_id=c.execution_id,
                            command=str(step.run), purpose="window", step=i,
-                           timeout_s=step.timeout_s)
+                           timeout_s=step.timeout_s, pass_env=self._pass_env())
         self._flush()
         run = workflow.start_activity(
             "run_command", inp, result_type=CommandResult, retry_policy=ONCE,

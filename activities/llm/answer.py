@@ -2,8 +2,10 @@
 its tool calls' arguments checked.
 
 A tool call whose arguments are not a JSON object or do not fit the tool's input
-schema (an invalid ``ask_user`` too) is a model mistake, not a failure: it comes
-back with ``arguments_error`` set, and the workflow tells the model.
+schema (an invalid ``ask_user`` too), or that exceed the limits of JSON a session
+holds (``workflows.limits``: nested too deep, a number JSON cannot carry), is a model
+mistake, not a failure: it comes back with ``arguments_error`` set, and the workflow
+tells the model.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from activities.llm.payloads import sha256_json
 from activities.llm.wire import ASK_USER, END_CONVERSATION, ToolNames
 from workflows.config import EcsRequest, ToolCallRequest
 from workflows.io import ToolSpec
+from workflows.limits import DEFAULT_MAX_DEPTH, scan_json_text
 
 
 def _parse_arguments(function_name: str, raw: str | None) -> tuple[dict[str, Any], str | None]:
@@ -28,6 +31,10 @@ def _parse_arguments(function_name: str, raw: str | None) -> tuple[dict[str, Any
     back to the model, not a failure of the call."""
     if raw is None or not raw.strip():
         return {}, None
+    # Before the parser: it recurses, and history could not hold what it would make.
+    beyond = scan_json_text(raw, DEFAULT_MAX_DEPTH)
+    if beyond is not None:
+        return {}, f"the arguments of {function_name} are refused: {beyond.message}"
     try:
         value = json.loads(raw)
     except json.JSONDecodeError as exc:

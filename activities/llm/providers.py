@@ -18,6 +18,7 @@ import os
 
 import openai
 
+from activities.command_env import remember_secret
 from activities.deltas import split_text
 from activities.llm.answer import Answer, answer_from_function_calls, check_arguments
 from activities.llm.failures import (
@@ -48,6 +49,7 @@ def read_api_key(llm: LLMConfig) -> str:
             f"environment variable {llm.api_key_env} is not set or empty; "
             f"it should hold the API key for {llm.base_url}"
         )
+    remember_secret(key)  # redacted from commands' output, whatever its variable's name
     return key
 
 

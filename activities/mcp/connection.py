@@ -18,6 +18,7 @@ from mcp import Client, MCPError, StdioServerParameters
 from mcp.client import ClientRequestContext
 from mcp.client.session import ListRootsFnT
 
+from activities.command_env import command_env
 from workflows.config import McpServerConfig
 
 log = logging.getLogger("hitlflow.mcp")
@@ -70,8 +71,12 @@ def _target(server: McpServerConfig) -> StdioServerParameters | str:
     if server.url is not None:
         return server.url  # the SDK's streamable-HTTP client
     assert server.command is not None
+    # Never the worker's environment: the few every command gets, the variables the
+    # config passes by name, then its literal ``env`` (activities.command_env; the SDK
+    # adds its own default set, a part of those few).
     return StdioServerParameters(
-        command=server.command[0], args=server.command[1:], env=server.env or None, cwd=server.cwd
+        command=server.command[0], args=server.command[1:],
+        env=command_env(server.pass_env, server.env), cwd=server.cwd,
     )
 
 

@@ -8,6 +8,7 @@ import mcp_types as types
 
 from workflows.config import McpServerConfig
 from workflows.io import ToolCallResult, ToolSpec
+from workflows.limits import value_problem
 from workflows.safety import ToolAnnotations, classify
 
 
@@ -53,6 +54,16 @@ def tool_result(result: types.CallToolResult) -> ToolCallResult:
     text = "\n".join(parts)
     structured = result.structured_content if isinstance(result.structured_content, dict) else None
     content = [content_block(block) for block in result.content]
+    # What a tool answers goes into history, which a worker must decode again: past
+    # the limits (too deep, a number JSON cannot carry) it is dropped, and said so.
+    for name, value in (("structured", structured), ("content", content)):
+        problem = value_problem(value, root=[name])
+        if problem is not None:
+            text += f"\n[{name} content dropped: {problem.message}]"
+            if name == "structured":
+                structured = None
+            else:
+                content = []
     if result.is_error:
         return ToolCallResult(
             is_error=True, text=text, structured=structured, error_message=text or "tool failed",

@@ -23,7 +23,13 @@ def exporter_command(
 ) -> None:
     """Run the exporter alone (e.g. next to a Temporal cluster) until Ctrl-C."""
     from api.runtime.heap import freeze_startup
-    from api.runtime.process import connect, serve
+    from api.runtime.process import (
+        TemporalConnectError,
+        connect,
+        connect_args,
+        describe_connection,
+        serve,
+    )
     from api.runtime.signing_keys import exporter_signer
     from api.settings import HitlflowSettings
     from observation.exporter import run_exporter
@@ -37,9 +43,14 @@ def exporter_command(
     except (NoteKeyError, OSError) as err:
         fail(f"error: {err}")
 
+    try:
+        temporal = describe_connection(connect_args(settings))
+    except TemporalConnectError as err:
+        fail(f"Error: {err}")
+
     async def body(stop: asyncio.Event) -> None:
-        typer.echo(f"exporting sessions of {settings.target} into {settings.data_dir / 'runs'}")
-        client = await connect(settings)  # a RuntimeError: Temporal is unreachable
+        typer.echo(f"exporting sessions of {temporal} into {settings.data_dir / 'runs'}")
+        client = await connect(settings)  # TemporalConnectError: unreachable, refused
         freeze_startup()
         await run_exporter(client, settings.data_dir, stop,
                            read_model_url=settings.read_model_url, park=settings.exporter_park,

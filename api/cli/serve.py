@@ -39,11 +39,16 @@ def api_command(
     if token is None:
         warn_auth_off(default_api_url(settings))
     from api.runtime.heap import freeze_startup
-    from api.runtime.process import serve
+    from api.runtime.process import TemporalConnectError, connect_args, describe_connection, serve
+
+    try:
+        temporal = describe_connection(connect_args(settings))
+    except TemporalConnectError as e:
+        fail(f"Error: {e}")
 
     async def body(stop: asyncio.Event) -> None:
         typer.echo(f"API: http://{settings.api_host}:{settings.api_port} "
-                   f"(Temporal {settings.target}); press Ctrl-C to stop.")
+                   f"(Temporal {temporal}); press Ctrl-C to stop.")
         await run_api(settings, stop, on_serving=freeze_startup)
 
     serve(body, fails_with=(ApiStartError,))

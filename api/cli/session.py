@@ -35,6 +35,7 @@ from api.cli.session_view import (
     render_pending,
     short_id,
 )
+from workflows.limits import MAX_DEPTH_CEILING, scan_json_text
 
 if TYPE_CHECKING:  # loaded when a command runs (`hitlflow --help` starts at once)
     from api.cli.sse_client import SseMessage
@@ -77,6 +78,9 @@ def start(
 def _config_body(config: str | None) -> Any:
     try:
         text = sys.stdin.read() if config == "-" else Path(str(config)).read_text()
+        beyond = scan_json_text(text, MAX_DEPTH_CEILING)  # before json.loads recurses
+        if beyond is not None:
+            error(f"{config}: {beyond.message}", 2)
         return json.loads(text)
     except OSError as err:
         error(f"cannot read {config}: {err.strerror or err}", 2)
@@ -178,6 +182,10 @@ def reply(
     if choice is not None:
         body["choice"] = choice
     if values is not None:
+        # Held to what any server takes before Python's parser, which recurses.
+        beyond = scan_json_text('{"values":' + values + "}", MAX_DEPTH_CEILING)
+        if beyond is not None:
+            error(f"--values: {beyond.message}", 2)
         try:
             body["values"] = json.loads(values)
         except json.JSONDecodeError as err:

@@ -103,8 +103,10 @@ async def _up(settings: HitlflowSettings, run_worker: RunWorker | None,
             typer.echo(f"Error: {e}", err=True)
             return 1
 
-        # The worker and the API talk to this server, whatever HITLFLOW_TEMPORAL_ADDRESS says.
-        stack = settings.model_copy(update={"temporal_address": server.address})
+        # The worker and the API talk to this server, whatever HITLFLOW_TEMPORAL_ADDRESS
+        # and the TEMPORAL_* client configuration say (it takes no TLS, no keys).
+        stack = settings.model_copy(update={"temporal_address": server.address,
+                                            "temporal_envconfig": False})
         worker_stop, api_stop = asyncio.Event(), asyncio.Event()
         # The worker's LLM activity streams the model's text to the API's SSE streams
         # (text.delta) through this bus: the worker process's pipe is replayed into it.

@@ -34,14 +34,14 @@ async def _worker(settings: HitlflowSettings, run_worker: RunWorker) -> int:
     import asyncio
 
     from api.runtime.heap import freeze_startup
-    from api.runtime.process import Signals, first, stop_task
+    from api.runtime.process import Signals, connect_args, describe_connection, first, stop_task
 
     signals = Signals(asyncio.get_running_loop())
     try:
         task = asyncio.create_task(run_worker(settings, signals.stop,
                                               on_ready=lambda _id: freeze_startup()),
                                    name="worker")
-        typer.echo(f"worker: Temporal {settings.target}, namespace {settings.namespace}, "
+        typer.echo(f"worker: Temporal {describe_connection(connect_args(settings))}, "
                    f"task queue {settings.task_queue}; press Ctrl-C to stop.")
         await first(asyncio.shield(task), signals.stop.wait())
         stopped_by_signal = signals.stop.is_set()
@@ -71,11 +71,12 @@ def worker_command(
     except UsageError as e:
         fail(f"Error: {e}", 2)
     from api.runtime.devserver import DevServerError
-    from api.runtime.process import run
+    from api.runtime.process import TemporalConnectError, connect_args, run
 
     try:
+        connect_args(settings)  # the TEMPORAL_* configuration can be used
         run_worker = load_run_worker()
-    except DevServerError as e:
+    except (DevServerError, TemporalConnectError) as e:
         fail(f"Error: {e}")
     run(_worker(settings, run_worker))
 

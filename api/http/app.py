@@ -26,11 +26,11 @@ from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
 
 from activities.deltas import DeltaBus, cluster_delta_bus
 from api.http import doors, errors
 from api.http.deps import ApiTuning, OnChange
+from api.http.limits import JsonLimits
 from api.http.routers import (
     audit,
     events,
@@ -44,6 +44,7 @@ from api.http.routers import (
 from api.http.sse import EventProvider, HeadProvider
 from api.http.stuck import StuckWatch
 from api.settings import HitlflowSettings
+from api.temporal_connection import connect
 from observation.log_reader import LogViews
 from observation.read_model import ReadModelError, ReadStore, open_store
 
@@ -115,9 +116,7 @@ def create_app(
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         if app.state.client is None:
-            app.state.client = await Client.connect(
-                settings.target, namespace=settings.namespace,
-                data_converter=pydantic_data_converter, lazy=True)
+            app.state.client = await connect(settings, lazy=True)
         opened = None
         if app.state.read_model is None:
             try:
@@ -152,6 +151,7 @@ def create_app(
     for router in (sessions.router, session_list.router, past.router, events.router,
                    execution.router, audit.router):
         app.include_router(router, responses=errors.ERROR_RESPONSES)
+    app.add_middleware(JsonLimits, max_depth=settings.max_json_depth)  # inside BodyLimit
     app.add_middleware(BodyLimit, limit=tuning.max_body_bytes)
     doors.install(app, settings)  # they run first: Host, CORS, JSON bodies, the token
     return app

@@ -35,6 +35,7 @@ from temporalio.service import RPCError
 
 from api.runtime.devserver_setup import (
     DYNAMIC_CONFIG,
+    HTTP_API_CLOSED,
     SQLITE_PRAGMAS,
     BinaryNotFoundError,
     DevServerError,
@@ -50,8 +51,9 @@ from workflows.search_attributes import SEARCH_ATTRIBUTES, cli_type_name
 
 # The binary, the tuning and the errors live in devserver_setup; importers find them here too.
 __all__ = [
-    "DB_FILENAME", "DYNAMIC_CONFIG", "LOCK_FILENAME", "LOG_FILENAME", "PID_FILENAME",
-    "SQLITE_PRAGMAS", "BinaryNotFoundError", "DevServer", "DevServerError", "PortInUseError",
+    "DB_FILENAME", "DYNAMIC_CONFIG", "HTTP_API_CLOSED", "LOCK_FILENAME", "LOG_FILENAME",
+    "PID_FILENAME", "SQLITE_PRAGMAS", "BinaryNotFoundError", "DevServer", "DevServerError",
+    "PortInUseError",
     "check_port_free", "register_search_attributes", "search_attribute_args",
     "temporal_cli_path", "temporal_test_server_path", "tuning_args",
 ]
@@ -113,7 +115,8 @@ class DevServer:
 
     ``ui_port=None`` runs headless. ``tuning=None`` applies :func:`tuning_args`;
     pass ``()`` for the server's own defaults (the benchmark does). ``in_memory=True``
-    keeps no SQLite file (for throwaway servers).
+    keeps no SQLite file (for throwaway servers). Temporal's HTTP API is closed to
+    browsers whatever the tuning (:data:`HTTP_API_CLOSED`).
     """
 
     def __init__(
@@ -200,6 +203,7 @@ class DevServer:
         if self.db_path is not None:
             cmd += ["--db-filename", str(self.db_path)]
         cmd += search_attribute_args()
+        cmd += ["--dynamic-config-value", "=".join(HTTP_API_CLOSED)]  # whatever the tuning
         if self.tuning is None:
             cmd += tuning_args(persistent=not self.in_memory)
         else:

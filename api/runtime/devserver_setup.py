@@ -54,6 +54,20 @@ DYNAMIC_CONFIG: tuple[tuple[str, str], ...] = (
 )
 
 
+#: Temporal's HTTP API, closed to browsers. ``start-dev`` always serves it (on a random
+#: port of ``--ip`` unless ``--http-port``; the server would skip it at port 0, but the
+#: CLI turns 0 into a free port, so it cannot be turned off) with no authentication, and
+#: it accepts the ``text/plain`` POSTs a page of any origin sends without a preflight:
+#: a web page could start a session whose plan runs a shell command. The dynamic config
+#: ``frontend.httpAllowedHosts`` is the check it offers: only requests whose ``Host``
+#: header matches the list are served, the others answer 403 ``Host not allowed``.
+#: With an empty list only an empty ``Host`` would match, which no browser sends (from
+#: a page of another origin or one that rebinds a DNS name to 127.0.0.1 alike). What
+#: ``up`` needs (gRPC, the Web UI) does not use it. Applied whatever the tuning
+#: (docs/security.md, "Temporal's own doors"; tests/security/test_temporal_doors.py).
+HTTP_API_CLOSED: tuple[str, str] = ("frontend.httpAllowedHosts", "[]")
+
+
 class DevServerError(RuntimeError):
     """The dev server cannot be found, cannot start, or died."""
 

@@ -15,25 +15,21 @@ import os
 import signal
 import sys
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import Any, NoReturn
 
-if TYPE_CHECKING:
-    from temporalio.client import Client
+# Connecting to Temporal: one place, which the HTTP service uses too (api.temporal_connection).
+from api.temporal_connection import (
+    TemporalConnectError,
+    connect,
+    connect_args,
+    describe_connection,
+)
 
-    from api.settings import HitlflowSettings
+__all__ = ["STOP_TIMEOUT_S", "Signals", "TemporalConnectError", "connect", "connect_args",
+           "describe_connection", "exit_now", "first", "run", "say", "serve", "stop_task"]
 
 #: How long a part (the worker, the API, the exporter) may take to stop after Ctrl-C.
 STOP_TIMEOUT_S = 30.0
-
-
-async def connect(settings: HitlflowSettings) -> Client:
-    """A Temporal client for the settings' frontend and namespace (pydantic payloads)."""
-    from temporalio.client import Client
-    from temporalio.contrib.pydantic import pydantic_data_converter
-
-    return await Client.connect(
-        settings.target, namespace=settings.namespace, data_converter=pydantic_data_converter
-    )
 
 
 def say(message: str) -> None:

@@ -15,11 +15,14 @@ import socket
 import uuid
 from collections.abc import Callable
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from temporalio.client import Client
 from temporalio.worker import Worker
 
+from activities.command_env import PRIVATE_KEY_PREFIX, remember_secret, remember_secret_file
 from activities.commands import run_command
 from activities.deltas import DeltaBus, cluster_delta_bus
 from activities.llm.activity import LlmActivities
@@ -33,6 +36,8 @@ from workflows.journal_carrier import INTERCEPTORS
 from workflows.session import SessionWorkflow
 
 log = logging.getLogger("hitlflow.worker")
+#: observation.exporter.keys.KEY_NAME, not imported: the exporter package is heavy.
+CHECKPOINT_KEY_FILE = "checkpoint.key"
 
 #: The sandbox (``api.runtime.sandbox``) with ``workflows.session`` passed through: its
 #: re-import for every new session was, measured, the largest part of a new session's
@@ -58,6 +63,19 @@ def build_worker(
     )
 
 
+def remember_worker_secrets(settings: HitlflowSettings) -> None:
+    """The secrets this worker holds by its settings (options as well as the
+    environment), redacted from every command's output (activities.command_env)."""
+    remember_secret(settings.api_token)
+    if settings.read_model_url:
+        remember_secret(urlsplit(settings.read_model_url).password)
+    key = (settings.checkpoint_key or "").strip()
+    if key.startswith(PRIVATE_KEY_PREFIX):
+        remember_secret(key)
+    else:  # read at each command: `up`'s exporter may create it after the worker starts
+        remember_secret_file(Path(key) if key else settings.data_dir / CHECKPOINT_KEY_FILE)
+
+
 def worker_identity() -> str:
     """Unique per worker (several may share a process in tests)."""
     return f"hitlflow-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
@@ -75,6 +93,7 @@ async def run_worker(
     own = cluster_delta_bus(settings.read_model_url) if deltas is None else None
     deltas = deltas or own
     identity = worker_identity()
+    remember_worker_secrets(settings)
     pool = McpClientPool(idle_s=settings.mcp_idle_s, max_servers=settings.mcp_max_servers)
     try:
         try:  # before this worker polls: a poller seen now is another worker

@@ -452,6 +452,49 @@ async def test_openai_unusable_arguments_come_back_as_a_mistake(
     assert set(good.model_dump()) == {"id", "tool", "server", "arguments"}
 
 
+def _nested(levels: int) -> str:
+    return '{"a":' * (levels - 1) + "{}" + "}" * (levels - 1)
+
+
+@pytest.mark.parametrize(("raw", "problem"), [
+    (_nested(250), "nesting deeper than 64 levels at $" + ".a" * 64),
+    (_nested(10_000), "nesting deeper than 64 levels at $" + ".a" * 64),
+    ("[" * 10_000, "nesting deeper than 64 levels at $" + "[0]" * 64),
+    ('{"path": 1e400}', "a number JSON cannot carry at $.path: 1e400 is beyond the range "
+                        "of a double (it would be read as infinity); send it as a string "
+                        "if it is meant"),
+    ('{"path": NaN}', "a number JSON cannot carry at $.path: NaN is not a JSON number; send "
+                      "it as a string if it is meant"),
+])
+async def test_openai_arguments_past_the_limits_come_back_as_a_mistake(
+    fake_openai: FakeOpenAIServer, api_key: str, raw: str, problem: str
+) -> None:
+    """Arguments nested past the limit (250 levels once stuck the session: its worker
+    could not decode the answer; 10,000 broke Python's parser) or holding a number JSON
+    cannot carry: a mistake the model is told of, with its text kept, never parsed."""
+    fake_openai.reply_tool_calls([tool_call("call_d", "fs__read_file", raw),
+                                  tool_call("call_e", ASK_USER, raw)])
+    result = await run(openai_input(fake_openai))
+    deep, ask = result.tool_calls
+    assert (deep.id, deep.server, deep.tool, deep.arguments) == (
+        "call_d", "fs", "read_file", {})
+    assert deep.arguments_error == f"the arguments of fs__read_file are refused: {problem}"
+    assert deep.raw_arguments == raw
+    assert (ask.tool, ask.arguments_error) == (
+        ASK_USER, f"the arguments of ask_user are refused: {problem}")
+    assert result.ecs_request is None
+
+
+async def test_scripted_raw_arguments_past_the_limits_are_a_mistake_too() -> None:
+    script = [ScriptedResponse(tool_calls=[
+        ToolCallRequest(tool="read_file", server="fs", raw_arguments=_nested(250))])]
+    result = await run(scripted_input(script, tools=TOOLS))
+    (call,) = result.tool_calls
+    assert call.arguments_error == ("the arguments of fs__read_file are refused: nesting "
+                                    "deeper than 64 levels at $" + ".a" * 64)
+    assert (call.arguments, call.raw_arguments) == ({}, _nested(250))
+
+
 async def test_scripted_arguments_are_checked_like_the_models() -> None:
     script = [ScriptedResponse(tool_calls=[
         ToolCallRequest(tool="read_file", server="fs", raw_arguments='{"path": "a"'),

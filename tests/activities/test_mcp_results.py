@@ -37,3 +37,20 @@ def test_an_error_result_keeps_the_servers_text():
         content=[types.TextContent(type="text", text="no such note")], is_error=True))
     assert result.is_error and result.error_message == "no such note"
     assert result.content == [{"type": "text", "text": "no such note"}]
+
+
+def test_results_past_the_limits_are_dropped_and_said_so():
+    """A tool answering structured content nested past the limit (which its session's
+    worker could not decode from history again) keeps its text; the rest is dropped,
+    with a note saying where it went past the limit."""
+    deep: dict = {"v": 1}
+    for _ in range(300):
+        deep = {"a": deep}
+    result = tool_result(types.CallToolResult(
+        content=[types.TextContent(type="text", text="done")], structured_content=deep))
+    assert result.structured is None and not result.is_error
+    assert result.text.startswith("done\n[structured content dropped: nesting deeper than")
+    assert "$.structured.a.a" in result.text
+    shallow = tool_result(types.CallToolResult(
+        content=[types.TextContent(type="text", text="ok")], structured_content={"a": {"b": 1}}))
+    assert shallow.structured == {"a": {"b": 1}} and shallow.text == "ok"

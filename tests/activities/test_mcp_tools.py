@@ -18,6 +18,7 @@ import pytest
 from temporalio.activity import _Definition
 from temporalio.testing import ActivityEnvironment
 
+from activities.command_env import BASE_PREFIXES, BASE_VARS
 from activities.mcp.pool import McpClientPool, McpTransportError, roots_callback
 from activities.mcp.tools import McpToolActivities
 from tests.support.mcp_servers import REPO, executions, gone, notes_server, server_pid
@@ -228,10 +229,11 @@ async def test_server_that_cannot_start_raises_a_clear_error(own_pool, tmp_path)
         await own_pool.list_tools(server)
 
 
-async def test_a_server_gets_env_over_the_sdks_few_variables_and_runs_in_cwd(
+async def test_a_server_gets_env_over_the_few_variables_and_runs_in_cwd(
         own_pool, tmp_path, monkeypatch):
-    """README "Resolved in the worker's environment": a relative command is found
-    against ``cwd``; the server sees the SDK's default variables from the worker and
+    """docs/session-config.md "Resolved in the worker's environment": a relative
+    command is found against ``cwd``; the server sees the few variables every command
+    gets from the worker (activities.command_env), those ``pass_env`` names, and
     ``env`` over them, literally, and nothing else of the worker's environment."""
     (tmp_path / "bin").mkdir()
     (tmp_path / "env_server.py").write_text(ENV_SERVER)
@@ -240,8 +242,11 @@ async def test_a_server_gets_env_over_the_sdks_few_variables_and_runs_in_cwd(
     script.chmod(0o755)
     monkeypatch.setenv("HITLFLOW_WORKER_ONLY", "secret")
     monkeypatch.setenv("HOME", "/home/from-worker")
+    monkeypatch.setenv("PASSED_ON", "by name")
+    monkeypatch.setenv("NOT_PASSED", "kept")
     server = McpServerConfig(name="env", command=["bin/serve"], cwd=str(tmp_path),
-                             env={"TOOL_TOKEN": "${HITLFLOW_WORKER_ONLY}", "HOME": "/h"})
+                             env={"TOOL_TOKEN": "${HITLFLOW_WORKER_ONLY}", "HOME": "/h"},
+                             pass_env=["PASSED_ON", "UNSET_ON_THE_WORKER"])
 
     result = await own_pool.call_tool(server, "environment", {})
 
@@ -249,9 +254,10 @@ async def test_a_server_gets_env_over_the_sdks_few_variables_and_runs_in_cwd(
     assert Path(seen["cwd"]) == tmp_path.resolve()
     env = {k: v for k, v in seen["env"].items() if k not in RUNTIME_VARS}
     assert env == {"PATH": os.environ["PATH"], "HOME": "/h",
-                   "TOOL_TOKEN": "${HITLFLOW_WORKER_ONLY}",
-                   **{k: os.environ[k] for k in ("LOGNAME", "SHELL", "TERM", "USER")
-                      if k in os.environ}}
+                   "TOOL_TOKEN": "${HITLFLOW_WORKER_ONLY}", "PASSED_ON": "by name",
+                   **{k: v for k, v in os.environ.items()
+                      if (k in BASE_VARS or k.startswith(BASE_PREFIXES))
+                      and k not in ("PATH", "HOME", *RUNTIME_VARS)}}
 
 
 async def test_roots_are_declared_only_when_configured(tmp_path):

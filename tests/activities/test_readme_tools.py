@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from mcp.client.stdio import DEFAULT_INHERITED_ENV_VARS
 
+from activities.command_env import BASE_VARS
 from activities.llm.wire import (
     ASK_USER,
     ASK_USER_FUNCTION,
@@ -101,11 +102,13 @@ def test_the_option_table_lists_exactly_the_fields_of_a_tool_server():
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="the README gives the POSIX list")
-def test_the_variables_a_server_gets_from_the_worker_are_the_sdks():
+def test_the_variables_a_server_gets_from_the_worker_are_the_rules():
+    """The documented list is activities.command_env's, which holds the SDK's own set."""
     text = " ".join(section("Tool servers").split())
     listed = re.search(r"it is ((?:`[A-Z_]+`,? (?:and )?)+)taken from the worker", text)
     assert listed is not None
-    assert re.findall(r"`([A-Z_]+)`", listed.group(1)) == list(DEFAULT_INHERITED_ENV_VARS)
+    assert re.findall(r"`([A-Z_]+)`", listed.group(1)) == list(BASE_VARS)
+    assert set(DEFAULT_INHERITED_ENV_VARS) <= set(BASE_VARS)
 
 
 def test_sessions_share_a_server_when_their_entries_are_equal_but_for_overrides():

@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
+from api.http.command_policy import SHELL
+from api.settings import DEMO_COMMAND
 from tests.api.http_support import HttpStack, running_stack, stack_settings
 
 
@@ -17,8 +19,10 @@ async def http_stack(dev_env: WorkflowEnvironment, free_port: Callable[[], int],
     """The API (its lifespan connects its own Temporal client), a session worker on
     a task queue of this module's own, and the exporter keeping the read model the
     API reads (in a data directory of the module's own); the API requires ``TOKEN``,
-    which ``http_stack.http`` sends."""
-    settings = stack_settings(dev_env.client, tmp_path_factory.mktemp("http-data"), "http")
+    which ``http_stack.http`` sends. Its operator lets plan sessions run their shell
+    commands (docs/security.md, "Who may run code")."""
+    settings = stack_settings(dev_env.client, tmp_path_factory.mktemp("http-data"), "http",
+                              commands=[SHELL, DEMO_COMMAND])
     async with running_stack(dev_env.client, settings, free_port()) as stack:
         yield stack
 

@@ -47,12 +47,15 @@ async def serve(app: FastAPI, port: int) -> AsyncIterator[ApiServer]:
 
 
 def stack_settings(client: Client, data_dir: Path, name: str,
-                   token: str | None = TOKEN) -> HitlflowSettings:
+                   token: str | None = TOKEN,
+                   commands: list[str] | None = None) -> HitlflowSettings:
     """The settings of a test's stack: the test's Temporal, a task queue of its own
-    (``tq-<name>-...``), ``data_dir``, and the API's ``token``."""
+    (``tq-<name>-...``), ``data_dir``, the API's ``token`` and the commands its
+    session configs may run (``commands``; default: the server's)."""
+    extra = {} if commands is None else {"api_allowed_commands": commands}
     return HitlflowSettings(temporal_address=client.service_client.config.target_host,
                             task_queue=f"tq-{name}-{uuid.uuid4().hex[:8]}", api_token=token,
-                            data_dir=data_dir)
+                            data_dir=data_dir, **extra)
 
 
 @asynccontextmanager

@@ -18,6 +18,7 @@ from temporalio.client import (
 from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDReusePolicy
 
 from api.http import stuck as stuck_sessions
+from api.http.command_policy import refusal_message, refused_commands
 from api.http.deps import (
     ApiTuning,
     ClientDep,
@@ -30,12 +31,14 @@ from api.http.deps import (
     TuningDep,
 )
 from api.http.errors import SESSION_STUCK, ApiError, temporal_errors
+from api.http.limits import check_input_size
 from api.http.models import (
     NOT_UNICODE,
     SESSION_ID_PATTERN,
     Accepted,
     CancelAccepted,
     EndRequest,
+    ErrorBody,
     MessageRequest,
     ReplyRequest,
     SessionCreated,
@@ -79,7 +82,10 @@ router = APIRouter(prefix="/api/sessions", tags=["sessions"])
 # -- start ------------------------------------------------------------------
 
 
-@router.post("", status_code=201, response_model=SessionCreated)
+@router.post("", status_code=201, response_model=SessionCreated, responses={
+    403: {"model": ErrorBody, "description": "The config runs a command the server does "
+          "not allow (`commands_not_allowed`, HITLFLOW_API_ALLOWED_COMMANDS); nothing "
+          "was started"}})
 async def start_session(
     config: Annotated[SessionConfig, Body(
         description="The session config (docs/session-config.md).")],
@@ -89,14 +95,20 @@ async def start_session(
         description="The new session's id (default: generated). Never reused.")] = None,
 ) -> SessionCreated:
     """Start a session. Its `SessionStatus` search attribute is `queued` from the
-    start, so it is listed before any worker picks it up."""
+    start, so it is listed before any worker picks it up. A config that runs a
+    command the server does not allow (a plan step's shell command, a tool server
+    started from a command) is a 403 `commands_not_allowed` that names it."""
     if lone_surrogate(config.model_dump()):
         raise ApiError(422, "validation_error", f"body: {NOT_UNICODE}")
+    if refused := refused_commands(config, settings.api_allowed_commands):
+        raise ApiError(403, "commands_not_allowed",
+                       refusal_message(refused, settings.api_allowed_commands))
     sid = session_id or f"s-{uuid.uuid4().hex[:12]}"
+    start = SessionInput(session_id=sid, config=config, behaviour=CURRENT_BEHAVIOUR)
+    check_input_size(client, start, settings.max_input_bytes, "the session config")
     with temporal_errors(sid):
         await client.start_workflow(
-            "SessionWorkflow", SessionInput(session_id=sid, config=config,
-                                        behaviour=CURRENT_BEHAVIOUR),
+            "SessionWorkflow", start,
             id=sid, task_queue=settings.task_queue,
             id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
             search_attributes=TypedSearchAttributes(
@@ -209,7 +221,8 @@ async def _refusal_for_closed(client: Client, session_id: str, code: str,
 
 
 async def _update(client: Client, session_id: str, name: str, arg: object, *, code: str,
-                  closed: str, tuning: ApiTuning, changed: OnChange) -> Ack:
+                  closed: str, tuning: ApiTuning, changed: OnChange, limit: int) -> Ack:
+    check_input_size(client, arg, limit, "the request")
     handle = client.get_workflow_handle(session_id)
     try:
         with temporal_errors(session_id):
@@ -227,36 +240,41 @@ async def _update(client: Client, session_id: str, name: str, arg: object, *, co
 
 @router.post("/{session_id}/reply", status_code=202, response_model=Accepted)
 async def reply(session_id: SessionIdDep, body: ReplyRequest, client: ClientDep,
-                tuning: TuningDep, changed: OnChangeDep) -> Accepted:
+                tuning: TuningDep, changed: OnChangeDep, settings: SettingsDep) -> Accepted:
     """Answer the pending request (name it by `request_id`). 409 when nothing is
     pending, when it names another request, or when the answer does not fit the
     request; the session is unchanged then."""
     ack = await _update(client, session_id, "reply", ReplyInput(**body.model_dump()),
                         code="reply_refused", closed="nothing is pending",
-                        tuning=tuning, changed=changed)
+                        tuning=tuning, changed=changed,
+                        limit=settings.max_input_bytes)
     return Accepted(session_id=session_id, request_id=ack.request_id, status=ack.status,
                     journal_seq=ack.journal_seq)
 
 
 @router.post("/{session_id}/messages", status_code=202, response_model=Accepted)
 async def send_message(session_id: SessionIdDep, body: MessageRequest, client: ClientDep,
-                       tuning: TuningDep, changed: OnChangeDep) -> Accepted:
+                       tuning: TuningDep, changed: OnChangeDep,
+                       settings: SettingsDep) -> Accepted:
     """A new message from the person; it starts a turn (at once when the session
     waits for a message, else after the current one). 409 once the session ended."""
     ack = await _update(client, session_id, "send_message", MessageInput(**body.model_dump()),
                         code="message_refused", closed="it takes no messages",
-                        tuning=tuning, changed=changed)
+                        tuning=tuning, changed=changed,
+                        limit=settings.max_input_bytes)
     return Accepted(session_id=session_id, status=ack.status, journal_seq=ack.journal_seq)
 
 
 @router.post("/{session_id}/end", status_code=202, response_model=Accepted)
 async def end(session_id: SessionIdDep, client: ClientDep, tuning: TuningDep,
-              changed: OnChangeDep, body: Annotated[EndRequest | None, Body()] = None) -> Accepted:
+              changed: OnChangeDep, settings: SettingsDep,
+              body: Annotated[EndRequest | None, Body()] = None) -> Accepted:
     """End the conversation while the session waits for the person (it succeeds).
     409 otherwise (cancel a running session instead)."""
     ack = await _update(client, session_id, "end", EndInput(**(body or EndRequest()).model_dump()),
                         code="end_refused", closed="it cannot be ended",
-                        tuning=tuning, changed=changed)
+                        tuning=tuning, changed=changed,
+                        limit=settings.max_input_bytes)
     return Accepted(session_id=session_id, status=ack.status, journal_seq=ack.journal_seq)
 
 
@@ -288,6 +306,7 @@ async def cancel(session_id: SessionIdDep, client: ClientDep,
 @router.post("/{session_id}/steps/{index}/{action}", status_code=202, response_model=Accepted)
 async def step_action(
     session_id: SessionIdDep, client: ClientDep, tuning: TuningDep, changed: OnChangeDep,
+    settings: SettingsDep,
     index: Annotated[int, Path(ge=0, le=10_000, description="The step's index in the plan")],
     action: Annotated[Literal["approve", "skip", "reset"], Path()],
     body: Annotated[StepActionRequest | None, Body()] = None,
@@ -317,6 +336,7 @@ async def step_action(
                        values={"to_step": index} if action == "reset" else None,
                        comment=(body.comment if body else None))
     ack = await _update(client, session_id, "reply", reply, code="reply_refused",
-                        closed="nothing is pending", tuning=tuning, changed=changed)
+                        closed="nothing is pending", tuning=tuning, changed=changed,
+                        limit=settings.max_input_bytes)
     return Accepted(session_id=session_id, request_id=ack.request_id, status=ack.status,
                     journal_seq=ack.journal_seq)

@@ -22,7 +22,9 @@ import httpx
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
+from api.http.command_policy import SHELL
 from api.http.routers import inbox
+from api.settings import DEMO_COMMAND
 from tests.api.http_support import (
     HttpStack,
     confirm_body,
@@ -43,9 +45,10 @@ EXPECT_MS = 30_000
 @pytest.fixture(scope="module")
 async def inbox_stack(dev_env: WorkflowEnvironment, free_port: Callable[[], int],
                       tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[HttpStack]:
-    """Like ``http_stack``, with ``HITLFLOW_API_TOKEN`` set."""
+    """Like ``http_stack``, with ``HITLFLOW_API_TOKEN`` set (plans' shell commands
+    allowed too: the plan gate's session)."""
     settings = stack_settings(dev_env.client, tmp_path_factory.mktemp("inbox-data"), "inbox",
-                              TOKEN)
+                              TOKEN, commands=[SHELL, DEMO_COMMAND])
     async with running_stack(dev_env.client, settings, free_port(), AUTH) as stack:
         yield stack
 
