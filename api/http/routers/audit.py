@@ -6,11 +6,13 @@ validated before they name a path, so nothing escapes it.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Query, Response
-from fastapi.responses import FileResponse, PlainTextResponse
+import anyio
+from fastapi import APIRouter, Query, Request, Response
+from fastapi.responses import FileResponse, PlainTextResponse, StreamingResponse
 
 from api.http.deps import SessionIdDep, SettingsDep
 from api.http.errors import ApiError
@@ -30,15 +32,35 @@ JobType = Literal[JOB_TYPES]  # type: ignore[valid-type]
 RunStatus = Literal[STATUSES]  # type: ignore[valid-type]
 
 
-@router.get("/api/sessions/{session_id}/log", response_class=FileResponse,
+@router.get("/api/sessions/{session_id}/log", response_class=Response,
             responses={200: {"content": {"application/x-ndjson": {}}}})
-async def session_log(session_id: SessionIdDep, settings: SettingsDep) -> FileResponse:
+async def session_log(session_id: SessionIdDep, settings: SettingsDep,
+                      request: Request) -> Response:
     """The session's hash-chained NDJSON log, byte for byte as exported."""
     path = settings.data_dir / "runs" / session_id / LOG_NAME
-    if not path.is_file():
+    try:
+        size = path.stat().st_size
+    except OSError:
+        size = None
+    if size is None or not path.is_file():
         raise ApiError(404, "log_not_found", f"no exported log for session {session_id} "
                        "(is the exporter running? `hitlflow log export` writes it)")
-    return FileResponse(path, media_type="application/x-ndjson")
+    if "range" in request.headers:  # a range is read to its end, never past it
+        return FileResponse(path, media_type="application/x-ndjson")
+    # The exporter appends while this is sent: send the log as it was when asked (whole
+    # lines), not what it grew to, which would overrun the Content-Length.
+    return StreamingResponse(_first_bytes(path, size), media_type="application/x-ndjson",
+                             headers={"content-length": str(size), "accept-ranges": "bytes"})
+
+
+async def _first_bytes(path: Path, size: int, chunk: int = 64 * 1024) -> AsyncIterator[bytes]:
+    async with await anyio.open_file(path, "rb") as f:
+        while size > 0:
+            data = await f.read(min(chunk, size))
+            if not data:
+                return
+            size -= len(data)
+            yield data
 
 
 def _text_file(path: Path, code: str, message: str) -> PlainTextResponse:

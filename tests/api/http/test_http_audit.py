@@ -84,3 +84,19 @@ async def test_a_sessions_signed_checkpoint_and_the_key_to_check_it(
             httpx.AsyncClient(base_url=server.url, timeout=30, headers=AUTH) as bare:
         r = await bare.get("/api/checkpoint-key")  # no exporter has started here
         assert r.status_code == 404 and error_of(r)["code"] == "checkpoint_key_not_found"
+
+
+async def test_a_log_that_grows_while_it_is_sent_is_sent_as_it_was(tmp_path):
+    """The exporter appends while ``GET .../log`` streams: what is sent stops at the
+    size the response declared (before, the extra bytes overran Content-Length and the
+    client saw the connection cut)."""
+    from api.http.routers.audit import _first_bytes
+
+    log = tmp_path / "events.ndjson"
+    log.write_bytes(b'{"seq":1}\n{"seq":2}\n')
+    size, sent = log.stat().st_size, []
+    async for piece in _first_bytes(log, size, chunk=4):
+        sent.append(piece)
+        with log.open("ab") as f:
+            f.write(b'{"seq":3}\n')
+    assert b"".join(sent) == b'{"seq":1}\n{"seq":2}\n'
