@@ -52,9 +52,11 @@ class HitlflowSettings(BaseSettings):
         """An empty token (``HITLFLOW_API_TOKEN=``) is no token: never one that matches."""
         return None if value == "" else value
 
-    @field_validator("api_allowed_hosts", "api_cors_origins", mode="before")
+    @field_validator("api_allowed_hosts", "api_cors_origins", "api_allowed_commands",
+                     mode="before")
     @classmethod
     def _comma_separated(cls, value: object, info: ValidationInfo) -> object:
+        """A list given as one comma-separated string (the environment's form)."""
         if isinstance(value, str):
             value = [part.strip() for part in value.split(",") if part.strip()]
             if not value and info.field_name == "api_allowed_hosts":
@@ -102,13 +104,6 @@ class HitlflowSettings(BaseSettings):
     # commands) or `*` (any command). Empty: no command at all.
     api_allowed_commands: Annotated[list[str], NoDecode] = Field(
         default_factory=lambda: [DEMO_COMMAND])
-
-    @field_validator("api_allowed_commands", mode="before")
-    @classmethod
-    def _comma_separated(cls, value: object) -> object:
-        if isinstance(value, str):
-            return [part.strip() for part in value.split(",") if part.strip()]
-        return value
 
     @property
     def target(self) -> str:

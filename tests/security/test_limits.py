@@ -28,8 +28,8 @@ from typer.testing import CliRunner
 
 from api.cli.main import app as cli
 from api.http.limits import DEPTH_SETTING, SIZE_SETTING
-from api.settings import HitlflowSettings
 from tests.api.http_support import (
+    TOKEN,
     HttpStack,
     chat_body,
     confirm_body,
@@ -37,6 +37,7 @@ from tests.api.http_support import (
     eventually,
     running_stack,
     session_until,
+    stack_settings,
     waiting,
 )
 from tests.fakes.openai_server import FakeOpenAIServer, tool_call
@@ -65,10 +66,7 @@ def config_text(arguments: str, **llm: str) -> str:
 @pytest.fixture(scope="module")
 async def stack(dev_env: WorkflowEnvironment, free_port: Callable[[], int],
                 tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[HttpStack]:
-    settings = HitlflowSettings(
-        temporal_address=dev_env.client.service_client.config.target_host,
-        task_queue=f"tq-limits-{uuid.uuid4().hex[:8]}", api_token=None,
-        data_dir=tmp_path_factory.mktemp("limits-data"))
+    settings = stack_settings(dev_env.client, tmp_path_factory.mktemp("limits-data"), "limits")
     async with running_stack(dev_env.client, settings, free_port()) as running:
         yield running
 
@@ -309,7 +307,8 @@ async def test_the_cli_refuses_values_past_the_limits_before_sending(
     await session_until(stack.http, sid, waiting("confirm"), consistency="live")
     before = await live(stack.http, sid)
     env = {"HITLFLOW_API_URL": stack.url, "COLUMNS": "400", "NO_COLOR": "1",
-           "HITLFLOW_API_PORT": None, "HITLFLOW_DATA_DIR": None}
+           "HITLFLOW_API_PORT": None, "HITLFLOW_DATA_DIR": None,
+           "HITLFLOW_API_TOKEN": TOKEN}
     result = await asyncio.to_thread(CliRunner().invoke, cli, [
         "session", "reply", sid, "--approve", "--values", values], env=env)
     assert result.exit_code == 2, (result.output, result.exception)
@@ -326,7 +325,8 @@ async def test_the_cli_refuses_a_config_file_past_the_limits_before_sending(
     path.write_text('{"agent": ' + nested(10_000) + "}")
     before = await session_ids(stack.http)
     env = {"HITLFLOW_API_URL": stack.url, "COLUMNS": "400", "NO_COLOR": "1",
-           "HITLFLOW_API_PORT": None, "HITLFLOW_DATA_DIR": None}
+           "HITLFLOW_API_PORT": None, "HITLFLOW_DATA_DIR": None,
+           "HITLFLOW_API_TOKEN": TOKEN}
     result = await asyncio.to_thread(CliRunner().invoke, cli, [
         "session", "start", str(path)], env=env)
     assert result.exit_code == 2, (result.output, result.exception)
