@@ -9,10 +9,17 @@ against the real server, started the way ``up`` starts it (``DevServer``), with 
 HTTP API on a port the test chooses so it knows where to knock. Each must be refused,
 and nothing may have started or been signalled. Also: the Web UI's own API refuses a
 cross-origin simple POST, and what ``up`` needs (gRPC, the Web UI) still answers.
+
+The Web UI's address is served by hitlflow's proxy (api/runtime/ui_proxy.py), which
+refuses a foreign ``Host`` on every request of a connection: the replay of a DNS-rebinding
+page (get the UI's CSRF cookie under its own name, then start a workflow with it) must
+get neither the cookie nor the start, while the UI's pages and API answer under
+127.0.0.1, and the same start under 127.0.0.1 does go through (the replay is real).
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -27,6 +34,7 @@ from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
 from api.runtime.devserver import DevServer
+from api.runtime.ui_proxy import REFUSED, local_host
 from api.settings import TASK_QUEUE
 
 pytestmark = pytest.mark.slow
@@ -153,3 +161,122 @@ async def test_what_up_needs_still_answers(doors: Doors) -> None:
     assert doors.server.ui_url is not None
     async with httpx.AsyncClient() as http:
         assert (await http.get(doors.server.ui_url + "/")).status_code == 200
+
+
+# ---------------------------------------------------------------------------
+# The Web UI behind hitlflow's proxy
+
+
+def ui_host(doors: Doors, name: str) -> dict[str, str]:
+    return {"host": f"{name}:{doors.server.ui_port}"}
+
+
+def assert_refused_by_the_proxy(resp: httpx.Response, tried: str) -> None:
+    assert resp.status_code == 400, f"{tried}: answered {resp.status_code} {resp.text}"
+    assert resp.content == REFUSED, tried
+    assert "set-cookie" not in resp.headers, f"{tried}: a cookie was handed out"
+
+
+@pytest.mark.parametrize("host", ["localhost", "LOCALHOST:8233", "127.0.0.1", "127.0.0.1:8233",
+                                  "[::1]", "[::1]:8233"])
+def test_local_hosts_are_allowed(host: str) -> None:
+    assert local_host(host)
+
+
+@pytest.mark.parametrize("host", [None, "", "evil.example", "evil.example:8233",
+                                  "localhost.evil.example", "127.0.0.1.nip.io:8233",
+                                  "127.0.0.2:8233", "localhost:", "localhost:80:80",
+                                  "localhost:x", "[::1]x", "[::2]:8233", "0.0.0.0:8233"])
+def test_other_hosts_are_not(host: str | None) -> None:
+    assert not local_host(host)
+
+
+async def test_the_ui_under_a_rebound_name_hands_out_no_csrf_cookie(doors: Doors) -> None:
+    """Tried: what a rebinding page fetches first, its own name in Host: the UI's page
+    (which set the readable ``_csrf`` cookie) and its settings."""
+    assert doors.server.ui_url is not None
+    async with httpx.AsyncClient() as http:
+        for path in ("/", "/api/v1/settings", "/api/v1/namespaces"):
+            resp = await http.get(doors.server.ui_url + path,
+                                  headers=ui_host(doors, "evil.example"))
+            assert_refused_by_the_proxy(resp, f"GET {path} under a rebound name")
+        assert not http.cookies
+
+
+async def test_the_ui_works_through_the_proxy(doors: Doors) -> None:
+    """Its page, its settings and its API (which needs gRPC behind it) under 127.0.0.1,
+    with the CSRF cookie the UI hands out there, Set-Cookie headers and all."""
+    assert doors.server.ui_url is not None
+    async with httpx.AsyncClient() as http:
+        page = await http.get(doors.server.ui_url + "/")
+        assert page.status_code == 200
+        assert page.headers["content-type"].startswith("text/html")
+        assert "<html" in page.text
+        assert http.cookies.get("_csrf")
+        settings = await http.get(doors.server.ui_url + "/api/v1/settings")
+        assert settings.status_code == 200
+        assert "Version" in settings.json()
+        listed = await http.get(doors.server.ui_url + "/api/v1/namespaces",
+                                headers={"accept-encoding": "gzip"})
+        assert listed.status_code == 200
+        assert listed.headers["content-encoding"] == "gzip"  # passed through as it came
+        names = [n["namespaceInfo"]["name"] for n in listed.json()["namespaces"]]
+        assert "default" in names
+
+
+async def test_every_request_on_a_connection_is_checked(doors: Doors) -> None:
+    """Tried: a first request under 127.0.0.1, then one under a rebound name on the same
+    kept-alive connection."""
+    assert doors.server.ui_url is not None
+    answers, ends = [], []
+    async with httpx.AsyncClient(limits=httpx.Limits(max_connections=1)) as http:
+        for name in ("127.0.0.1", "evil.example", "localhost"):
+            resp = await http.get(doors.server.ui_url + "/api/v1/settings",
+                                  headers=ui_host(doors, name))
+            answers.append(resp)
+            ends.append(resp.extensions["network_stream"].get_extra_info("client_addr"))
+    first, second, third = answers
+    assert first.status_code == 200 and third.status_code == 200
+    assert_refused_by_the_proxy(second, "the second request of a connection, rebound")
+    assert ends[0] == ends[1] == ends[2], "the requests did not share a connection"
+
+
+def ui_start(workflow_id: str, task_queue: str, cwd: Path) -> str:
+    """The issue's start as the UI's API takes it (its input as Temporal payloads)."""
+    start = json.loads(the_issues_start(workflow_id, cwd))
+    data = json.dumps(start.pop("input")[0]).encode()
+    start["input"] = {"payloads": [{"metadata": {"encoding": b64("json/plain")},
+                                    "data": b64(data)}]}
+    start["taskQueue"] = {"name": task_queue}
+    return json.dumps(start)
+
+
+def b64(data: str | bytes) -> str:
+    return base64.b64encode(data.encode() if isinstance(data, str) else data).decode()
+
+
+async def test_a_rebinding_page_cannot_start_a_workflow_through_the_ui(
+        doors: Doors, tmp_path: Path) -> None:
+    """Tried: the replay of the rebinding start that went through before the proxy: a
+    JSON POST to the UI's API with its CSRF cookie and the X-CSRF-TOKEN header, under a
+    rebound name. The cookie is taken from 127.0.0.1 (a page could not even get one).
+    The same request under 127.0.0.1 starts the workflow: the replay is a real one."""
+    assert doors.server.ui_url is not None
+    refused, allowed = f"doors-{uuid.uuid4().hex[:8]}", f"doors-{uuid.uuid4().hex[:8]}"
+    async with httpx.AsyncClient() as http:
+        await http.get(doors.server.ui_url + "/")
+        token = http.cookies["_csrf"]
+        url = f"{doors.server.ui_url}/api/v1/namespaces/default/workflows"
+        headers = {"content-type": "application/json", "x-csrf-token": token}
+        rebound = await http.post(
+            f"{url}/{refused}", content=ui_start(refused, TASK_QUEUE, tmp_path),
+            headers={**headers, **ui_host(doors, "evil.example"),
+                     "origin": f"http://evil.example:{doors.server.ui_port}"})
+        local = await http.post(f"{url}/{allowed}", headers=headers,
+                                content=ui_start(allowed, "nobody-polls", tmp_path))
+    assert_refused_by_the_proxy(rebound, "StartWorkflowExecution through the UI, rebound")
+    await assert_not_started(doors.client, refused)
+    assert not (tmp_path / "pwned.txt").exists()
+    assert local.status_code == 200, local.text
+    described = await doors.client.get_workflow_handle(allowed).describe()
+    assert described.task_queue == "nobody-polls"
