@@ -19,22 +19,27 @@ get neither the cookie nor the start, while the UI's pages and API answer under
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import contextlib
+import functools
 import json
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
+import uvicorn
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
 from api.runtime.devserver import DevServer
-from api.runtime.ui_proxy import REFUSED, local_host
+from api.runtime.ui_proxy import REFUSED, UiProxyServer, local_host
 from api.settings import TASK_QUEUE
 
 pytestmark = pytest.mark.slow
@@ -280,3 +285,118 @@ async def test_a_rebinding_page_cannot_start_a_workflow_through_the_ui(
     assert local.status_code == 200, local.text
     described = await doors.client.get_workflow_handle(allowed).describe()
     assert described.task_queue == "nobody-polls"
+
+
+# ---------------------------------------------------------------------------
+# The proxy against an upstream of the test's own: what the UI may need of it
+
+
+@dataclass
+class Upstream:
+    proxy: str
+    release: asyncio.Event  # lets the streamed answer's second half go
+    gone: asyncio.Event  # the upstream saw the proxy go away mid-answer
+
+
+async def upstream_app(state: Upstream, scope: dict[str, Any], receive: Any, send: Any) -> None:
+    if scope["type"] != "http":
+        return
+    body = b""
+    while True:
+        message = await receive()
+        body += message.get("body", b"")
+        if not message.get("more_body"):
+            break
+    if scope["path"].startswith("/echo"):  # what arrived, as it arrived
+        seen = {"method": scope["method"], "target": scope["raw_path"].decode()
+                + "?" + scope["query_string"].decode(), "body": body.decode(),
+                "headers": [[k.decode(), v.decode()] for k, v in scope["headers"]]}
+        await send({"type": "http.response.start", "status": 201,
+                    "headers": [(b"set-cookie", b"a=1"), (b"set-cookie", b"b=2"),
+                                (b"content-type", b"application/json")]})
+        await send({"type": "http.response.body", "body": json.dumps(seen).encode()})
+        return
+    await send({"type": "http.response.start", "status": 200,
+                "headers": [(b"content-type", b"text/event-stream")]})
+    await send({"type": "http.response.body", "body": b"data: first\n\n", "more_body": True})
+    if scope["path"] == "/forever":  # until the other side goes away
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        state.gone.set()
+        return
+    await state.release.wait()
+    await send({"type": "http.response.body", "body": b"data: second\n\n"})
+
+
+class UpstreamServer(uvicorn.Server):
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield  # SIGINT/SIGTERM stay pytest's
+
+
+@pytest.fixture
+async def upstream(free_port: Callable[[], int]) -> AsyncIterator[Upstream]:
+    port = free_port()
+    state = Upstream("", asyncio.Event(), asyncio.Event())
+    app = functools.partial(upstream_app, state)
+    server = UpstreamServer(uvicorn.Config(app, host="127.0.0.1", port=port, lifespan="off",
+                                           interface="asgi3", log_config=None,
+                                           timeout_graceful_shutdown=1))
+    task = asyncio.create_task(server.serve())
+    proxy = UiProxyServer("127.0.0.1", free_port(), f"http://127.0.0.1:{port}")
+    await proxy.start()
+    state.proxy = f"http://127.0.0.1:{proxy.port}"
+    try:
+        yield state
+    finally:
+        state.release.set()
+        await proxy.stop()
+        server.should_exit = True
+        await task
+
+
+async def test_the_proxy_forwards_requests_unchanged(upstream: Upstream) -> None:
+    """Method, path and query as sent, headers (Host, cookies, the CSRF header) and a
+    streamed (chunked) body; repeated Set-Cookie headers come back, all of them."""
+    async def body() -> AsyncIterator[bytes]:
+        yield b"part one, "
+        yield b"part two"
+
+    async with httpx.AsyncClient() as http:
+        resp = await http.request(
+            "PATCH", upstream.proxy + "/echo%2Fx?q=a%20b&q=2", content=body(),
+            headers={"x-csrf-token": "t", "cookie": "_csrf=t", "host": "localhost:1"})
+    assert resp.status_code == 201
+    assert resp.headers.get_list("set-cookie") == ["a=1", "b=2"]
+    seen = resp.json()
+    assert seen["method"] == "PATCH"
+    assert seen["target"] == "/echo%2Fx?q=a%20b&q=2"
+    assert seen["body"] == "part one, part two"
+    headers = dict(seen["headers"])
+    assert headers["host"] == "localhost:1"
+    assert headers["x-csrf-token"] == "t" and headers["cookie"] == "_csrf=t"
+
+
+async def test_the_proxy_streams_an_answer_as_it_comes(upstream: Upstream) -> None:
+    """The first event reaches the client while the upstream still holds the second."""
+    async with httpx.AsyncClient() as http, http.stream("GET", upstream.proxy + "/stream") as resp:
+        assert resp.headers["content-type"] == "text/event-stream"
+        lines = resp.aiter_lines()
+        assert await asyncio.wait_for(anext(lines), 30) == "data: first"
+        upstream.release.set()
+        rest = [line async for line in lines if line]
+    assert rest == ["data: second"]
+
+
+async def test_the_proxy_lets_go_of_an_answer_the_client_left(upstream: Upstream) -> None:
+    """A client that leaves a long answer: the upstream sees the proxy leave too."""
+    async with httpx.AsyncClient() as http, http.stream("GET", upstream.proxy + "/forever") as resp:
+        assert await anext(resp.aiter_lines()) == "data: first"
+    await asyncio.wait_for(upstream.gone.wait(), 30)
+
+
+async def test_the_proxy_refuses_before_forwarding(upstream: Upstream) -> None:
+    async with httpx.AsyncClient() as http:
+        resp = await http.post(upstream.proxy + "/echo", content=b"x",
+                               headers={"host": "evil.example"})
+    assert_refused_by_the_proxy(resp, "a POST under a foreign name")
