@@ -205,7 +205,7 @@ class DevServer:
             cmd.append("--headless")
         else:
             # The UI's news feed would fetch from the internet: nothing is downloaded.
-            ui_port = self.ui_upstream_port if self.ui_upstream_port is not None else self.ui_port
+            ui_port = self.ui_upstream_port or self.ui_port  # the proxy serves ui_port
             cmd += ["--ui-port", str(ui_port), "--ui-disable-news-fetch"]
         if self.db_path is not None:
             cmd += ["--db-filename", str(self.db_path)]
@@ -270,7 +270,10 @@ class DevServer:
             )
             self.pid_path.write_text(f"{self._proc.pid}\n")
             await self._wait_ready()
-            await self._start_ui_proxy()
+            if self.ui_port is not None and self.ui_upstream_port is not None:
+                self._ui_proxy = UiProxyServer(self.ip, self.ui_port,
+                                               f"http://{self.ip}:{self.ui_upstream_port}")
+                await self._ui_proxy.start()
             try:
                 await register_search_attributes(await self.connect(), self.namespace)
             except RPCError as e:
@@ -354,14 +357,12 @@ class DevServer:
                 if not frontend_ok:
                     last_error = self._last_probe_error
             if frontend_ok:
-                if self.ui_upstream_port is None:
-                    return
                 # The UI's API answers once its own gRPC connection is up (it dials before
                 # the frontend listens, then backs off): what `up` prints then works.
-                ui_error = await ui_answers(f"http://{self.ip}:{self.ui_upstream_port}")
-                if ui_error is None:
+                ui = self.ui_upstream_port
+                last_error = None if ui is None else await ui_answers(f"http://{self.ip}:{ui}")
+                if last_error is None:
                     return
-                last_error = ui_error
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._proc.wait(), 0.1)
 
@@ -383,17 +384,6 @@ class DevServer:
             self._last_probe_error = e
             return False
         return True
-
-    async def _start_ui_proxy(self) -> None:
-        if self.ui_port is None or self.ui_upstream_port is None:
-            return
-        proxy = UiProxyServer(self.ip, self.ui_port, f"http://{self.ip}:{self.ui_upstream_port}")
-        try:
-            await proxy.start()
-        except OSError as e:
-            await proxy.stop()
-            raise PortInUseError(f"Temporal UI port {self.ui_port} on {self.ip}: {e}") from None
-        self._ui_proxy = proxy
 
     async def _terminate(self) -> None:
         proxy, self._ui_proxy = self._ui_proxy, None

@@ -27,6 +27,8 @@ import anyio
 import httpx
 import uvicorn
 
+from api.runtime.devserver_setup import PortInUseError
+
 #: Names a request to the UI may carry in its ``Host`` header, with any port or none.
 LOCAL_HOST_NAMES = frozenset({"localhost", "127.0.0.1", "[::1]"})
 
@@ -184,16 +186,17 @@ class UiProxyServer:
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
-        """Listen on ip:port (OSError when it cannot) and serve."""
+        """Listen on ip:port and serve (PortInUseError when it cannot listen)."""
         sock = socket.socket(socket.AF_INET6 if ":" in self.ip else socket.AF_INET,
                              socket.SOCK_STREAM, socket.IPPROTO_TCP)
         try:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             sock.bind((self.ip, self.port))
             sock.listen(512)
-        except OSError:
+        except OSError as e:
             sock.close()
-            raise
+            raise PortInUseError(f"the Temporal UI cannot listen on {self.ip}:{self.port}: {e}"
+                                 ) from None
         # Connections wait in the socket's backlog until uvicorn accepts them.
         self._task = asyncio.create_task(self._server.serve(sockets=[sock]), name="ui-proxy")
 
