@@ -54,7 +54,7 @@ def local_host(host: str | None) -> bool:
     if host.startswith("["):
         name, _, port = host.partition("]")
         name += "]"
-        if port and not port.startswith(":"):
+        if port and (not port.startswith(":") or port == ":"):
             return False
         port = port[1:]
     else:

@@ -191,7 +191,7 @@ def test_local_hosts_are_allowed(host: str) -> None:
 @pytest.mark.parametrize("host", [None, "", "evil.example", "evil.example:8233",
                                   "localhost.evil.example", "127.0.0.1.nip.io:8233",
                                   "127.0.0.2:8233", "localhost:", "localhost:80:80",
-                                  "localhost:x", "[::1]x", "[::2]:8233", "0.0.0.0:8233"])
+                                  "localhost:x", "[::1]x", "[::1]:", "[::2]:8233", "0.0.0.0:8233"])
 def test_other_hosts_are_not(host: str | None) -> None:
     assert not local_host(host)
 
