@@ -41,12 +41,14 @@ from api.runtime.devserver_setup import (
     DevServerError,
     PortInUseError,
     check_port_free,
+    free_port,
     pid_alive,
     port_open,
     temporal_cli_path,
     temporal_test_server_path,
     tuning_args,
 )
+from api.runtime.ui_proxy import UiProxyServer, ui_answers
 from workflows.search_attributes import SEARCH_ATTRIBUTES, cli_type_name
 
 # The binary, the tuning and the errors live in devserver_setup; importers find them here too.
@@ -151,6 +153,10 @@ class DevServer:
         self._log: IO[bytes] | None = None
         self._lock: IO[bytes] | None = None
         self._last_probe_error: BaseException | None = None
+        #: Where Temporal's own UI server listens (chosen at start); only the proxy on
+        #: ``ui_port`` talks to it.
+        self.ui_upstream_port: int | None = None
+        self._ui_proxy: UiProxyServer | None = None
 
     # -- addresses and files
 
@@ -199,7 +205,8 @@ class DevServer:
             cmd.append("--headless")
         else:
             # The UI's news feed would fetch from the internet: nothing is downloaded.
-            cmd += ["--ui-port", str(self.ui_port), "--ui-disable-news-fetch"]
+            ui_port = self.ui_upstream_port or self.ui_port  # the proxy serves ui_port
+            cmd += ["--ui-port", str(ui_port), "--ui-disable-news-fetch"]
         if self.db_path is not None:
             cmd += ["--db-filename", str(self.db_path)]
         cmd += search_attribute_args()
@@ -250,6 +257,7 @@ class DevServer:
             check_port_free(self.ip, self.port, "Temporal frontend")
             if self.ui_port is not None:
                 check_port_free(self.ip, self.ui_port, "Temporal UI")
+                self.ui_upstream_port = free_port(self.ip, avoid=(self.port, self.ui_port))
             self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in _cleanup
             self._proc = await asyncio.create_subprocess_exec(
                 *self.command(binary),
@@ -262,6 +270,10 @@ class DevServer:
             )
             self.pid_path.write_text(f"{self._proc.pid}\n")
             await self._wait_ready()
+            if self.ui_port is not None and self.ui_upstream_port is not None:
+                self._ui_proxy = UiProxyServer(self.ip, self.ui_port,
+                                               f"http://{self.ip}:{self.ui_upstream_port}")
+                await self._ui_proxy.start()
             try:
                 await register_search_attributes(await self.connect(), self.namespace)
             except RPCError as e:
@@ -273,7 +285,8 @@ class DevServer:
             raise
 
     async def stop(self) -> None:
-        """SIGTERM, wait up to stop_timeout, then SIGKILL. Idempotent."""
+        """The UI's proxy, then the server: SIGTERM, wait up to stop_timeout, then
+        SIGKILL. Idempotent."""
         await self._terminate()
         self._cleanup()
 
@@ -343,8 +356,13 @@ class DevServer:
                 frontend_ok = await self._frontend_answers()
                 if not frontend_ok:
                     last_error = self._last_probe_error
-            if frontend_ok and (self.ui_port is None or port_open(self.ip, self.ui_port)):
-                return
+            if frontend_ok:
+                # The UI's API answers once its own gRPC connection is up (it dials before
+                # the frontend listens, then backs off): what `up` prints then works.
+                ui = self.ui_upstream_port
+                last_error = None if ui is None else await ui_answers(f"http://{self.ip}:{ui}")
+                if last_error is None:
+                    return
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._proc.wait(), 0.1)
 
@@ -368,6 +386,9 @@ class DevServer:
         return True
 
     async def _terminate(self) -> None:
+        proxy, self._ui_proxy = self._ui_proxy, None
+        if proxy is not None:
+            await proxy.stop()
         proc = self._proc
         if proc is None or proc.returncode is not None:
             return

@@ -144,6 +144,17 @@ def check_port_free(ip: str, port: int, what: str) -> None:
             raise DevServerError(f"cannot bind {what} port {port} on {ip}: {e}") from None
 
 
+def free_port(ip: str, avoid: tuple[int | None, ...] = ()) -> int:
+    """A port of ``ip`` that nothing listens on now (the kernel's choice), none of ``avoid``."""
+    while True:
+        with socket.socket(socket.AF_INET6 if ":" in ip else socket.AF_INET,
+                           socket.SOCK_STREAM) as s:
+            s.bind((ip, 0))
+            port: int = s.getsockname()[1]
+        if port not in avoid:
+            return port
+
+
 def port_open(ip: str, port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.settimeout(0.5)

@@ -117,7 +117,9 @@ async def test_stop_leaves_no_process_and_a_restart_reuses_the_database(
         os.kill(pid, 0)
     assert not first.pid_path.exists()
     check_port_free("127.0.0.1", port, "frontend")
-    check_port_free("127.0.0.1", ui_port, "UI")
+    check_port_free("127.0.0.1", ui_port, "UI")  # the UI's proxy is gone
+    assert first.ui_upstream_port not in (None, ui_port)
+    check_port_free("127.0.0.1", first.ui_upstream_port, "the UI behind the proxy")
     await first.stop()  # idempotent
 
     # `hitlflow up` a second time: same data dir, the schema and attributes exist already.
