@@ -28,6 +28,7 @@ from starlette.middleware.cors import CORSMiddleware
 from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from api.hosts import host_name
 from api.http import errors
 from api.http.routers import inbox
 from api.settings import HitlflowSettings
@@ -62,18 +63,6 @@ def required_token(settings: HitlflowSettings) -> str | None:
             "it (then anyone who reaches the port can start sessions, which run commands "
             "on the workers)")
     return settings.api_token
-
-
-def host_name(host: str) -> str:
-    """The name in a Host header (or an allow-list entry), without its port, lower case:
-    ``[::1]:8000`` -> ``::1``, ``Example.org:80`` -> ``example.org``."""
-    host = host.strip().lower()
-    if host.startswith("["):
-        return host[1:].partition("]")[0]
-    name, colon, port = host.rpartition(":")
-    if colon and port.isdigit() and ":" not in name:
-        return name
-    return host
 
 
 def allowed_hosts(settings: HitlflowSettings) -> frozenset[str]:

@@ -24,11 +24,6 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
 
-from temporalio.api.enums.v1 import IndexedValueType
-from temporalio.api.operatorservice.v1 import (
-    AddSearchAttributesRequest,
-    ListSearchAttributesRequest,
-)
 from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
 from temporalio.client import Client
 from temporalio.service import RPCError
@@ -48,8 +43,8 @@ from api.runtime.devserver_setup import (
     temporal_test_server_path,
     tuning_args,
 )
+from api.runtime.search_attributes import register_search_attributes, search_attribute_args
 from api.runtime.ui_proxy import UiProxyServer, ui_answers
-from workflows.search_attributes import SEARCH_ATTRIBUTES, cli_type_name
 
 # The binary, the tuning and the errors live in devserver_setup; importers find them here too.
 __all__ = [
@@ -64,48 +59,6 @@ DB_FILENAME = "temporal.sqlite"
 LOG_FILENAME = "temporal-server.log"
 PID_FILENAME = "temporal-server.pid"
 LOCK_FILENAME = ".devserver.lock"
-
-
-# ---------------------------------------------------------------------------
-# Search attributes
-
-
-def search_attribute_args() -> list[str]:
-    """``--search-attribute NAME=Type`` for every session search attribute."""
-    args: list[str] = []
-    for key in SEARCH_ATTRIBUTES:
-        args += ["--search-attribute", f"{key.name}={cli_type_name(key)}"]
-    return args
-
-
-async def register_search_attributes(client: Client, namespace: str) -> list[str]:
-    """Register the session search attributes that ``namespace`` lacks; return their names.
-
-    ``start-dev --search-attribute`` only applies when it creates the namespace, i.e. to
-    a new database; a data directory from before keeps its old set until this runs.
-    Works against any Temporal server (e.g. the docker-compose cluster). Raises
-    DevServerError when a name is registered with another type.
-    """
-    resp = await client.operator_service.list_search_attributes(
-        ListSearchAttributesRequest(namespace=namespace)
-    )
-    existing = {**resp.system_attributes, **resp.custom_attributes}
-    missing: dict[str, IndexedValueType.ValueType] = {}
-    for key in SEARCH_ATTRIBUTES:
-        wanted = IndexedValueType.ValueType(key.indexed_value_type.value)
-        if key.name not in existing:
-            missing[key.name] = wanted
-        elif existing[key.name] != wanted:
-            raise DevServerError(
-                f"search attribute {key.name} is registered in namespace {namespace} as "
-                f"{IndexedValueType.Name(existing[key.name])}, but sessions need "
-                f"{IndexedValueType.Name(wanted)}"
-            )
-    if missing:
-        await client.operator_service.add_search_attributes(
-            AddSearchAttributesRequest(namespace=namespace, search_attributes=missing)
-        )
-    return sorted(missing)
 
 
 # ---------------------------------------------------------------------------

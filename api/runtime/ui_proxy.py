@@ -27,11 +27,10 @@ import anyio
 import httpx
 import uvicorn
 
+from api.hosts import is_local
 from api.runtime.devserver_setup import PortInUseError
 
 #: Names a request to the UI may carry in its ``Host`` header, with any port or none.
-LOCAL_HOST_NAMES = frozenset({"localhost", "127.0.0.1", "[::1]"})
-
 #: What the proxy answers a request whose ``Host`` is not local.
 REFUSED = b"Host not allowed: the Temporal Web UI answers only localhost, 127.0.0.1 and [::1]\n"
 
@@ -42,26 +41,6 @@ _HOP_BY_HOP = frozenset({
 })
 
 Headers = list[tuple[bytes, bytes]]
-
-
-def local_host(host: str | None) -> bool:
-    """Whether a ``Host`` header names this machine: localhost, 127.0.0.1 or [::1], with
-    any port or none (case-insensitive). Anything else — another name, a name rebound to
-    127.0.0.1 by its DNS, no header at all — is not."""
-    if not host:
-        return False
-    host = host.strip().lower()
-    if host.startswith("["):
-        name, _, port = host.partition("]")
-        name += "]"
-        if port and (not port.startswith(":") or port == ":"):
-            return False
-        port = port[1:]
-    else:
-        name, colon, port = host.partition(":")
-        if colon and not port:
-            return False
-    return name in LOCAL_HOST_NAMES and (not port or (port.isascii() and port.isdigit()))
 
 
 async def ui_answers(upstream: str) -> BaseException | None:
@@ -101,7 +80,7 @@ class UiProxy:
         if scope["type"] != "http":  # lifespan is off and websockets are not served
             return
         hosts = [v.decode("latin-1") for k, v in scope["headers"] if k.lower() == b"host"]
-        if len(hosts) != 1 or not local_host(hosts[0]):
+        if len(hosts) != 1 or not is_local(hosts[0]):
             await _answer(send, 400, REFUSED)
             return
         await self._forward(scope, receive, send)

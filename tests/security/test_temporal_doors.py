@@ -38,8 +38,9 @@ from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
+from api.hosts import is_local
 from api.runtime.devserver import DevServer
-from api.runtime.ui_proxy import REFUSED, UiProxyServer, local_host
+from api.runtime.ui_proxy import REFUSED, UiProxyServer
 from api.settings import TASK_QUEUE
 
 pytestmark = pytest.mark.slow
@@ -185,7 +186,7 @@ def assert_refused_by_the_proxy(resp: httpx.Response, tried: str) -> None:
 @pytest.mark.parametrize("host", ["localhost", "LOCALHOST:8233", "127.0.0.1", "127.0.0.1:8233",
                                   "[::1]", "[::1]:8233"])
 def test_local_hosts_are_allowed(host: str) -> None:
-    assert local_host(host)
+    assert is_local(host)
 
 
 @pytest.mark.parametrize("host", [None, "", "evil.example", "evil.example:8233",
@@ -193,7 +194,7 @@ def test_local_hosts_are_allowed(host: str) -> None:
                                   "127.0.0.2:8233", "localhost:", "localhost:80:80",
                                   "localhost:x", "[::1]x", "[::1]:", "[::2]:8233", "0.0.0.0:8233"])
 def test_other_hosts_are_not(host: str | None) -> None:
-    assert not local_host(host)
+    assert not is_local(host)
 
 
 async def test_the_ui_under_a_rebound_name_hands_out_no_csrf_cookie(doors: Doors) -> None:

@@ -24,7 +24,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
-from api.runtime import devserver
+from api.runtime import search_attributes
 from api.runtime.devserver import (
     BinaryNotFoundError,
     DevServer,
@@ -135,7 +135,7 @@ async def test_an_existing_database_gets_the_search_attributes_it_lacks(
     """start-dev registers --search-attribute only when it creates the namespace."""
     port = free_port()
     with monkeypatch.context() as m:  # a data dir from before the attributes existed
-        m.setattr(devserver, "SEARCH_ATTRIBUTES", ())
+        m.setattr(search_attributes, "SEARCH_ATTRIBUTES", ())
         async with DevServer(tmp_path, port=port, ui_port=None) as old:
             assert "SessionStatus" not in await registered_search_attributes(await old.connect())
     async with DevServer(tmp_path, port=port, ui_port=None) as ds:
@@ -161,7 +161,8 @@ async def test_a_search_attribute_of_another_type_is_a_clear_error(
 ) -> None:
     port = free_port()
     with monkeypatch.context() as m:
-        m.setattr(devserver, "SEARCH_ATTRIBUTES", (SearchAttributeKey.for_int("SessionStatus"),))
+        m.setattr(search_attributes, "SEARCH_ATTRIBUTES",
+                  (SearchAttributeKey.for_int("SessionStatus"),))
         async with DevServer(tmp_path, port=port, ui_port=None):
             pass
     ds = DevServer(tmp_path, port=port, ui_port=None)
