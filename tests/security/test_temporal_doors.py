@@ -42,6 +42,7 @@ from api.hosts import is_local
 from api.runtime.devserver import DevServer
 from api.runtime.ui_proxy import REFUSED, UiProxyServer
 from api.settings import TASK_QUEUE
+from tests.support.browser_origin import TEXT, Attempt, described, foreign_page
 
 pytestmark = pytest.mark.slow
 
@@ -142,6 +143,39 @@ async def test_a_page_cannot_answer_a_pending_request_through_the_http_api(
               .fetch_history_events()]
     assert EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED not in events
 
+
+
+@pytest.mark.browser
+async def test_a_page_in_chromium_cannot_start_or_signal_through_the_http_api(
+        doors: Doors, tmp_path: Path, free_port: Callable[[], int]) -> None:
+    """Tried, from a page of another origin in Chromium: the issue's text/plain
+    StartWorkflowExecution (a plan step writing pwned.txt) and a text/plain
+    ``submit_reply`` signal approving a pending request, as a browser sends them
+    (no preflight); and the same start with a JSON body (preflighted). Nothing
+    started, nothing was signalled."""
+    started, target = f"doors-{uuid.uuid4().hex[:8]}", f"doors-{uuid.uuid4().hex[:8]}"
+    await doors.client.start_workflow("SessionWorkflow", id=target, task_queue="nobody-polls")
+    base = f"{doors.http_api}/api/v1/namespaces/default/workflows"
+    reply = json.dumps({"input": [{"request_id": "r1", "approve": True}]})
+    attempts = [
+        Attempt("a text/plain StartWorkflowExecution", f"{base}/{started}",
+                content_type=TEXT, body=the_issues_start(started, tmp_path)),
+        Attempt("a text/plain submit_reply signal", f"{base}/{target}/signal/submit_reply",
+                content_type=TEXT, body=reply),
+        Attempt("a JSON StartWorkflowExecution (preflighted)", f"{base}/{started}",
+                content_type="application/json", body=the_issues_start(started, tmp_path),
+                mode="cors"),
+    ]
+    async with foreign_page(free_port()) as page:
+        outcomes = await page.attempt(*attempts)
+    report = described(outcomes)
+    assert not any(o.readable and o.status is not None and o.status < 400
+                   for o in outcomes), report
+    await assert_not_started(doors.client, started)
+    assert not (tmp_path / "pwned.txt").exists(), report
+    events = [e.event_type async for e in doors.client.get_workflow_handle(target)
+              .fetch_history_events()]
+    assert EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED not in events, report
 
 async def test_the_web_ui_refuses_a_cross_origin_simple_post(doors: Doors,
                                                                tmp_path: Path) -> None:
