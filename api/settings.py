@@ -49,8 +49,12 @@ class HitlflowSettings(BaseSettings):
     @field_validator("api_token", mode="before")
     @classmethod
     def _no_empty_token(cls, value: object) -> object:
-        """An empty token (``HITLFLOW_API_TOKEN=``) is no token: never one that matches."""
-        return None if value == "" else value
+        """An empty token (``HITLFLOW_API_TOKEN=``) is no token: never one that matches;
+        white space around one (an env file's newline) is not part of it."""
+        if isinstance(value, str):
+            value = value.strip()
+            return value or None
+        return value
 
     @field_validator("api_allowed_hosts", "api_cors_origins", "api_allowed_commands",
                      mode="before")

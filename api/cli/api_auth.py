@@ -44,7 +44,11 @@ def load_or_create_token(data_dir: Path) -> tuple[str, bool]:
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:
-        mode = stat.S_IMODE(path.stat().st_mode)
+        info = path.lstat()
+        if not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid():
+            raise TokenFileError(f"{path} is not a file of yours: delete it for a new "
+                                 "token") from None
+        mode = stat.S_IMODE(info.st_mode)
         if mode & 0o077:
             raise TokenFileError(f"{path} may be read by others (mode {mode:o}): "
                                  f"chmod 600 {path}, or delete it for a new token") from None

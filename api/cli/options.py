@@ -86,12 +86,20 @@ class Stack:
         return self.settings().data_dir
 
     def _recorded_url(self) -> str | None:
-        """The address ``up`` recorded in the data directory while it runs."""
+        """The address ``up`` recorded in the data directory while it runs; only a
+        loopback one (``up`` serves on this machine): a file planted in a directory
+        the person runs from cannot send them, or their token, elsewhere."""
+        from urllib.parse import urlsplit
+
+        from api.hosts import is_local
+
         try:
             text = (self.settings().data_dir / API_URL_FILE).read_text().strip()
         except OSError:
             return None
-        return text if text.startswith(("http://", "https://")) else None
+        if not text.startswith(("http://", "https://")):
+            return None
+        return text if is_local(urlsplit(text).netloc) else None
 
     def url(self) -> str:
         from api.cli.client import default_api_url
@@ -114,9 +122,9 @@ class Stack:
         settings = self.settings()
         if self.token or settings.api_token:
             return self.token or settings.api_token
-        given = self.api_url or os.environ.get("HITLFLOW_API_URL")
-        if given and given.rstrip("/") != (self._recorded_url() or "").rstrip("/"):
-            return None
+        recorded = self._recorded_url()
+        if recorded is None or self.url().rstrip("/") != recorded.rstrip("/"):
+            return None  # not the API `up` runs (another port, host, or `up` stopped)
         return read_token(settings.data_dir)
 
     def client(self) -> ApiClient:

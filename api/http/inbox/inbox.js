@@ -43,6 +43,8 @@ function signInFromLink() {
   if (!m) return;
   try {
     sessionStorage.setItem(TOKEN_KEY, decodeURIComponent(m[1]).trim());
+  } catch (e) {
+    if (!(e instanceof URIError)) throw e;  // a mangled link signs nobody in
   } finally {
     history.replaceState(null, "", location.pathname + location.search);
   }

@@ -26,5 +26,7 @@ async def healthz(request: Request, settings: SettingsDep) -> Health:
         except Exception as err:  # any failure means: not reachable right now
             error = f"{type(err).__name__}: {err}"
     return Health(temporal=TemporalHealth(
-        reachable=bool(reachable), target=settings.target, namespace=settings.namespace,
+        reachable=bool(reachable),
+        target=client.service_client.config.target_host if client else settings.target,
+        namespace=client.namespace if client else settings.namespace,
         error=error))
