@@ -33,6 +33,9 @@ from mcp_types import ToolAnnotations
 # The key activities.mcp.pool sends (kept literal: this server needs no worker code).
 IDEMPOTENCY_META_KEY = "hitlflow/idempotency_key"
 NOTE_NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+#: A note ``name`` is the file ``<name>.note``: the server can create, change or delete
+#: no other file in its directory (not ``authorized_keys``, a cron entry, a program).
+NOTE_SUFFIX = ".note"
 KEYS_FILE = ".idempotency.json"
 CALLS_LOG = ".calls.log"
 PID_FILE = ".server.pid"
@@ -56,11 +59,11 @@ class NotesStore:
             raise ToolError(
                 f"invalid note name {name!r}: use 1-64 characters from A-Z, a-z, 0-9, '_' and '-'"
             )
-        return self.root / name
+        return self.root / (name + NOTE_SUFFIX)
 
     def names(self) -> list[str]:
-        files = (p for p in self.root.iterdir() if p.is_file())
-        return sorted(p.name for p in files if NOTE_NAME_RE.fullmatch(p.name))
+        files = (p for p in self.root.iterdir() if p.is_file() and p.suffix == NOTE_SUFFIX)
+        return sorted(p.stem for p in files if NOTE_NAME_RE.fullmatch(p.stem))
 
     def _keys(self) -> dict[str, Any]:
         try:

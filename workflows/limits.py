@@ -29,8 +29,11 @@ MAX_DEPTH_CEILING = 128
 
 # A JSON string, one structural character, or a bare word (a number, a literal, or
 # something that is not JSON, which the parser will name). Colons carry nothing here.
-_TOKENS = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{},]|[^\s\[\]{},:"]+', re.DOTALL)
-_STRINGS = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+# A string that never closes runs to the end of the text, so no match starts inside it
+# again (else each escaped quote restarts a scan to the end: quadratic, seconds at 32 KB).
+_STRING = r'"[^"\\]*(?:\\.[^"\\]*)*(?:"|\\?\Z)'
+_TOKENS = re.compile(_STRING + r'|[\[\]{},]|[^\s\[\]{},:"]+', re.DOTALL)
+_STRINGS = re.compile(_STRING, re.DOTALL)
 _NOT_BRACKETS = re.compile(r"[^\[\]{}]+")
 _SQUARE = str.maketrans("{}", "[]")
 # Every number a parser might not read as written (an exponent of three digits or

@@ -37,12 +37,24 @@ from workflows.io import LLMCallInput, TokenUsage
 Provided = tuple[Answer, TokenUsage, str, float | None]
 
 
+#: Prefixes of the worker's variables a config may not have sent as an LLM key.
+OWN_VARIABLES = ("HITLFLOW_", "TEMPORAL_")
+
+
 def read_api_key(llm: LLMConfig) -> str:
     if not llm.api_key_env:
         raise LLMConfigError(
             "the openai provider needs api_key_env: the name of the environment variable "
             "that holds the API key"
         )
+    if llm.api_key_env.upper().startswith(OWN_VARIABLES):
+        # A config could name any variable of the worker and send its value to a
+        # base_url of its choosing: never hitlflow's own (the API token, the read
+        # model's URL) nor Temporal's (an API key that opens Temporal itself).
+        raise LLMConfigError(
+            f"api_key_env may not name {llm.api_key_env}: variables starting with "
+            f"{' or '.join(OWN_VARIABLES)} are hitlflow's and Temporal's own, never an "
+            "LLM key")
     key = os.environ.get(llm.api_key_env)
     if not key:
         raise LLMConfigError(

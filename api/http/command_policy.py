@@ -13,8 +13,8 @@ identities exist (issue 24) the server's allow-list decides, for every caller:
   ``/``, the same path; without, the same bare name (looked up on the worker's
   ``PATH``), and ``python`` also a ``python3``/``python3.N`` of that form or an
   interpreter in the API's own environment (where the demo's ``sys.executable``
-  lives). A listed command runs as listed: its config may set no ``cwd`` and no
-  ``env`` variable that changes which code runs (``PATH``, ``PYTHON*``, ``LD_*``...).
+  lives). A listed command runs as listed: its config may set no ``cwd``, no ``env``
+  and no ``pass_env`` (any variable may change what a program runs).
 """
 
 from __future__ import annotations
@@ -32,11 +32,6 @@ ANY = "*"
 SHELL = "shell"
 SETTING = "HITLFLOW_API_ALLOWED_COMMANDS"
 PYTHON_RE = re.compile(r"python(3(\.\d+)?)?")
-#: ``env`` names that change which code a listed program runs.
-CODE_LOADING_ENV = re.compile(
-    r"^(PATH|ENV|BASH_ENV|NODE_OPTIONS|NODE_PATH|PERL5LIB|PERL5OPT|RUBYOPT|RUBYLIB"
-    r"|PYTHON\w*|LD_\w*|DYLD_\w*)$")
-
 
 def _same_program(program: str, want: str) -> bool:
     if "/" in want:
@@ -69,10 +64,12 @@ def _tool_refusal(server: McpServerConfig, allowed: Sequence[str]) -> str | None
         return f"the program {program!r} with these arguments is not listed"
     if server.cwd is not None:
         return f"listed as {entry!r}, but it sets cwd (a listed command runs as listed)"
-    loading = sorted(k for k in server.env if CODE_LOADING_ENV.match(k))
-    if loading:
-        return (f"listed as {entry!r}, but its env sets {', '.join(loading)} (a listed "
-                "command runs as listed)")
+    # Any variable may change what a program runs (a wrapper script's shell imports
+    # BASH_FUNC_x%% as functions; HOME, OPENSSL_CONF, ... load code): none at all.
+    given = sorted([*server.env, *server.pass_env])
+    if given:
+        return (f"listed as {entry!r}, but it sets or passes {', '.join(given)} in its "
+                "environment (a listed command runs as listed: no env, no pass_env)")
     return None
 
 

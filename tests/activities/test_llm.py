@@ -29,7 +29,7 @@ from workflows.safety import SafetyClass, ToolAnnotations
 
 HANG_GUARD_S = 20
 
-KEY_ENV = "HITLFLOW_TEST_LLM_KEY"
+KEY_ENV = "TEST_LLM_LLM_KEY"
 KEY = "sk-fake-4f1c0d2e9b7a6358"
 FUNCTION_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 
@@ -639,13 +639,13 @@ async def test_openai_missing_key_variable_is_non_retryable_and_names_it(
     fake_openai: FakeOpenAIServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     ambient = "sk-ambient-must-not-be-used"
-    monkeypatch.delenv("HITLFLOW_ABSENT_KEY", raising=False)
+    monkeypatch.delenv("ABSENT_LLM_KEY", raising=False)
     monkeypatch.setenv("OPENAI_API_KEY", ambient)
     fake_openai.reply_text("never sent")
-    error, failed = await run_failing(openai_input(fake_openai, api_key_env="HITLFLOW_ABSENT_KEY"))
+    error, failed = await run_failing(openai_input(fake_openai, api_key_env="ABSENT_LLM_KEY"))
     assert error.non_retryable and not failed.retryable
     assert failed.error_class == "LLMConfigError"
-    assert "HITLFLOW_ABSENT_KEY" in error.message
+    assert "ABSENT_LLM_KEY" in error.message
     text = everything_in(error)
     assert ambient not in text and KEY not in text
     assert fake_openai.requests == []
@@ -768,3 +768,17 @@ async def test_a_model_slow_to_start_still_heartbeats(
         guard.cancel()
     assert result.text == "Late."
     assert beats[0] == (({"call_id": "s1-llm-0", "chars": 0},), False)  # before any chunk
+
+
+@pytest.mark.parametrize("name", ["HITLFLOW_API_TOKEN", "TEMPORAL_API_KEY", "temporal_api_key"])
+async def test_a_config_cannot_send_hitlflow_s_or_temporal_s_own_variables(
+    fake_openai: FakeOpenAIServer, monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    """Tried: `api_key_env` naming the worker's API token or Temporal API key, with a
+    base_url the config chose: refused before any request (the value never leaves)."""
+    monkeypatch.setenv(name, "s3cret-of-the-worker")
+    error, failed = await run_failing(openai_input(fake_openai, api_key_env=name))
+    assert error.non_retryable and failed.error_class == "LLMConfigError"
+    assert f"api_key_env may not name {name}" in error.message
+    assert "s3cret-of-the-worker" not in everything_in(error)
+    assert fake_openai.requests == []

@@ -119,7 +119,7 @@ async def test_call_writes_a_file(pool, notes_dir):
 
     assert not result.is_error
     assert result.structured == {"name": "hello", "size": 8}
-    assert (notes_dir / "hello").read_text() == "hi there"
+    assert (notes_dir / "hello.note").read_text() == "hi there"
     read = await pool.call_tool(notes_server(notes_dir), "read_note", {"name": "hello"})
     assert read.text == "hi there"
 
@@ -169,10 +169,10 @@ async def test_same_idempotency_key_executes_once(pool, notes_dir):
     assert not first.is_error
     assert second == first
     assert [c["key"] for c in executions(notes_dir)].count("key-append-1") == 1
-    assert (notes_dir / "journal").read_text() == "one line\n"
+    assert (notes_dir / "journal.note").read_text() == "one line\n"
     # A new key is a new execution.
     await pool.call_tool(server, "append_note", args, "key-append-2")
-    assert (notes_dir / "journal").read_text() == "one line\none line\n"
+    assert (notes_dir / "journal.note").read_text() == "one line\none line\n"
 
 
 async def test_one_session_serves_every_call_until_aclose(tmp_path):
@@ -196,7 +196,7 @@ async def test_one_session_serves_every_call_until_aclose(tmp_path):
     assert pool.sessions_started == 1
     assert server_pid(tmp_path) == pid
     assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith(".")) == sorted(
-        f"c{i}" for i in range(10)
+        f"c{i}.note" for i in range(10)
     )
 
     await pool.aclose()
@@ -292,5 +292,5 @@ async def test_activities_through_the_activity_environment(pool, notes_dir):
         ),
     )
     assert not result.is_error
-    assert (notes_dir / "via_activity").read_text() == "ok"
+    assert (notes_dir / "via_activity.note").read_text() == "ok"
     assert {"tool": "write_note", "key": "s1/e1"}.items() <= executions(notes_dir)[-1].items()

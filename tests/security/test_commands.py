@@ -165,13 +165,18 @@ async def test_a_config_that_runs_a_command_is_refused_without_the_setting(stack
 
 async def test_a_listed_program_cannot_be_bent_to_run_other_code(stack: Stack, tmp_path: Path):
     """Tried: the demo's allowed server with a `cwd` of one's choosing, with
-    PYTHONPATH or LD_PRELOAD in its env, started by a relative `python`, and a
+    PYTHONPATH, LD_PRELOAD, a BASH_FUNC_ function or HOME in its env, a variable of the
+    worker passed to it, started by a relative `python`, and a
     program that is only named like the demo's module. All refused (403)."""
     demo = demo_body(tmp_path)
     server = demo["agent"]["tools"][0]
     bent = [{**server, "cwd": str(tmp_path)},
             {**server, "env": {"PYTHONPATH": str(tmp_path)}},
             {**server, "env": {"LD_PRELOAD": str(tmp_path / "x.so")}},
+            # bash imports it as a function, where `python3` is a wrapper script
+            {**server, "env": {"BASH_FUNC_exec%%": "() { id > pwned.txt; }"}},
+            {**server, "env": {"HOME": str(tmp_path)}},  # Python's user site
+            {**server, "pass_env": ["HOME"]},
             {**server, "command": ["./python", *server["command"][1:]]},
             {**server, "command": ["/bin/sh", *server["command"][1:]]}]
     for tool in bent:
@@ -220,3 +225,16 @@ async def test_a_config_cannot_pass_the_workers_own_settings(stack: Stack):
         assert r.status_code == 422, r.text
         assert "HITLFLOW_* settings" in error_of(r)["message"]
         assert (await stack.shell.get(f"/api/sessions/{sid}")).status_code == 404
+
+
+def test_the_demo_notes_server_touches_only_its_note_files(tmp_path: Path):
+    """Tried: note names that are files other programs read (`authorized_keys`, a
+    cron entry, `hitlflow`): each is `<name>.note`, never the file itself."""
+    from activities.demo_notes_server import NotesStore
+
+    store = NotesStore(tmp_path)
+    for name in ("authorized_keys", "x", "hitlflow"):
+        assert store.path(name) == tmp_path / f"{name}.note"
+    (tmp_path / "authorized_keys").write_text("someone's key")
+    (tmp_path / "kept.note").write_text("n")
+    assert store.names() == ["kept"]

@@ -46,7 +46,7 @@ from workflows.limits import DEFAULT_MAX_DEPTH, MAX_DEPTH_CEILING, scan_json_tex
 pytestmark = pytest.mark.slow
 
 DEPTHS = [200, 900, 10_000]
-KEY_ENV = "HITLFLOW_TEST_LIMITS_KEY"
+KEY_ENV = "TEST_LIMITS_LLM_KEY"
 JSON = {"content-type": "application/json"}
 TOO_DEEP = f"nesting deeper than {DEFAULT_MAX_DEPTH} levels at "
 
@@ -106,6 +106,25 @@ def test_the_scan_does_not_recurse_at_any_depth() -> None:
     assert problem.message == TOO_DEEP + "$" + "[0]" * DEFAULT_MAX_DEPTH
     assert scan_json_text(nested(DEFAULT_MAX_DEPTH)) is None
     assert scan_json_text('{"s": "' + "[" * 1000 + '"}') is None  # brackets in a string
+
+
+@pytest.mark.parametrize("text", [
+    '["' + '\\"' * 50_000 + "]",   # a string that never closes, full of escaped quotes
+    '{"a":"' + '\\"' * 50_000,
+    '{"a":"x\\"y", "b":[' + "[" * 70 + "]" * 70 + "]}",  # an escaped quote, then depth
+])
+def test_the_scan_reads_unclosed_strings_once(text: str) -> None:
+    """Tried: strings that never close, full of escaped quotes (each used to restart
+    the scan to the end of the text: a 30 KB body held the API's event loop for
+    seconds; a model's answer froze its worker). They are read once: not JSON, left
+    to the parser to name; past them, depth is still found."""
+    problem = scan_json_text(text)
+    if text.startswith('{"a":"x'):
+        assert problem is not None and problem.kind == "depth"
+    else:
+        assert problem is None
+        with pytest.raises(json.JSONDecodeError):
+            json.loads(text)
 
 
 # -- configs --------------------------------------------------------------------------

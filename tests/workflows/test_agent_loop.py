@@ -27,7 +27,7 @@ from workflows.config import SessionConfig
 from workflows.session_state import SessionState
 from workflows.statechart import SessionStatus
 
-KEY_ENV = "HITLFLOW_TEST_LOOP_KEY"
+KEY_ENV = "TEST_LOOP_LLM_KEY"
 
 
 @pytest.fixture
@@ -173,7 +173,7 @@ async def test_malformed_arguments_go_back_to_the_model_which_corrects_them(
     h = await start(client, openai_config(fake_openai, tools=[notes]), task_queue)
     result = await h.result()
     assert result.status is SessionStatus.SUCCEEDED
-    assert (notes_dir / "a").read_text() == "milk"
+    assert (notes_dir / "a.note").read_text() == "milk"
 
     # What the model was told, as the answers to its calls.
     told = {m["tool_call_id"]: m["content"] for m in fake_openai.requests[-1].body["messages"]
@@ -222,7 +222,7 @@ async def test_one_mistake_past_the_bound_fails_the_session(ts_worker, task_queu
 
 async def test_a_large_tool_result_is_cut_for_the_model_and_kept_whole_in_the_log(
         ts_worker, task_queue, notes, notes_dir, tmp_path):
-    (notes_dir / "big").write_text("x" * 5000)
+    (notes_dir / "big.note").write_text("x" * 5000)
     cfg = SessionConfig.model_validate({
         "mode": "auto", "initial_message": "go",
         "agent": {"context": {"max_tool_result_chars": 1000}, "tools": [notes],

@@ -68,7 +68,7 @@ async def test_operators_filter_waiting_sessions_and_read_what_they_wait_for(
     dev_env, notes, notes_dir, task_queue
 ):
     client = dev_env.client
-    (notes_dir / "old").write_text("x")
+    (notes_dir / "old.note").write_text("x")
     async with running_worker(client, task_queue):
         h = await start_session(client, approve_then_confirm(notes), task_queue)
         snap = await until_status(h, W)
@@ -94,7 +94,7 @@ async def test_operators_filter_waiting_sessions_and_read_what_they_wait_for(
 async def test_worker_killed_mid_session_loses_nothing(dev_env, notes, notes_dir):
     """Kill -9 the worker process while the session waits; another worker finishes it."""
     client = dev_env.client
-    (notes_dir / "old").write_text("x")
+    (notes_dir / "old.note").write_text("x")
     task_queue = f"tq-{uuid.uuid4().hex[:8]}"
     target = client.service_client.config.target_host
     with worker_process(client, task_queue):
@@ -126,7 +126,7 @@ async def test_worker_killed_mid_session_loses_nothing(dev_env, notes, notes_dir
     assert [r.answer for r in state.replies] == [{"approved": True}, {"approved": True}]
     calls = [json.loads(x) for x in (notes_dir / ".calls.log").read_text().splitlines()]
     assert [c["tool"] for c in calls] == ["delete_note"]
-    assert not (notes_dir / "old").exists()
+    assert not (notes_dir / "old.note").exists()
 
 
 async def test_worker_lost_mid_call_fails_an_at_most_once_contract_as_unknown(

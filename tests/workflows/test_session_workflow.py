@@ -62,10 +62,10 @@ async def test_demo_session_runs_end_to_end(ts_worker, notes_dir, task_queue):
     assert snap.pending.prompt == (
         "Approve irreversible action: Call tool delete_note(name='old-draft') on notes")
     assert sorted(p.name for p in notes_dir.iterdir() if not p.name.startswith(".")) == [
-        "groceries", "old-draft"]
+        "groceries.note", "old-draft.note"]
     await reply(h, snap, approve=True)
     snap = await until(h, lambda s: s.status == W and s.pending.kind == "confirm")
-    assert not (notes_dir / "old-draft").exists()
+    assert not (notes_dir / "old-draft.note").exists()
     await reply(h, snap, approve=True)
     result = await h.result()
     assert result.status is SessionStatus.SUCCEEDED
@@ -98,7 +98,7 @@ async def test_demo_session_runs_end_to_end(ts_worker, notes_dir, task_queue):
 async def test_rejected_irreversible_action_never_runs(ts_worker, notes, notes_dir,
                                                        task_queue):
     client = ts_worker.client
-    (notes_dir / "keep").write_text("x")
+    (notes_dir / "keep.note").write_text("x")
     cfg = scripted(notes, [
         {"tool_calls": [{"tool": "delete_note", "arguments": {"name": "keep"}}]},
         {"text": "ok, kept", "end": True},
@@ -111,7 +111,7 @@ async def test_rejected_irreversible_action_never_runs(ts_worker, notes, notes_d
     c = state.contracts[0]
     assert c.status is ExecutionStatus.REJECTED
     assert [t.trigger.value for t in c.transitions] == ["start", "suspend", "resume", "reject"]
-    assert (notes_dir / "keep").exists() and calls_log(notes_dir) == []
+    assert (notes_dir / "keep.note").exists() and calls_log(notes_dir) == []
     assert "[REJECTED]" in next(m for m in state.conversation if m.role == "tool").content
 
 
@@ -119,7 +119,7 @@ async def test_seed001_duplicate_irreversible_call_is_refused(ts_worker, notes,
                                                               notes_dir, task_queue):
     """Seed 001 'Blocking duplicate irreversible execution' inside a running session."""
     client = ts_worker.client
-    (notes_dir / "a").write_text("x")
+    (notes_dir / "a.note").write_text("x")
     delete = {"tool_calls": [{"tool": "delete_note", "arguments": {"name": "a"}}]}
     cfg = scripted(notes, [delete, delete, {"text": "done", "end": True}])
     h = await start_session(client, cfg, task_queue, search_attributes=False)
@@ -167,7 +167,7 @@ async def test_seed004_auto_decide_timeout_takes_the_default(dev_worker, notes,
     """Seed 004 'strict=false timeout auto-decision': reject by default, on expiry.
     (Real dev server, a one-second timeout: explicit time skipping proved flaky.)"""
     client = dev_worker.client
-    (notes_dir / "a").write_text("x")
+    (notes_dir / "a.note").write_text("x")
     cfg = scripted(notes, [
         {"tool_calls": [{"tool": "delete_note", "arguments": {"name": "a"}}]},
         {"text": "skipped it"},
@@ -184,7 +184,7 @@ async def test_seed004_auto_decide_timeout_takes_the_default(dev_worker, notes,
         "conversation.state.changed", fcmp.index("interaction.auto_decide.timeout"))
     assert snap.contracts[0].current_status is ExecutionStatus.REJECTED
     assert snap.contracts[0].last_actor == "timer"
-    assert (notes_dir / "a").exists()
+    assert (notes_dir / "a.note").exists()
 
 
 async def test_strict_mode_keeps_waiting_after_the_timeout(ts_worker, notes,
@@ -222,7 +222,7 @@ async def test_strict_mode_with_cancel_times_the_contract_out(dev_worker, notes,
 async def test_cancel_closes_every_open_contract(ts_worker, notes, notes_dir,
                                                  task_queue):
     client = ts_worker.client
-    (notes_dir / "a").write_text("x")
+    (notes_dir / "a.note").write_text("x")
     cfg = scripted(notes, [{"tool_calls": [{"tool": "delete_note",
                                             "arguments": {"name": "a"}}]}])
     h = await start_session(client, cfg, task_queue, search_attributes=False)

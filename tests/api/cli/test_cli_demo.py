@@ -77,7 +77,7 @@ async def test_demo_tells_what_the_person_decided(tmp_path: Path,
     assert "delete_note: waiting → running (resume by human)" in yes
     assert printed(yes)[-2:] == ["agent: Done: groceries saved, the old draft deleted.",
                                  "session running → succeeded"]
-    assert not (yes_dir / "old-draft").exists()
+    assert not (yes_dir / "old-draft.note").exists() and (yes_dir / "groceries.note").exists()
     calls = [json.loads(x)["tool"] for x in (yes_dir / ".calls.log").read_text().splitlines()]
     assert calls == ["write_note", "write_note", "delete_note"]
 
@@ -88,8 +88,8 @@ async def test_demo_tells_what_the_person_decided(tmp_path: Path,
         "agent: Done: groceries saved; the old draft is still there, as you asked.",
         "session running → succeeded"]
     assert "deleted" not in "\n".join(x for x in printed(no) if x.startswith("agent:"))
-    assert (no_dir / "old-draft").read_text() == "obsolete"
-    assert (no_dir / "groceries").read_text() == "milk, eggs"
+    assert (no_dir / "old-draft.note").read_text() == "obsolete"
+    assert (no_dir / "groceries.note").read_text() == "milk, eggs"
 
     # Both print what the log has, in the log's order.
     assert printed(yes) == from_log(data_dir, yes)

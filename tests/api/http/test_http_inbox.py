@@ -295,7 +295,7 @@ async def test_a_person_answers_the_demo_session_in_the_inbox(
     await expect(conversation).to_contain_text("Done: groceries saved, the old draft deleted.")
     await expect(inbox.get_by_role("heading", name="Nothing waits for you")).to_be_visible()
     assert sorted(p.name for p in notes.iterdir() if not p.name.startswith(".")) \
-        == ["groceries"]  # the draft went
+        == ["groceries.note"]  # the draft went
     await inbox.get_by_role("link", name="← Inbox").click()
     await expect(inbox.locator("#count")).to_be_visible()
     await expect(inbox.locator(f'[data-session="{sid}"]')).to_have_count(0)

@@ -83,7 +83,7 @@ async def test_demo_session_driven_through_http(http_stack: HttpStack, http_note
     assert s["pending"] is None and s["replies"] == 2
     assert s["last_text"] == "Done: groceries saved, the old draft deleted."
     assert [c["current_status"] for c in s["contracts"]] == ["completed"] * 5
-    assert (http_notes_dir / "groceries").read_text() == "milk, eggs"
+    assert (http_notes_dir / "groceries.note").read_text() == "milk, eggs"
     assert await listed(http, sid, "succeeded")
 
     # Nothing is pending any more: 409, with the validator's words.

@@ -34,7 +34,7 @@ from tests.fakes.openai_server import FakeOpenAIServer
 from tests.support.postgres import postgres_url
 from tests.support.sessions import running_exporter, running_worker
 
-KEY_ENV = "HITLFLOW_TEST_DELTA_KEY"
+KEY_ENV = "TEST_DELTA_LLM_KEY"
 ANSWER = ["The answer ", "is forty", "-two."]
 
 
