@@ -171,7 +171,7 @@ async def test_calls_racing_an_idle_close_each_run_exactly_once(tmp_path):
 
         assert [r.is_error for r in results] == [False] * 10
         assert [c["key"] for c in executions(tmp_path)] == [f"k{i}" for i in range(10)]
-        assert (tmp_path / "log").read_text() == "".join(f"{i}\n" for i in range(10))
+        assert (tmp_path / "log.note").read_text() == "".join(f"{i}\n" for i in range(10))
         # Rounds 2, 4, 6 and 8 closed the server the round before had used.
         assert closed == [0, 0, 1, 0, 1, 0, 1, 0, 1, 0]
         assert pool.sessions_started == 5

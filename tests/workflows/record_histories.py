@@ -62,7 +62,7 @@ async def demo(client: Client, tq: str, d: Path, *, behaviour: int = Behaviour.O
 
 
 async def rejected(client: Client, tq: str, d: Path) -> WorkflowHandle:
-    (d / "a").write_text("x")
+    (d / "a.note").write_text("x")
     h = await start_session(client, scripted(d, [
         {"tool_calls": [{"tool": "delete_note", "arguments": {"name": "a"}}]},
         {"text": "kept it", "end": True}]), tq, search_attributes=True,
