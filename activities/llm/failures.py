@@ -19,6 +19,7 @@ from typing import Any
 import openai
 from temporalio.exceptions import ApplicationError
 
+from activities.command_env import redact
 from workflows.io import LLMCallFailed
 
 ERROR_DETAILS_MAX_CHARS = 4000
@@ -122,18 +123,15 @@ def _summary(exc: BaseException) -> str:
     return text.strip()
 
 
-def _redact(text: str, secret: str | None) -> str:
-    return text.replace(secret, "[redacted]") if secret else text
-
-
 def call_failed(
     exc: BaseException, call_id: str, latency_ms: int, secret: str | None
 ) -> ApplicationError:
     """The error an LLM call raises for ``exc``: LLM_CALL_FAILED as its detail,
     ``secret`` (the API key) out of every text."""
     http_status, retryable = classify_error(exc)
-    summary = _redact(_summary(exc), secret)[:ERROR_SUMMARY_MAX_CHARS]
-    details = _redact("".join(traceback.format_exception(exc)), secret)
+    secrets = [secret] if secret else []
+    summary = redact(_summary(exc), secrets)[:ERROR_SUMMARY_MAX_CHARS]
+    details = redact("".join(traceback.format_exception(exc)), secrets)
     if len(details) > ERROR_DETAILS_MAX_CHARS:
         details = "…(truncated)\n" + details[-ERROR_DETAILS_MAX_CHARS:]
     failed = LLMCallFailed(
