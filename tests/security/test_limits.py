@@ -342,16 +342,16 @@ async def test_the_cli_refuses_a_config_file_past_the_limits_before_sending(
     no session starts."""
     path = tmp_path / "deep.json"
     path.write_text('{"agent": ' + nested(10_000) + "}")
-    before = await session_ids(stack.http)
+    sid, before = f"s-deep-cli-{uuid.uuid4().hex[:6]}", await session_ids(stack.http)
     env = {"HITLFLOW_API_URL": stack.url, "COLUMNS": "400", "NO_COLOR": "1",
            "HITLFLOW_API_PORT": None, "HITLFLOW_DATA_DIR": None,
            "HITLFLOW_API_TOKEN": TOKEN}
     result = await asyncio.to_thread(CliRunner().invoke, cli, [
-        "session", "start", str(path)], env=env)
+        "session", "start", str(path), "--id", sid], env=env)
     assert result.exit_code == 2, (result.output, result.exception)
     assert f"nesting deeper than {MAX_DEPTH_CEILING} levels at $.agent.a" in " ".join(
         result.output.split())
-    assert await session_ids(stack.http) == before
+    await assert_never_started(stack, sid, before)
 
 
 # -- size -------------------------------------------------------------------------------
