@@ -17,6 +17,7 @@ from pydantic import (
     model_validator,
 )
 
+from workflows.people import DecisionRule, People
 from workflows.plan import PlanStep
 from workflows.statechart import SessionPolicy
 
@@ -315,6 +316,22 @@ class SessionConfig(_Strict):
     title: str = ""
     agent: AgentDriver | None = None
     plan: PlanDriver | None = None
+    # Who decides (workflows.people): who may see and answer, and how each tool call
+    # is decided. Left out of the JSON while empty (configs recorded before them).
+    people: People = Field(default_factory=People)
+    rules: list[DecisionRule] = Field(default_factory=list, max_length=100)
+    # Answers sent straight through Temporal (no principal of hitlflow's): recorded
+    # as coming from whoever holds Temporal access, or refused.
+    temporal_replies: Literal["record", "refuse"] = "record"
+
+    @model_serializer(mode="wrap")
+    def _compact(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data = handler(self)
+        for name, default in (("people", People().model_dump()), ("rules", []),
+                              ("temporal_replies", "record")):
+            if name in data and data[name] == default:
+                data.pop(name)
+        return data
 
     @model_validator(mode="after")
     def _one_driver(self) -> SessionConfig:

@@ -7,13 +7,14 @@ sessions keep working.
 from __future__ import annotations
 
 from enum import IntEnum
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from workflows.config import SessionConfig
 from workflows.execution_views import ExecutionFact, ExecutionSnapshot
 from workflows.limits import MAX_DEPTH_CEILING, value_problem
+from workflows.people import Principal
 from workflows.session_state import PendingRequest, SessionState, StatusChange
 from workflows.statechart import SessionStatus
 
@@ -89,9 +90,20 @@ class ReplyInput(BaseModel):
     choice: str | None = None
     values: dict[str, Any] | None = None
     comment: str | None = Field(default=None, max_length=10_000)
+    # Kept for old clients; the decider is ``principal`` (set by the API from the
+    # credentials, never from a body), or Temporal access when it is absent.
     by: str = Field(default="user", min_length=1, max_length=200)
+    principal: Principal | None = None
+    # The digest of what the person was shown (``PendingRequest.digest``): a reply for
+    # a digest that no longer matches is refused (409 at the API).
+    digest: str | None = Field(default=None, max_length=80)
+    # Edit before approve: the arguments that run instead (tools a rule marks editable).
+    arguments: dict[str, Any] | None = None
+    # Approve, and do not ask again in this session for this tool (any arguments) or
+    # for these exact arguments.
+    remember: Literal["tool", "arguments"] | None = None
 
-    @field_validator("values")
+    @field_validator("values", "arguments")
     @classmethod
     def _within_limits(cls, values: dict[str, Any] | None) -> dict[str, Any] | None:
         """A reply sent straight to Temporal (an update or a signal) is held to the
@@ -107,12 +119,34 @@ class MessageInput(BaseModel):
     model_config = ConfigDict(extra="forbid")
     text: str = Field(min_length=1, max_length=100_000)
     by: str = Field(default="user", min_length=1, max_length=200)
+    principal: Principal | None = None
 
 
 class EndInput(BaseModel):
     model_config = ConfigDict(extra="forbid")
     by: str = Field(default="user", min_length=1, max_length=200)
     reason: str = ""
+    principal: Principal | None = None
+
+
+class RefusalInput(BaseModel):
+    """Sent by the API when it refuses a principal (403): recorded in the log as
+    ``interaction.reply.refused`` (who, what, which rule); nothing else changes."""
+
+    model_config = ConfigDict(extra="forbid")
+    principal: Principal
+    action: str = Field(min_length=1, max_length=100)  # reply, cancel, end, message...
+    rule: str = Field(min_length=1, max_length=200)
+    message: str = Field(default="", max_length=2_000)
+    request_id: str | None = Field(default=None, max_length=200)
+
+
+class RevokeInput(BaseModel):
+    """An operator revokes one of the session's standing decisions."""
+
+    model_config = ConfigDict(extra="forbid")
+    standing_id: str = Field(min_length=1, max_length=200)
+    principal: Principal | None = None
 
 
 class RecoverInput(BaseModel):

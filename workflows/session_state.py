@@ -33,6 +33,7 @@ from workflows.contract import (
 )
 from workflows.execution_views import ExecutionFact
 from workflows.io import ChatMessage, ToolSpec
+from workflows.people import PrincipalRef
 from workflows.plan import PlanEvent
 from workflows.safety import SafetyClass
 from workflows.statechart import FcmpEvent, SessionEvent, SessionStatus
@@ -55,13 +56,37 @@ class PendingRequest(BaseModel):
     # Why the session asks, as a code: ``outcome_unknown`` when it asks whether a
     # call that may have run did happen (``workflows.outcome``). Left out when None.
     reason_code: str | None = None
+    # Who decides (workflows.people); each left out while it has its default, so
+    # requests recorded before them read the same.
+    # The digest of exactly what is asked (``people.digest_of(asked)``), and that.
+    digest: str | None = None
+    asked: dict[str, Any] | None = None
+    # Who may answer, from the rule that matched (empty: the session's people).
+    approvers: list[str] = Field(default_factory=list)
+    rule: str | None = None
+    approvals_required: int = 1
+    separation_of_duties: bool = False
+    # The approvals given so far (two-person rule): who, in order.
+    approvals: list[PrincipalRef] = Field(default_factory=list)
+    # Edit before approve: the tool's input schema the edited arguments must meet.
+    editable: bool = False
+    input_schema: dict[str, Any] | None = None
 
     @model_serializer(mode="wrap")
     def _compact(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         data = handler(self)
-        if data.get("reason_code") is None:
-            data.pop("reason_code", None)
+        for name, default in _PENDING_DEFAULTS.items():
+            if name in data and data[name] == default:
+                data.pop(name)
         return data
+
+
+#: The fields of a request left out of its JSON while they hold these.
+_PENDING_DEFAULTS: dict[str, Any] = {
+    "reason_code": None, "digest": None, "asked": None, "approvers": [], "rule": None,
+    "approvals_required": 1, "separation_of_duties": False, "approvals": [],
+    "editable": False, "input_schema": None,
+}
 
 
 class StatusChange(BaseModel):
