@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable
+from datetime import datetime
 from fnmatch import fnmatchcase
 from typing import Any, Literal
 
@@ -209,3 +210,28 @@ def may_answer(p: Principal, people: People, approvers: list[str] | None,
         return None
     return _refuse("people.approvers", f"{p.subject} is not the owner or an approver of "
                    "this session (and is not an operator)")
+
+
+class StandingDecision(BaseModel):
+    """"Approve, and do not ask again" in one session: a tool call matching it runs
+    without a request; the log names it and who set it. ``arguments`` None: any."""
+
+    standing_id: str
+    server: str | None = None
+    tool: str
+    arguments: dict[str, Any] | None = None
+    set_by: PrincipalRef
+    request_id: str
+    at: datetime
+
+    def matches(self, server: str | None, tool: str, arguments: dict[str, Any]) -> bool:
+        if tool != self.tool or (self.server is not None and server != self.server):
+            return False
+        return self.arguments is None or canonical_json(arguments) == canonical_json(
+            self.arguments)
+
+
+#: The ``type`` of the ApplicationError a reply's update validator raises, which the
+#: API answers with 403 (``details[0]``: ``{"rule": ...}``) and 409.
+ANSWER_FORBIDDEN = "AnswerForbidden"
+ANSWER_CONFLICT = "AnswerConflict"
