@@ -22,6 +22,7 @@ from api.settings import HitlflowSettings
 from observation.log_reader import LogViews
 from observation.read_model import ReadStore
 from workflows.config import valid_session_id
+from workflows.people import Principal
 
 
 @dataclass(frozen=True)
@@ -104,6 +105,22 @@ async def get_session_id(
     return session_id
 
 
+#: Who the API token acts as: a named service principal for automation.
+SERVICE_TOKEN = Principal(issuer="hitlflow", subject="service:api-token",
+                          name="API token (automation)", role="operator", kind="service")
+#: Who every request is with ``HITLFLOW_API_AUTH=off``.
+ANONYMOUS = Principal(issuer="none", subject="anonymous", name="anonymous (auth off)",
+                      role="operator", kind="person")
+
+
+async def get_principal(request: Request) -> Principal:
+    """Who makes the request, as the doors established it (never from its body)."""
+    principal = getattr(request.state, "principal", None)
+    if principal is None:  # auth off: every request is the anonymous operator
+        return ANONYMOUS
+    return principal
+
+
 SettingsDep = Annotated[HitlflowSettings, Depends(get_settings)]
 TuningDep = Annotated[ApiTuning, Depends(get_tuning)]
 ClientDep = Annotated[Client, Depends(get_client)]
@@ -115,6 +132,7 @@ ConsistencyQuery = Annotated[Literal["read_model", "live"], Query(description=(
     "`read_model` (default): from the read model the exporter keeps, no worker needed; "
     "`live`: from the workflow's query (needs a worker), overlaid on the log."))]
 OnChangeDep = Annotated[OnChange, Depends(get_on_change)]
+PrincipalDep = Annotated[Principal, Depends(get_principal)]
 
 
 @dataclass(frozen=True)

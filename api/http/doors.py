@@ -30,8 +30,10 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from api.hosts import host_name
 from api.http import errors
+from api.http.deps import SERVICE_TOKEN
 from api.http.routers import inbox
 from api.settings import HitlflowSettings
+from workflows.people import Principal
 
 #: Paths open without a token: they hold no data.
 OPEN_PATHS = frozenset({"/healthz", *inbox.PATHS})
@@ -124,6 +126,11 @@ class JsonBodies:
         )(scope, receive, send)
 
 
+def set_principal(scope: Scope, principal: Principal) -> None:
+    """Where routes find the request's principal (``deps.PrincipalDep``)."""
+    scope.setdefault("state", {})["principal"] = principal
+
+
 class BearerAuth:
     """``Authorization: Bearer <token>`` on every path but ``OPEN_PATHS``."""
 
@@ -136,6 +143,7 @@ class BearerAuth:
             return
         scheme, _, given = Headers(scope=scope).get("authorization", "").partition(" ")
         if scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), self.token):
+            set_principal(scope, SERVICE_TOKEN)
             await self.app(scope, receive, send)
             return
         why = "a bearer token is required" if not given else "the bearer token is wrong"
