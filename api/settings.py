@@ -9,6 +9,7 @@ from pydantic import Field, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from workflows.limits import DEFAULT_MAX_DEPTH, MAX_DEPTH_CEILING
+from workflows.people import ROLES, Role
 
 TASK_QUEUE = "hitlflow-sessions"
 #: The Host names the API answers to unless told others (any port).
@@ -45,6 +46,66 @@ class HitlflowSettings(BaseSettings):
     api_allowed_hosts: Annotated[list[str], NoDecode] = list(LOCAL_HOSTS)
     # Origins allowed cross-origin calls (CORS); none by default.
     api_cors_origins: Annotated[list[str], NoDecode] = []
+
+    # Who makes each request (docs/security.md, "Identity"): `local` people and their
+    # keys (<data_dir>/people.json, `hitlflow people`), `oidc` bearer JWTs of an OpenID
+    # Connect provider (HITLFLOW_OIDC_*), `proxy` the headers of an authenticating
+    # reverse proxy (only from `proxy_trusted_addresses`), or `off` (as api_auth=off).
+    # The API token works in every mode, as the service principal "API token (automation)".
+    auth_mode: Literal["local", "oidc", "proxy", "off"] = "local"
+    # The proxy's addresses (IPs or CIDRs, comma-separated): only requests whose TCP peer
+    # is one of them may carry identity headers (X-Forwarded-User, -Email, -Groups).
+    proxy_trusted_addresses: Annotated[list[str], NoDecode] = []
+    # Roles from groups (proxy and oidc): `admin=g1,g2;operator=ops;approver=staff`; the
+    # highest role one of a person's groups names wins, else `default_role`.
+    role_groups: Annotated[dict[str, list[str]], NoDecode] = {}
+    default_role: Role = "viewer"
+
+    @field_validator("proxy_trusted_addresses", mode="before")
+    @classmethod
+    def _addresses(cls, value: object) -> object:
+        """IPs or CIDRs, comma-separated in the environment; each must parse."""
+        import ipaddress
+
+        if isinstance(value, str):
+            value = [part.strip() for part in value.split(",") if part.strip()]
+        if isinstance(value, list):
+            for entry in value:
+                try:
+                    ipaddress.ip_network(str(entry), strict=False)
+                except ValueError:
+                    raise ValueError(f"{entry!r} is not an IP address or a CIDR "
+                                     "(e.g. 127.0.0.1 or 10.0.0.0/8)") from None
+        return value
+
+    @field_validator("role_groups", mode="before")
+    @classmethod
+    def _role_groups(cls, value: object) -> object:
+        """``admin=g1,g2;operator=ops``: role names checked, groups comma-separated."""
+        if isinstance(value, str):
+            parsed: dict[str, list[str]] = {}
+            for part in value.split(";"):
+                if not part.strip():
+                    continue
+                role, eq, groups = part.partition("=")
+                if not eq:
+                    raise ValueError(f"{part.strip()!r} is not ROLE=GROUP[,GROUP...] "
+                                     "(e.g. admin=hitlflow-admins;operator=ops)")
+                parsed.setdefault(role.strip(), []).extend(
+                    g.strip() for g in groups.split(",") if g.strip())
+            value = parsed
+        if isinstance(value, dict):
+            unknown = [r for r in value if r not in ROLES]
+            if unknown:
+                raise ValueError(f"unknown role {unknown[0]!r}: the roles are "
+                                 f"{', '.join(ROLES)}")
+        return value
+
+    @property
+    def effective_auth_mode(self) -> Literal["local", "oidc", "proxy", "off"]:
+        """``off`` when either ``HITLFLOW_AUTH_MODE=off`` or the older
+        ``HITLFLOW_API_AUTH=off`` says so, else ``auth_mode``."""
+        return "off" if self.api_auth == "off" else self.auth_mode
 
     @field_validator("api_token", mode="before")
     @classmethod

@@ -25,6 +25,22 @@ from api.runtime.devserver_setup import temporal_cli_path, temporal_test_server_
 from tests.fakes.openai_server import FakeOpenAIServer
 from workflows.search_attributes import SEARCH_ATTRIBUTES
 
+
+@pytest.fixture(scope="session", autouse=True)
+def _own_config_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The tests' own XDG_CONFIG_HOME (inherited by the commands they run): a
+    credential the developer stored with `hitlflow login` never reaches a test's API."""
+    import os
+
+    before = os.environ.get("XDG_CONFIG_HOME")
+    os.environ["XDG_CONFIG_HOME"] = str(tmp_path_factory.mktemp("config-home"))
+    yield
+    if before is None:
+        os.environ.pop("XDG_CONFIG_HOME", None)
+    else:
+        os.environ["XDG_CONFIG_HOME"] = before
+
+
 # No per-example deadline: a deadline is a timing assertion, and fails under load
 # (speed belongs in bench/).
 settings.register_profile("hitlflow", deadline=None)

@@ -1,8 +1,10 @@
-"""The API's token on one machine: ``up`` makes one when none is configured and keeps it
-in the data directory (``api-token``, readable by its owner only, kept across
-restarts); the client commands and the demo read it from there, as they read the
-API's address (``api.cli.options``). And the warning of an API that runs without
-authentication (docs/security.md, "The HTTP API")."""
+"""The API's credentials on one machine. ``up`` makes a token when none is configured and
+keeps it in the data directory (``api-token``, readable by its owner only, kept across
+restarts): the service principal, for automation. In ``local`` mode it also adds the
+first person, ``admin``, when ``people.json`` has nobody, and keeps admin's key in
+``cli-key`` (0600). The client commands and the demo read them from there, as they read
+the API's address (``api.cli.options``); the inbox's sign-in link carries the key. And
+the warning of an API that runs without authentication (docs/security.md, "Identity")."""
 
 from __future__ import annotations
 
@@ -20,19 +22,64 @@ if TYPE_CHECKING:
 
 #: The file in the data directory that holds the API token ``up`` made.
 TOKEN_FILE = "api-token"
+#: The file in the data directory that holds the key of the admin ``up`` made.
+CLI_KEY_FILE = "cli-key"
+#: The name of the first person ``up`` adds (role admin).
+FIRST_ADMIN = "admin"
 
 
 class TokenFileError(Exception):
     pass
 
 
-def read_token(data_dir: Path) -> str | None:
-    """The token kept in ``data_dir``, or None when there is none (or it cannot be read)."""
+def read_token(data_dir: Path, name: str = TOKEN_FILE) -> str | None:
+    """The token (or, ``name=CLI_KEY_FILE``, the key) kept in ``data_dir``, or None when
+    there is none (or it cannot be read)."""
     try:
-        token = (data_dir / TOKEN_FILE).read_text().strip()
+        token = (data_dir / name).read_text().strip()
     except OSError:
         return None
     return token or None
+
+
+def read_cli_key(data_dir: Path) -> str | None:
+    return read_token(data_dir, CLI_KEY_FILE)
+
+
+def write_cli_key(data_dir: Path, key: str) -> None:
+    """Keep ``key`` in ``<data_dir>/cli-key`` (0600; written whole, then renamed)."""
+    import tempfile
+
+    fd, tmp = tempfile.mkstemp(dir=data_dir, prefix=".cli-key.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(key + "\n")
+        os.replace(tmp, data_dir / CLI_KEY_FILE)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def first_admin(data_dir: Path) -> tuple[str | None, bool]:
+    """The key ``up`` signs the CLI and the inbox in with, and whether it was made now:
+    with nobody in ``people.json``, a new person ``admin`` (role admin) whose key is
+    kept in ``cli-key``; else the key in ``cli-key`` while it still works (one that no
+    longer does, its person removed or rotated, is removed: the commands then use the
+    API token). Raises ``PeopleFileError`` for a people file that cannot be used."""
+    from api.identity.people_store import PeopleStore
+
+    store = PeopleStore(data_dir)
+    if not store.read().people:
+        key = store.add(FIRST_ADMIN, "admin")
+        write_cli_key(data_dir, key)
+        return key, True
+    key = read_cli_key(data_dir)
+    if key is None:
+        return None, False
+    if store.principal_of(key) is None:
+        (data_dir / CLI_KEY_FILE).unlink(missing_ok=True)
+        return None, False
+    return key, False
 
 
 def load_or_create_token(data_dir: Path) -> tuple[str, bool]:
@@ -62,10 +109,13 @@ def load_or_create_token(data_dir: Path) -> tuple[str, bool]:
     return token, True
 
 
-def sign_in_link(api_url: str, token: str) -> str:
-    """The inbox with the token in the URL's fragment: a browser never sends a fragment
-    to the server, and the inbox removes it from the address bar once read."""
-    return f"{api_url}/#token={token}"
+def sign_in_link(api_url: str, credential: str) -> str:
+    """The inbox with a person's key (``#key=``) or the token (``#token=``) in the URL's
+    fragment: a browser never sends a fragment to the server, and the inbox removes it
+    from the address bar once read."""
+    from api.identity.people_store import is_key
+
+    return f"{api_url}/#{'key' if is_key(credential) else 'token'}={credential}"
 
 
 def warn_auth_off(api_url: str) -> None:
@@ -73,34 +123,42 @@ def warn_auth_off(api_url: str) -> None:
     rule = "!" * 78
     typer.echo("\n".join([
         rule,
-        "WARNING: the HTTP API runs WITHOUT AUTHENTICATION (HITLFLOW_API_AUTH=off).",
+        "WARNING: the HTTP API runs WITHOUT AUTHENTICATION (auth off).",
         f"Anyone who can reach {api_url} (any user or program on this machine,",
         "or more, depending on HITLFLOW_API_HOST) can start sessions, which run commands",
-        "as this user, and answer what sessions wait for. Unset HITLFLOW_API_AUTH to",
-        "require a token (docs/security.md).",
+        "as this user, and answer what sessions wait for. Unset HITLFLOW_API_AUTH and",
+        "HITLFLOW_AUTH_MODE to require sign-in (docs/security.md).",
         rule]), err=True)
 
 
 @dataclass(frozen=True)
 class UpAuth:
-    """How ``up``'s API authenticates: ``token`` (None: ``HITLFLOW_API_AUTH=off``) and
-    where it came from: ``env`` (HITLFLOW_API_TOKEN), ``made`` now or ``kept`` in the
-    data directory, or ``off``."""
+    """How ``up``'s API authenticates: ``token`` (None: authentication off) and where it
+    came from: ``env`` (HITLFLOW_API_TOKEN), ``made`` now or ``kept`` in the data
+    directory, or ``off``; in local mode, ``key``: the admin's key in ``cli-key``
+    (``key_made`` now), None when there is none that works."""
 
     token: str | None
     source: Literal["env", "made", "kept", "off"]
+    key: str | None = None
+    key_made: bool = False
 
 
 def up_auth(settings: HitlflowSettings) -> UpAuth:
     """The token ``up``'s API requires: HITLFLOW_API_TOKEN, else the one kept in the data
-    directory (made at the first start); none with ``HITLFLOW_API_AUTH=off``. Raises
-    :class:`TokenFileError` or ``api.http.doors.AuthConfigError``."""
-    from api.http.doors import required_token
+    directory (made at the first start); none with authentication off. In local mode,
+    the first admin's key too (:func:`first_admin`). Raises :class:`TokenFileError`,
+    ``PeopleFileError`` or ``api.http.doors.AuthConfigError``."""
+    from api.http.doors import check_auth
 
-    if settings.api_auth == "off":
-        required_token(settings)  # both set: refused
+    if settings.effective_auth_mode == "off":
+        check_auth(settings)  # both set: refused
         return UpAuth(None, "off")
     if settings.api_token:
-        return UpAuth(settings.api_token, "env")
-    token, made = load_or_create_token(settings.data_dir)
-    return UpAuth(token, "made" if made else "kept")
+        token, source = settings.api_token, "env"
+    else:
+        token, made = load_or_create_token(settings.data_dir)
+        source = "made" if made else "kept"
+    key, key_made = (first_admin(settings.data_dir) if settings.effective_auth_mode == "local"
+                     else (None, False))
+    return UpAuth(token, source, key, key_made)  # type: ignore[arg-type]

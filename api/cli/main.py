@@ -102,13 +102,15 @@ def _register_commands() -> None:
         demo,
         exporter,
         log,  # log verify/replay/export/rebuild-read-model, and its checkpoint commands
+        login,  # login, logout, whoami
+        people,
         serve,  # api
         session,
         up,
         worker,
     )
 
-    for group in (demo, up, worker, log, exporter, session, serve):
+    for group in (demo, up, worker, log, exporter, session, serve, people, login):
         group.register(app)
 
 

@@ -6,9 +6,11 @@
 ``telemetry`` as they are. Where the API is: ``--api-url`` (env ``HITLFLOW_API_URL``),
 else ``--api-port`` (env ``HITLFLOW_API_PORT``) on ``HITLFLOW_API_HOST``, else the
 address ``up`` recorded in the data directory while it runs (``api-url``), else
-``http://127.0.0.1:8000``. The token: ``--token`` (env ``HITLFLOW_API_TOKEN``), else the
-one ``up`` keeps in the data directory (``api-token``, ``api.cli.api_auth``), unless
-``--api-url`` names another API than the one ``up`` recorded there.
+``http://127.0.0.1:8000``. The credential: ``--token`` (env ``HITLFLOW_API_TOKEN``), else
+the one ``hitlflow login`` kept for that address (``api.cli.credentials``), else what
+``up`` keeps in the data directory (its admin's key ``cli-key``, else ``api-token``:
+``api.cli.api_auth``), unless ``--api-url`` names another API than the one ``up``
+recorded there.
 """
 
 from __future__ import annotations
@@ -115,17 +117,37 @@ class Stack:
         return default_api_url(settings)
 
     def api_token(self) -> str | None:
-        """The token to send: the one given, else the one ``up`` keeps in the data
-        directory, but never to an API named by an address ``up`` did not record."""
-        from api.cli.api_auth import read_token
+        """The bearer credential to send (:meth:`credential`)."""
+        return self.credential()[0]
+
+    def credential(self) -> tuple[str | None, str]:
+        """The bearer credential to send and where it came from, in this order: the one
+        given (``--token``, HITLFLOW_API_TOKEN), the one ``hitlflow login`` kept for this
+        API, then what ``up`` keeps in the data directory: its admin's key (``cli-key``),
+        its API token; those two never to an API named by an address ``up`` did not
+        record."""
+        from api.cli.api_auth import TOKEN_FILE, read_cli_key, read_token
+        from api.cli.credentials import CredentialsError, credentials_path, stored_credential
 
         settings = self.settings()
         if self.token or settings.api_token:
-            return self.token or settings.api_token
+            return self.token or settings.api_token, "--token / HITLFLOW_API_TOKEN"
+        url = self.url()
+        try:
+            stored = stored_credential(url)
+        except CredentialsError as err:
+            fail(f"Error: {err}")
+        if stored is not None:
+            return stored, f"hitlflow login ({credentials_path()})"
         recorded = self._recorded_url()
-        if recorded is None or self.url().rstrip("/") != recorded.rstrip("/"):
-            return None  # not the API `up` runs (another port, host, or `up` stopped)
-        return read_token(settings.data_dir)
+        if recorded is None or url.rstrip("/") != recorded.rstrip("/"):
+            return None, "none"  # not the API `up` runs (another port, host, or `up` stopped)
+        key = read_cli_key(settings.data_dir)
+        if key is not None:
+            return key, f"up's admin key ({settings.data_dir / 'cli-key'})"
+        token = read_token(settings.data_dir)
+        return token, (f"up's API token ({settings.data_dir / TOKEN_FILE})" if token
+                       else "none")
 
     def client(self) -> ApiClient:
         from api.cli.client import ApiClient

@@ -1,6 +1,7 @@
 """``hitlflow api``: the HTTP service alone, against a Temporal frontend, until Ctrl-C
-(more API processes may serve the same sessions). It needs ``HITLFLOW_API_TOKEN`` (or,
-explicitly, ``HITLFLOW_API_AUTH=off``): without, it refuses to start."""
+(more API processes may serve the same sessions). It needs someone who can sign in
+(``HITLFLOW_API_TOKEN``, people with keys, a trusted proxy, an OIDC issuer) or,
+explicitly, ``HITLFLOW_API_AUTH=off``: without, it refuses to start."""
 
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ def api_command(
     temporal_address: TemporalAddress = None,
 ) -> None:
     """Serve the HTTP API alone against a Temporal frontend until Ctrl-C (more API
-    processes may serve the same sessions). Needs HITLFLOW_API_TOKEN (or, explicitly,
+    processes may serve the same sessions). Needs someone who can sign in (people with
+    keys, HITLFLOW_API_TOKEN, a trusted proxy or OIDC; or, explicitly,
     HITLFLOW_API_AUTH=off): docs/security.md."""
     try:
         settings = settings_of(api_host=host, api_port=port, temporal_address=temporal_address)
@@ -30,13 +32,13 @@ def api_command(
     from api.cli.api_auth import warn_auth_off
     from api.cli.client import default_api_url
     from api.http.app import ApiStartError, run_api
-    from api.http.doors import AuthConfigError, required_token
+    from api.http.doors import AuthConfigError, check_auth
 
     try:
-        token = required_token(settings)
+        chain = check_auth(settings)
     except AuthConfigError as e:
         fail(f"Error: {e}", 2)
-    if token is None:
+    if chain is None:
         warn_auth_off(default_api_url(settings))
     from api.runtime.heap import freeze_startup
     from api.runtime.process import TemporalConnectError, connect_args, describe_connection, serve

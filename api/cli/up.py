@@ -19,7 +19,15 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from api.cli.api_auth import TOKEN_FILE, TokenFileError, sign_in_link, up_auth, warn_auth_off
+from api.cli.api_auth import (
+    CLI_KEY_FILE,
+    FIRST_ADMIN,
+    TOKEN_FILE,
+    TokenFileError,
+    sign_in_link,
+    up_auth,
+    warn_auth_off,
+)
 from api.cli.options import API_URL_FILE, UsageError, fail, settings_of
 
 if TYPE_CHECKING:
@@ -184,14 +192,21 @@ def _print_where(settings: HitlflowSettings, server: DevServer, worker: Any,
     typer.echo(f"API:               {url}")
     if auth is None or auth.source == "off":
         inbox = f"{url}/ (no sign-in: the API runs without authentication)"
+    elif auth.key is not None:  # the admin's key only this user can read: it signs in
+        inbox = f"{sign_in_link(url, auth.key)} (signs you in; keep it to yourself)"
     elif auth.source == "env":
         inbox = f"{url}/ (sign in with HITLFLOW_API_TOKEN)"
     else:  # the token only this user can read: the link that signs the browser in
         inbox = f"{sign_in_link(url, auth.token or '')} (signs you in; keep it to yourself)"
     typer.echo(f"Inbox:             {inbox}")
+    if auth is not None and auth.key is not None:
+        made = "added now; " if auth.key_made else ""
+        typer.echo(f"People:            {server.data_dir / 'people.json'} ({made}"
+                   f"{FIRST_ADMIN}'s key in {server.data_dir / CLI_KEY_FILE}, which the "
+                   "hitlflow commands use; hitlflow people --help)")
     if auth is not None and auth.source in ("made", "kept"):
-        typer.echo(f"API token:         {server.data_dir / TOKEN_FILE} (the hitlflow "
-                   "commands read it there)")
+        typer.echo(f"API token:         {server.data_dir / TOKEN_FILE} (the service "
+                   "principal, for automation)")
     where = (f"task queue {settings.task_queue} (a process of its own)" if worker
              else "not started (--no-worker)")
     typer.echo(f"Worker:            {where}")
@@ -251,6 +266,7 @@ def up_command(
         fail(f"Error: {e}", 2)
     from api.cli.worker import load_run_worker
     from api.http.doors import AuthConfigError
+    from api.identity.people_store import PeopleFileError
     from api.runtime.devserver import DevServerError
     from api.runtime.process import run
     from api.runtime.signing_keys import exporter_signer
@@ -265,6 +281,8 @@ def up_command(
         auth = up_auth(settings)  # HITLFLOW_API_TOKEN, or one kept in the data directory
     except AuthConfigError as e:
         fail(f"Error: {e}", 2)
+    except PeopleFileError as e:
+        fail(f"Error: the people file: {e}")
     except (TokenFileError, OSError) as e:
         fail(f"Error: the API token: {e}")
     run(_up(settings, run_worker, signer, auth))

@@ -6,9 +6,10 @@
 * Every error is ``{"error": {"code", "message"}}`` (``api.http.errors``).
 * Before anything else runs for a request, its doors (``api.http.doors``): an allowed
   ``Host`` (400), a JSON body on every state-changing route (415), and
-  ``Authorization: Bearer <token>`` everywhere but ``/healthz`` and the inbox's static
-  files, docs included (401); ``create_app`` refuses to build an API without a token
-  unless ``HITLFLOW_API_AUTH=off``. Request bodies are bounded (413).
+  who makes the request (a key, the API token, a proxy's or an OIDC identity) everywhere
+  but ``/healthz``, ``/api/auth/config`` and the inbox's static files, docs included
+  (401); ``create_app`` refuses to build an API nobody could sign in to unless
+  ``HITLFLOW_API_AUTH=off``. Request bodies are bounded (413).
 * OpenAPI docs at ``/docs``.
 """
 
@@ -40,6 +41,7 @@ from api.http.routers import (
     past,
     session_list,
     sessions,
+    whoami,
 )
 from api.http.sse import EventProvider, HeadProvider
 from api.http.stuck import StuckWatch
@@ -149,7 +151,7 @@ def create_app(
     app.include_router(health.router)
     app.include_router(inbox.router)
     for router in (sessions.router, session_list.router, past.router, events.router,
-                   execution.router, audit.router):
+                   execution.router, audit.router, whoami.router):
         app.include_router(router, responses=errors.ERROR_RESPONSES)
     app.add_middleware(JsonLimits, max_depth=settings.max_json_depth)  # inside BodyLimit
     app.add_middleware(BodyLimit, limit=tuning.max_body_bytes)
@@ -198,7 +200,10 @@ class ApiServer:
         self.app, self.host, self.port = app, host, port
         # Idle keep-alive connections live longer than clients keep them (httpx: 5 s),
         # so a client never reuses one at the moment the server closes it (a reset).
+        # proxy_headers off: the client address is the TCP peer's, never what an
+        # X-Forwarded-For says (the doors trust a proxy's identity headers by it).
         self._config = uvicorn.Config(app, log_level="warning", lifespan="on",
+                                      proxy_headers=False,
                                       timeout_keep_alive=KEEP_ALIVE_S,
                                       timeout_graceful_shutdown=shutdown_timeout_s)
         self._server = _Server(self._config)

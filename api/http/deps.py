@@ -18,6 +18,7 @@ from api.http.errors import ApiError
 from api.http.models import SESSION_ID_PATTERN
 from api.http.paging import DEFAULT_LIMIT, CursorQuery, LimitQuery
 from api.http.reads import Freshness, store_of
+from api.identity.principals import ANONYMOUS, SERVICE_PRINCIPAL
 from api.settings import HitlflowSettings
 from observation.log_reader import LogViews
 from observation.read_model import ReadStore
@@ -105,12 +106,9 @@ async def get_session_id(
     return session_id
 
 
-#: Who the API token acts as: a named service principal for automation.
-SERVICE_TOKEN = Principal(issuer="hitlflow", subject="service:api-token",
-                          name="API token (automation)", role="operator", kind="service")
-#: Who every request is with ``HITLFLOW_API_AUTH=off``.
-ANONYMOUS = Principal(issuer="none", subject="anonymous", name="anonymous (auth off)",
-                      role="operator", kind="person")
+#: Who the API token acts as (a named service principal for automation); ``ANONYMOUS``
+#: is who every request is with authentication off.
+SERVICE_TOKEN = SERVICE_PRINCIPAL
 
 
 async def get_principal(request: Request) -> Principal:

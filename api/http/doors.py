@@ -10,15 +10,17 @@
    included, else 415 before its body is read. A browser sends such a request to
    another origin only after a preflight the API never grants, so a form, a
    ``text/plain`` or an empty POST from another site changes nothing.
-4. ``BearerAuth``: ``Authorization: Bearer <token>`` everywhere but ``OPEN_PATHS``
-   (``/healthz`` and the inbox's static files, which hold no data), else 401; compared
-   in constant time, never logged. Without a token the API does not start, unless
-   ``HITLFLOW_API_AUTH=off`` says so (``required_token``).
+4. ``Authenticate``: who makes the request (``api.identity.principals``: the API token,
+   a person's key, the proxy's headers or an OIDC token, by ``HITLFLOW_AUTH_MODE``),
+   everywhere but ``OPEN_PATHS`` (``/healthz``, ``/api/auth/config`` and the inbox's
+   static files, which hold no data), else 401. The principal goes to
+   ``scope["state"]["principal"]`` (``deps.PrincipalDep``). Credentials are compared in
+   constant time and never logged. An API nobody could sign in to does not start,
+   unless ``HITLFLOW_API_AUTH=off`` says so (``check_auth``).
 """
 
 from __future__ import annotations
 
-import hmac
 from collections.abc import Iterable
 from typing import Any
 
@@ -30,41 +32,26 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from api.hosts import host_name
 from api.http import errors
-from api.http.deps import SERVICE_TOKEN
 from api.http.routers import inbox
+from api.identity.principals import AuthConfigError, Chain, Unauthenticated, authenticators
 from api.settings import HitlflowSettings
 from workflows.people import Principal
 
 #: Paths open without a token: they hold no data.
-OPEN_PATHS = frozenset({"/healthz", *inbox.PATHS})
+OPEN_PATHS = frozenset({"/healthz", "/api/auth/config", *inbox.PATHS})
 #: The methods of requests that may change something.
 STATE_CHANGING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 #: What ``api_host`` may be that names no one host (every interface).
 _WILDCARDS = frozenset({"", "0.0.0.0", "::"})
 
 
-class AuthConfigError(Exception):
-    """The API would run without authentication and was not told to."""
+__all__ = ["AuthConfigError", "check_auth"]
 
 
-def required_token(settings: HitlflowSettings) -> str | None:
-    """The bearer token the API requires, or None when ``api_auth`` is ``off``.
-
-    Raises :class:`AuthConfigError` when there is neither (the API never runs open by
-    default) or both (which one was meant is not for us to guess)."""
-    if settings.api_auth == "off":
-        if settings.api_token:
-            raise AuthConfigError("HITLFLOW_API_AUTH=off and HITLFLOW_API_TOKEN are both "
-                                  "set: unset one of them")
-        return None
-    if not settings.api_token:
-        raise AuthConfigError(
-            "the API requires authentication and no token is set: set HITLFLOW_API_TOKEN "
-            "to a long random secret (e.g. the output of python3 -c 'import secrets; "
-            "print(secrets.token_urlsafe(32))'), or HITLFLOW_API_AUTH=off to run without "
-            "it (then anyone who reaches the port can start sessions, which run commands "
-            "on the workers)")
-    return settings.api_token
+def check_auth(settings: HitlflowSettings) -> Chain | None:
+    """Who the API lets in under ``settings`` (None: everyone, authentication off).
+    Raises :class:`AuthConfigError` when nobody could sign in, with the fix."""
+    return authenticators(settings)
 
 
 def allowed_hosts(settings: HitlflowSettings) -> frozenset[str]:
@@ -131,22 +118,30 @@ def set_principal(scope: Scope, principal: Principal) -> None:
     scope.setdefault("state", {})["principal"] = principal
 
 
-class BearerAuth:
-    """``Authorization: Bearer <token>`` on every path but ``OPEN_PATHS``."""
+class Authenticate:
+    """Who makes each request, on every path but ``OPEN_PATHS``: the principal of
+    ``chain``, set with :func:`set_principal`; 401 ``unauthorized`` (``WWW-Authenticate:
+    Bearer``) without one."""
 
-    def __init__(self, app: ASGIApp, token: str) -> None:
-        self.app, self.token = app, token.encode()
+    def __init__(self, app: ASGIApp, chain: Chain) -> None:
+        self.app, self.chain = app, chain
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["path"] in OPEN_PATHS:
             await self.app(scope, receive, send)
             return
-        scheme, _, given = Headers(scope=scope).get("authorization", "").partition(" ")
-        if scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), self.token):
-            set_principal(scope, SERVICE_TOKEN)
-            await self.app(scope, receive, send)
-            return
-        why = "a bearer token is required" if not given else "the bearer token is wrong"
+        client = scope.get("client")
+        try:
+            principal = await self.chain.authenticate(Headers(scope=scope),
+                                                      client[0] if client else None)
+        except Unauthenticated as err:
+            why = err.message
+        else:
+            if principal is not None:
+                set_principal(scope, principal)
+                await self.app(scope, receive, send)
+                return
+            why = "a bearer token is required"
         await errors.error_response(401, "unauthorized", why, {"WWW-Authenticate": "Bearer"})(
             scope, receive, send)
 
@@ -180,11 +175,11 @@ def _document(app: FastAPI, bearer: bool) -> None:
 
 def install(app: FastAPI, settings: HitlflowSettings) -> None:
     """Put the doors in front of ``app`` (its last middlewares: they run first), in the
-    order of this module's docstring. Raises :class:`AuthConfigError` (``required_token``)."""
-    token = required_token(settings)
-    if token is not None:
-        app.add_middleware(BearerAuth, token=token)
-    _document(app, bearer=token is not None)
+    order of this module's docstring. Raises :class:`AuthConfigError` (``check_auth``)."""
+    chain = check_auth(settings)
+    if chain is not None:
+        app.add_middleware(Authenticate, chain=chain)
+    _document(app, bearer=chain is not None)
     app.add_middleware(JsonBodies, routes=app.router.routes)
     if settings.api_cors_origins:
         app.add_middleware(

@@ -1,5 +1,5 @@
-// The HTTP API, called with the bearer token the person typed or brought in a sign-in
-// link (kept in this tab's session storage). A 401 hands over to the sign-in page (see
+// The HTTP API, called with the bearer credential (a person's key or the API token) the
+// person typed or brought in a sign-in link (kept in this tab's session storage). A 401 hands over to the sign-in page (see
 // onUnauthorized). Whatever changes something goes as JSON, `{}` when there is nothing
 // to say: the API takes nothing else.
 import { setLive } from "./dom.js";
@@ -15,6 +15,17 @@ let showLogin = () => {};
 export function onUnauthorized(fn) { showLogin = fn; }
 
 export function token() { return sessionStorage.getItem(TOKEN_KEY) || ""; }
+
+// Who the API takes this tab for (GET /api/whoami), or null; never the sign-in page.
+export async function whoami(signal) {
+  const headers = token() ? { Authorization: `Bearer ${token()}` } : {};
+  try {
+    const r = await fetch("api/whoami", { headers, signal, cache: "no-store" });
+    return r.ok ? await r.json() : null;
+  } catch {
+    return null;
+  }
+}
 
 export async function api(path, { method = "GET", body, headers = {}, signal } = {}) {
   const all = { ...headers };

@@ -9,12 +9,14 @@
 // the conversation with each tool call's safety class) and its SSE stream for live
 // updates (stream.js).
 //
-// This module is the page's entry: it routes the hash to a view and asks for the token
-// when the API wants one, or takes it from a sign-in link (#token=..., printed by `up`). The views: list.js (the list), session.js (one session, with
+// This module is the page's entry: it routes the hash to a view and asks for a key or
+// token when the API wants one, or takes it from a sign-in link (#key=... or #token=...,
+// printed by `up`); the header says who is signed in. The views: list.js (the list),
+// session.js (one session, with
 // forms.js for what it waits for, conversation.js and contracts.js); api.js calls the
 // API, dom.js builds elements.
 import { $, h, page, setLive } from "./dom.js";
-import { TOKEN_KEY, onUnauthorized, token } from "./api.js";
+import { TOKEN_KEY, onUnauthorized, token, whoami } from "./api.js";
 import { showList } from "./list.js";
 import { showSession } from "./session.js";
 
@@ -25,6 +27,7 @@ function route() {
   if (view) view.ctl.abort();
   view = { ctl: new AbortController() };
   $("#signout").hidden = !token();
+  showWho(view.ctl.signal);
   setLive("");
   const hash = location.hash.replace(/^#/, "") || "/";
   const [path, query] = hash.split("?");
@@ -35,11 +38,21 @@ function route() {
 
 // -- sign in (only when the API asks for a token) -------------------------------------
 
-// A sign-in link (`hitlflow up` prints http://127.0.0.1:8000/#token=...): the token is
-// in the fragment, which the browser never sends to a server. It is read once, kept like
-// a typed one, and removed from the address bar and this entry of the history.
+// Who is signed in, in the page's header (from GET /api/whoami; empty until known).
+async function showWho(signal) {
+  const who = $("#who");
+  const me = await whoami(signal);
+  if (signal.aborted) return;
+  who.textContent = me ? `signed in as ${me.name || me.subject} (${me.role})` : "";
+  who.title = me ? `${me.issuer}:${me.subject}` : "";
+}
+
+// A sign-in link (`hitlflow up` prints http://127.0.0.1:8000/#key=...; #token=... for the
+// API token): the secret is in the fragment, which the browser never sends to a server.
+// It is read once, kept like a typed one, and removed from the address bar and this
+// entry of the history.
 function signInFromLink() {
-  const m = /^#token=([^&#]+)$/.exec(location.hash);
+  const m = /^#(?:key|token)=([^&#]+)$/.exec(location.hash);
   if (!m) return;
   try {
     sessionStorage.setItem(TOKEN_KEY, decodeURIComponent(m[1]).trim());
@@ -60,11 +73,12 @@ function showLogin(why) {
     route();
   } },
   h("p", { class: "notice", role: "alert" }, why || "This API needs a bearer token."),
-  h("label", { for: "token" }, "API token"), input,
+  h("label", { for: "token" }, "Your key or the API token"), input,
   h("p", { id: "token-help", class: "meta" },
-    "The token in the sign-in link `hitlflow up` printed (also in its data directory, ",
-    "file api-token), or the value of HITLFLOW_API_TOKEN. It is kept in this browser ",
-    "tab only (session storage) and sent as a bearer token."),
+    "Your key (hfk_..., from `hitlflow people add` or the sign-in link `hitlflow up` ",
+    "printed), or the API token (HITLFLOW_API_TOKEN, or the file api-token in up's data ",
+    "directory). It is kept in this browser tab only (session storage) and sent as a ",
+    "bearer token."),
   h("div", { class: "actions" }, h("button", { class: "primary", type: "submit" }, "Sign in")));
   page("Sign in", form);
   input.focus();
