@@ -9,6 +9,7 @@ message; it is replaced whole (written, then renamed)::
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import stat
@@ -38,17 +39,18 @@ def api_key_of(url: str) -> str:
 
 def _read(path: Path) -> dict[str, dict[str, str]]:
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except FileNotFoundError:
         return {}
     except OSError as err:
-        raise CredentialsError(f"{path} cannot be read ({err.strerror}): remove it and "
-                               "log in again") from None
+        why = "it is a symbolic link" if err.errno == errno.ELOOP else err.strerror
+        raise CredentialsError(f"{path} cannot be read ({why}): remove it and log in "
+                               "again") from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid():
+        os.close(fd)
+        raise CredentialsError(f"{path} is not a file of yours: remove it and log in again")
     with os.fdopen(fd, "rb") as f:
-        info = os.fstat(f.fileno())
-        if not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid():
-            raise CredentialsError(f"{path} is not a file of yours: remove it and log in "
-                                   "again")
         if stat.S_IMODE(info.st_mode) & 0o077:
             raise CredentialsError(f"{path} may be read by others (mode "
                                    f"{stat.S_IMODE(info.st_mode):o}): chmod 600 {path}")

@@ -160,7 +160,7 @@ def _read_checked(path: Path) -> PeopleDoc:
     """The file's people, after the checks of the module's docstring; none when it does
     not exist."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except FileNotFoundError:
         return PeopleDoc()
     except OSError as err:
@@ -168,10 +168,11 @@ def _read_checked(path: Path) -> PeopleDoc:
             raise PeopleFileError(f"{path} is a symbolic link: the people file must be a "
                                   "file of its own (remove the link)") from None
         raise PeopleFileError(f"{path} cannot be read: {err.strerror}") from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        os.close(fd)
+        raise PeopleFileError(f"{path} is not a regular file")
     with os.fdopen(fd, "rb") as f:
-        info = os.fstat(f.fileno())
-        if not stat.S_ISREG(info.st_mode):
-            raise PeopleFileError(f"{path} is not a regular file")
         if info.st_uid != os.getuid():
             raise PeopleFileError(f"{path} belongs to another user (uid {info.st_uid}): "
                                   "only the user who runs hitlflow may own it")
