@@ -213,7 +213,8 @@ async def test_without_the_token_only_healthz_and_the_inbox_files_answer(doors: 
     new = f"tokenless-{uuid.uuid4().hex[:8]}"
     open_routes = {p for _, p in doors.routes
                    if any(path in OPEN_PATHS for path in filled(p, sid))}
-    assert open_routes == {"/healthz", "/", "/inbox/{name}"}  # and nothing else
+    # and nothing else (/api/auth/config: how to sign in, no data)
+    assert open_routes == {"/healthz", "/", "/inbox/{name}", "/api/auth/config"}
     assert {"/docs", "/redoc", "/openapi.json"} <= {p for _, p in doors.routes}
     async with httpx.AsyncClient(base_url=doors.guarded.url, timeout=30) as http:
         for (method, template), auth in product(
@@ -306,49 +307,90 @@ async def test_the_sign_in_link_s_token_stays_in_the_browser(doors: Doors):
     assert not any(TOKEN in path + query for _, path, query, _ in doors.seen), doors.seen
 
 
+@pytest.mark.browser
+async def test_a_person_s_sign_in_link_signs_them_in_and_the_page_says_who(doors: Doors):
+    """Tried: a person's sign-in link (#key=..., as `up` prints for its admin): the page
+    signs in with the key, removes it from the address bar, names the person in its
+    header, and no request carries the key in a URL."""
+    from playwright.async_api import async_playwright, expect
+
+    from api.identity.people_store import PeopleStore
+
+    name = f"ada-{uuid.uuid4().hex[:6]}"
+    key = PeopleStore(doors.guarded.settings.data_dir).add(name, "approver")
+    doors.seen.clear()
+    async with async_playwright() as pw:
+        browser = await pw.chromium.launch(executable_path=chromium_path())
+        try:
+            page = await browser.new_page()
+            await page.goto(f"{doors.guarded.url}/#key={key}")
+            await expect(page.get_by_role("heading", name="Waiting for you")).to_be_visible(
+                timeout=30_000)
+            await expect(page.locator("#who")).to_have_text(f"signed in as {name} (approver)")
+            assert page.url == f"{doors.guarded.url}/"
+            await page.get_by_role("button", name="Sign out").click()
+            await expect(page.get_by_label("Your key or the API token")).to_be_visible()
+            await expect(page.locator("#who")).to_have_text("")
+        finally:
+            await browser.close()
+    assert any(path == "/api/whoami" and status == 200 for _, path, _, status in doors.seen)
+    assert not any(key in path + query for _, path, query, _ in doors.seen), doors.seen
+
+
 # -- the processes -------------------------------------------------------------------------
 
 
 async def test_up_makes_a_token_the_cli_finds_and_keeps_it(tmp_path: Path,
                                                            free_port: Callable[[], int]):
     """Tried: `up` with no token configured, three times: the first makes one (0600, in
-    the data directory), prints the inbox's sign-in link with it in the fragment, and
-    `hitlflow session list` works with no flag while a request without it is refused;
-    with HITLFLOW_API_AUTH=off it warns on stderr and leaves the token be; the third
-    start keeps it."""
+    the data directory) and its first admin (key in cli-key, 0600), prints the inbox's
+    sign-in link with the admin's key in the fragment, and `hitlflow session list` and
+    `whoami` work with no flag (as the admin) while a request without a credential is
+    refused; with HITLFLOW_API_AUTH=off it warns on stderr and leaves them be; the third
+    start keeps them."""
     from api.cli.up import READY_LINE
 
     ports = [str(free_port()) for _ in range(3)]
     flags = ["--no-worker", "--temporal-port", ports[0], "--ui-port", ports[1],
              "--api-port", ports[2]]
     api, token_file = f"http://127.0.0.1:{ports[2]}", tmp_path / ".hitlflow" / "api-token"
+    key_file = tmp_path / ".hitlflow" / "cli-key"
 
     async with cli(tmp_path, "up", *flags) as up:
         await up.wait_for_line(READY_LINE)
-        token = token_file.read_text().strip()
+        token, key = token_file.read_text().strip(), key_file.read_text().strip()
         assert len(token) >= 40 and stat.S_IMODE(token_file.stat().st_mode) == 0o600
-        assert f"Inbox:             {api}/#token={token} " in "\n".join(up.stdout)
-        assert "?token" not in "\n".join(up.stdout)
+        assert key.startswith("hfk_") and stat.S_IMODE(key_file.stat().st_mode) == 0o600
+        assert f"Inbox:             {api}/#key={key} " in "\n".join(up.stdout)
+        assert "?token" not in "\n".join(up.stdout) and "?key" not in "\n".join(up.stdout)
         listed = await asyncio.to_thread(run_cli, tmp_path, "session", "list")
         assert listed.returncode == 0, (listed.stdout, listed.stderr)
+        me = await asyncio.to_thread(run_cli, tmp_path, "whoami", "--json")
+        assert me.returncode == 0, (me.stdout, me.stderr)
+        assert json.loads(me.stdout)["subject"] == "admin"
+        assert json.loads(me.stdout)["role"] == "admin"
         async with httpx.AsyncClient(base_url=api, timeout=30) as http:
             assert (await http.get("/api/sessions")).status_code == 401
+            service = await http.get("/api/whoami", headers={"authorization": f"Bearer {token}"})
+            assert service.json()["subject"] == "service:api-token"  # for automation
         assert await up.interrupt() == 0, up.stderr
-    assert token not in up.stderr
-    for kept in (tmp_path / ".hitlflow").rglob("*"):  # logs, databases: never the token
-        assert kept == token_file or kept.is_dir() or token.encode() not in kept.read_bytes()
+    assert token not in up.stderr and key not in up.stderr
+    for kept in (tmp_path / ".hitlflow").rglob("*"):  # logs, databases: never a secret
+        assert kept in (token_file, key_file) or kept.is_dir() or (
+            token.encode() not in kept.read_bytes() and key.encode() not in kept.read_bytes())
 
     async with cli(tmp_path, "up", *flags, env=cli_env(HITLFLOW_API_AUTH="off")) as up:
         await up.wait_for_line(READY_LINE)
         assert "WITHOUT AUTHENTICATION" in up.stderr
-        assert "#token=" not in "\n".join(up.stdout)
+        assert "#token=" not in "\n".join(up.stdout) and "#key=" not in "\n".join(up.stdout)
         async with httpx.AsyncClient(base_url=api, timeout=30) as http:
             assert (await http.get("/api/sessions")).status_code == 200
         assert await up.interrupt() == 0, up.stderr
 
     async with cli(tmp_path, "up", *flags) as up:
         await up.wait_for_line(READY_LINE)
-        assert f"{api}/#token={token} " in "\n".join(up.stdout)  # the same one
+        assert f"{api}/#key={key} " in "\n".join(up.stdout)  # the same one
+        assert token_file.read_text().strip() == token
         assert await up.interrupt() == 0, up.stderr
 
 
@@ -356,15 +398,19 @@ async def test_up_makes_a_token_the_cli_finds_and_keeps_it(tmp_path: Path,
     ({}, "no token is set"),
     ({"HITLFLOW_API_TOKEN": ""}, "no token is set"),  # docker-compose's empty default
     ({"HITLFLOW_API_AUTH": "off", "HITLFLOW_API_TOKEN": "x" * 32}, "both set"),
+    ({"HITLFLOW_AUTH_MODE": "proxy"}, "HITLFLOW_PROXY_TRUSTED_ADDRESSES"),
 ])
 def test_a_standalone_api_without_a_token_refuses_to_start(
         tmp_path: Path, free_port: Callable[[], int], env: dict[str, str], said: str):
-    """Tried: `hitlflow api` with no token, an empty one, or a token and auth off."""
+    """Tried: `hitlflow api` with nobody in people.json and no token, an empty token, a
+    token and auth off, proxy mode with no trusted proxy."""
     from api.runtime.devserver import check_port_free
 
     port = free_port()
     r = run_cli(tmp_path, "api", "--port", str(port), **env)
     assert r.returncode == 2, (r.stdout, r.stderr)
-    assert said in r.stderr and "HITLFLOW_API_TOKEN" in r.stderr, r.stderr
-    assert "HITLFLOW_API_AUTH=off" in r.stderr and "Traceback" not in r.stderr
+    assert said in r.stderr and "Traceback" not in r.stderr, r.stderr
+    if said == "no token is set":  # the fixes: a person, a token, or auth off
+        assert "hitlflow people add" in r.stderr and "HITLFLOW_API_TOKEN" in r.stderr
+        assert "HITLFLOW_API_AUTH=off" in r.stderr
     check_port_free("127.0.0.1", port, "the API")  # it never listened
