@@ -159,6 +159,9 @@ def up_auth(settings: HitlflowSettings) -> UpAuth:
     else:
         token, made = load_or_create_token(settings.data_dir)
         source = "made" if made else "kept"
+    # Refused here, before anything starts: a proxy mode with no trusted proxy, an oidc
+    # mode with no issuer (local mode always has the token).
+    check_auth(settings.model_copy(update={"api_token": token}))
     key, key_made = (first_admin(settings.data_dir) if settings.effective_auth_mode == "local"
                      else (None, False))
     return UpAuth(token, source, key, key_made)  # type: ignore[arg-type]

@@ -40,7 +40,9 @@ ANONYMOUS = Principal(issuer="none", subject="anonymous", name="anonymous (auth 
 #: The headers of an authenticating proxy (oauth2-proxy's names).
 USER_HEADER, EMAIL_HEADER, GROUPS_HEADER = ("x-forwarded-user", "x-forwarded-email",
                                             "x-forwarded-groups")
-PROXY_HEADERS = (USER_HEADER, EMAIL_HEADER, GROUPS_HEADER)
+#: The display name, when the proxy passes one (oauth2-proxy: the preferred username).
+NAME_HEADER = "x-forwarded-preferred-username"
+PROXY_HEADERS = (USER_HEADER, EMAIL_HEADER, GROUPS_HEADER, NAME_HEADER)
 
 
 class Unauthenticated(Exception):
@@ -114,7 +116,8 @@ def _networks(entries: Iterable[str]) -> tuple[ipaddress.IPv4Network | ipaddress
 
 
 class ProxyHeaders:
-    """oauth2-proxy's ``X-Forwarded-User`` / ``-Email`` / ``-Groups`` (comma-separated),
+    """oauth2-proxy's ``X-Forwarded-User`` / ``-Email`` / ``-Groups`` (comma-separated)
+    and ``-Preferred-Username`` (the display name),
     believed only when the request's TCP peer is one of ``trusted`` (IPs or CIDRs);
     from any other peer such headers are a 401. The role comes from the groups
     (``roles.role_from_groups``)."""
@@ -150,7 +153,8 @@ class ProxyHeaders:
             raise Unauthenticated("the proxy sent no usable X-Forwarded-User")
         groups = [g.strip() for g in headers.get(GROUPS_HEADER, "").split(",") if g.strip()]
         groups = [g for g in groups if len(g) <= 500][:200]
-        return Principal(issuer="proxy", subject=user, name=user[:200], groups=groups,
+        name = headers.get(NAME_HEADER, "").strip()[:200] or user[:200]
+        return Principal(issuer="proxy", subject=user, name=name, groups=groups,
                          email=email, kind="person",
                          role=role_from_groups(groups, self.settings))
 

@@ -148,3 +148,30 @@ async def test_login_whoami_logout_against_a_running_api(tmp_path: Path,
         assert (await asyncio.to_thread(run, "whoami")).returncode == 1
         empty = await asyncio.to_thread(run, "login", "--key-stdin", stdin="\n")
         assert empty.returncode == 2 and "no key or token" in empty.stderr
+
+
+@pytest.mark.parametrize(("env", "said"), [
+    ({"HITLFLOW_AUTH_MODE": "proxy"}, "HITLFLOW_PROXY_TRUSTED_ADDRESSES"),
+    ({"HITLFLOW_AUTH_MODE": "off", "HITLFLOW_API_TOKEN": "x" * 32}, "both set"),
+])
+def test_up_refuses_what_nobody_could_sign_in_to_before_it_starts(
+        tmp_path: Path, free_port: Callable[[], int], env: dict[str, str], said: str):
+    from api.runtime.devserver import check_port_free
+
+    ports = [free_port() for _ in range(3)]
+    r = hitlflow(tmp_path, "up", "--temporal-port", str(ports[0]), "--ui-port", str(ports[1]),
+                 "--api-port", str(ports[2]), **env)
+    assert r.returncode == 2 and said in r.stderr and "Traceback" not in r.stderr, r.stderr
+    for port in ports:
+        check_port_free("127.0.0.1", port, "nothing")  # nothing was started
+    assert not (tmp_path / ".hitlflow" / "people.json").exists()
+
+
+def test_a_broken_people_file_stops_up_with_the_fix(tmp_path: Path):
+    path = tmp_path / ".hitlflow" / "people.json"
+    path.parent.mkdir()
+    path.write_text("{}")
+    os.chmod(path, 0o644)
+    r = hitlflow(tmp_path, "up", "--no-worker")
+    assert r.returncode == 2 and "chmod 600" in r.stderr and "Traceback" not in r.stderr
+    assert path.read_text() == "{}" and not (tmp_path / ".hitlflow" / "cli-key").exists()

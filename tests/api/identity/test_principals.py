@@ -127,8 +127,10 @@ async def test_proxy_headers_from_the_trusted_proxy_make_the_principal(
         assert r.json() == {"issuer": "proxy", "subject": "carol", "name": "carol",
                             "groups": ["staff", "ops"], "role": "operator", "kind": "person",
                             "email": "carol@example.com"}
-        viewer = await whoami(server.url, {"x-forwarded-user": "dan"})
+        viewer = await whoami(server.url, {"x-forwarded-user": "dan",
+                                           "x-forwarded-preferred-username": "Dan D."})
         assert viewer.json()["role"] == "viewer" and viewer.json()["groups"] == []
+        assert (viewer.json()["subject"], viewer.json()["name"]) == ("dan", "Dan D.")
         assert (await whoami(server.url, bearer(TOKEN))).json()["kind"] == "service"
         refused(await whoami(server.url, {}), "a bearer token is required")
         refused(await whoami(server.url, {"x-forwarded-groups": "ops"}),
