@@ -33,7 +33,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from api.hosts import host_name
 from api.http import errors
 from api.http.routers import inbox
-from api.identity.principals import AuthConfigError, Chain, Unauthenticated, authenticators
+from api.identity.principals import AuthConfigError as AuthConfigError  # raised by check_auth
+from api.identity.principals import Chain, Unauthenticated, authenticators
 from api.settings import HitlflowSettings
 from workflows.people import Principal
 
@@ -43,9 +44,6 @@ OPEN_PATHS = frozenset({"/healthz", "/api/auth/config", *inbox.PATHS})
 STATE_CHANGING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 #: What ``api_host`` may be that names no one host (every interface).
 _WILDCARDS = frozenset({"", "0.0.0.0", "::"})
-
-
-__all__ = ["AuthConfigError", "check_auth"]
 
 
 def check_auth(settings: HitlflowSettings) -> Chain | None:
