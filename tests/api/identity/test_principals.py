@@ -231,3 +231,17 @@ def test_oidc_mode_is_wired_to_the_oidc_module(tmp_path: Path):
     else:
         with pytest.raises(AuthConfigError):
             check_auth(settings)
+
+
+def test_the_identity_settings_come_from_the_environment(monkeypatch):
+    monkeypatch.setenv("HITLFLOW_AUTH_MODE", "proxy")
+    monkeypatch.setenv("HITLFLOW_PROXY_TRUSTED_ADDRESSES", " 127.0.0.1, 10.0.0.0/8 ,")
+    monkeypatch.setenv("HITLFLOW_ROLE_GROUPS", "admin=a,b; operator=ops;")
+    monkeypatch.setenv("HITLFLOW_DEFAULT_ROLE", "approver")
+    settings = HitlflowSettings()
+    assert settings.effective_auth_mode == "proxy"
+    assert settings.proxy_trusted_addresses == ["127.0.0.1", "10.0.0.0/8"]
+    assert settings.role_groups == {"admin": ["a", "b"], "operator": ["ops"]}
+    assert settings.default_role == "approver"
+    monkeypatch.setenv("HITLFLOW_API_AUTH", "off")  # the older switch still turns it off
+    assert HitlflowSettings().effective_auth_mode == "off"
