@@ -6,6 +6,7 @@ Run by hand (not a test), from the repository root::
     .venv/bin/python bench/http_bench.py                     # 200 clients x 3 replies, then reads
     .venv/bin/python bench/http_bench.py -n 1 --replies 10   # the unloaded latencies
     .venv/bin/python bench/http_bench.py --mode read --read-s 5
+    .venv/bin/python bench/http_bench.py --mode auth --read-s 5   # reads: auth off vs a key
 
 It starts ``hitlflow up`` as a user runs it (the tuned dev server; the exporter and the
 API in ``up``'s process, the worker in its child process) on free ports in a temporary
@@ -29,6 +30,11 @@ reply's p50 is a ratio (both baseline runs pooled, and each).
 (10) seconds each, ``/healthz`` (the framework's floor), ``GET /api/sessions/{id}``,
 ``GET /api/execution/{id}/timeline`` and ``GET /api/sessions?status=waiting_user``.
 Reported: each rate as a ratio of /healthz's, and p50/p99.
+
+``auth``: the same reads from two ``up``s side by side, one with authentication off
+(``HITLFLOW_API_AUTH=off``), one in local mode read with a person's key (the admin
+``up`` adds), each endpoint from one then the other. Reported: each rate with the key
+as a ratio of the rate with auth off (target >= 0.8x).
 """
 
 from __future__ import annotations
@@ -190,9 +196,11 @@ async def update_phase(tally: dict, count: int, temporal: str, task_queue: str, 
 
 
 async def read_phase(tally: dict, count: int, url: str, path: str, seconds: float,
-                     start_at: float) -> None:
+                     headers: dict[str, str] | None, start_at: float) -> None:
     async def one() -> None:
-        async with httpx.AsyncClient(base_url=url, timeout=60, headers=api_headers()) as http:
+        async with httpx.AsyncClient(base_url=url, timeout=60,
+                                     headers=api_headers() if headers is None else headers
+                                     ) as http:
             await http.get(path)  # connect before the clock starts
             await at(start_at)
             while time.time() < start_at + seconds:
@@ -295,21 +303,31 @@ async def drive_mode(up: Up, clients: Clients, args: argparse.Namespace) -> None
           f"{exact}/{args.n} (client errors: {t['errors']})")
 
 
-async def read_mode(up: Up, clients: Clients, args: argparse.Namespace) -> None:
-    async with httpx.AsyncClient(base_url=up.url, timeout=60, headers=api_headers()) as http:
-        sid = (await http.post("/api/sessions", json=session_body(1))).json()["session_id"]
+async def waiting_session(up: Up, headers: dict[str, str]) -> str:
+    async with httpx.AsyncClient(base_url=up.url, timeout=60, headers=headers) as http:
+        created = await http.post("/api/sessions", json=session_body(1))
+        created.raise_for_status()
+        sid = created.json()["session_id"]
         for _ in range(600):
             if (await http.get(f"/api/sessions/{sid}")).json().get("status") == "waiting_user":
                 break
             await asyncio.sleep(0.1)
-    paths = {"/healthz": "/healthz", "GET session": f"/api/sessions/{sid}",
-             "timeline": f"/api/execution/{sid}/timeline",
-             "list waiting": "/api/sessions?status=waiting_user"}
+    return sid
+
+
+def read_paths(sid: str) -> dict[str, str]:
+    return {"/healthz": "/healthz", "GET session": f"/api/sessions/{sid}",
+            "timeline": f"/api/execution/{sid}/timeline",
+            "list waiting": "/api/sessions?status=waiting_user"}
+
+
+async def read_mode(up: Up, clients: Clients, args: argparse.Namespace) -> None:
+    sid = await waiting_session(up, api_headers())
     rows = {}
-    for name, path in paths.items():
+    for name, path in read_paths(sid).items():
         print(f"read: {name}", file=sys.stderr, flush=True)
         rows[name] = await clients.run(read_phase, args.read_clients, up.url, path,
-                                       args.read_s)
+                                       args.read_s, None)
     base = rows["/healthz"]["requests"] / args.read_s
     print(f"\n== read: {args.read_clients} clients, {args.read_s:.0f} s each, one waiting "
           f"session, clients in {clients.procs} process(es) ==")
@@ -321,18 +339,53 @@ async def read_mode(up: Up, clients: Clients, args: argparse.Namespace) -> None:
     print("target: each >= 0.5x /healthz")
 
 
+async def auth_mode(clients: Clients, args: argparse.Namespace, tmp: Path) -> None:
+    """The read endpoints with authentication off and with a person's key (local mode,
+    the admin ``up`` adds: a key looked up in people.json, hashed per request), two
+    ``up``s side by side, each endpoint read from one then the other, in one run."""
+    for name in ("off", "key"):
+        (tmp / name).mkdir(parents=True)
+    off = await start_up(tmp / "off", env={"HITLFLOW_API_AUTH": "off",
+                                           "HITLFLOW_API_TOKEN": ""})
+    on = await start_up(tmp / "key")
+    try:
+        key = (on.data / "cli-key").read_text().strip()
+        stacks = {"off": (off, {}), "key": (on, {"authorization": f"Bearer {key}"})}
+        sids = {k: await waiting_session(up, h) for k, (up, h) in stacks.items()}
+        rates: dict[str, dict[str, float]] = {}
+        for name in read_paths("x"):
+            for k, (up, headers) in stacks.items():
+                print(f"auth: {name} ({k})", file=sys.stderr, flush=True)
+                t = await clients.run(read_phase, args.read_clients, up.url,
+                                      read_paths(sids[k])[name], args.read_s, headers)
+                if t["errors"]:
+                    print(f"  {t['errors']} errors", file=sys.stderr)
+                rates.setdefault(name, {})[k] = t["requests"] / args.read_s
+        print(f"\n== auth: {args.read_clients} clients, {args.read_s:.0f} s each, auth off "
+              "against a person's key (local mode), one run ==")
+        print(f"{'endpoint':14} {'off req/s':>10} {'key req/s':>10} {'key/off':>8}")
+        for name, r in rates.items():
+            print(f"{name:14} {r['off']:10.1f} {r['key']:10.1f} {ratio(r['key'], r['off']):>8}")
+        print("target: each >= 0.8x")
+    finally:
+        for up in (off, on):
+            print(f"`hitlflow up` exit code on Ctrl-C: {await up.stop()}")
+
+
 def parse(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("-n", type=int, default=200, help="clients driving sessions (200)")
     p.add_argument("--replies", type=int, default=3, help="replies per session (3)")
     p.add_argument("--procs", type=int, default=2, help="client processes (2)")
-    p.add_argument("--mode", default="drive,read", help="drive, read or both (drive,read)")
+    p.add_argument("--mode", default="drive,read",
+                   help="drive, read, auth (reads: auth off against a key), comma-separated "
+                   "(drive,read)")
     p.add_argument("--read-clients", type=int, default=32, help="read mode clients (32)")
     p.add_argument("--read-s", type=float, default=10.0, help="seconds per endpoint (10)")
     args = p.parse_args(argv)
     args.modes = [m.strip() for m in args.mode.split(",") if m.strip()]
-    if not args.modes or set(args.modes) - {"drive", "read"}:
-        p.error("--mode takes drive, read or drive,read")
+    if not args.modes or set(args.modes) - {"drive", "read", "auth"}:
+        p.error("--mode takes drive, read and auth, comma-separated")
     return args
 
 
@@ -340,12 +393,20 @@ async def main(argv: list[str]) -> None:
     args = parse(argv)
     clients = Clients(args.procs)
     with tempfile.TemporaryDirectory() as tmp:
+        if args.modes == ["auth"]:
+            try:
+                await auth_mode(clients, args, Path(tmp))
+            finally:
+                clients.close()
+            return
         up = await start_up(Path(tmp))
         try:
             if "drive" in args.modes:
                 await drive_mode(up, clients, args)
             if "read" in args.modes:
                 await read_mode(up, clients, args)
+            if "auth" in args.modes:
+                await auth_mode(clients, args, Path(tmp) / "auth")
         finally:
             clients.close()
             print(f"`hitlflow up` exit code on Ctrl-C: {await up.stop()}")

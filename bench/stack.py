@@ -178,14 +178,15 @@ def line_kinds(lines: list[str]) -> Counter[str]:
     return Counter(re.sub(r"[\w.-]*\d[\w.-]*", "#", line) for line in lines)
 
 
-async def start_up(data: Path, *args: str) -> Up:
-    """``hitlflow up`` on free ports in ``data``; return once it says it is up."""
+async def start_up(data: Path, *args: str, env: dict[str, str] | None = None) -> Up:
+    """``hitlflow up`` on free ports in ``data`` (``env``: variables to set for it);
+    return once it says it is up."""
     temporal, ui, api = free_port(), free_port(), free_port()
     with open(data / "up.stderr.log", "wb") as stderr:
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "api.cli", "up", "--data-dir", str(data),
             "--temporal-port", str(temporal), "--ui-port", str(ui), "--api-port", str(api),
-            *args, stdout=asyncio.subprocess.PIPE, stderr=stderr, env=up_env())
+            *args, stdout=asyncio.subprocess.PIPE, stderr=stderr, env={**up_env(), **(env or {})})
     assert proc.stdout is not None
     while READY_LINE not in (line := await asyncio.wait_for(proc.stdout.readline(), 120)):
         if not line:
