@@ -1,0 +1,255 @@
+"""Authority at the API (issue 24): who may start, see, answer and act on a session.
+
+Principals come from a test-only middleware that sets the request's principal from a
+test header (``doors.set_principal``, as the authentication middleware does), over
+the real API, worker, exporter and read model."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import httpx
+import pytest
+from starlette.datastructures import Headers
+from starlette.types import ASGIApp, Receive, Scope, Send
+from temporalio.testing import WorkflowEnvironment
+
+from api.http.app import create_app
+from api.http.doors import set_principal
+from tests.api.http_support import (
+    HttpStack,
+    confirm_body,
+    eventually,
+    running_stack,
+    stack_settings,
+    waiting,
+)
+from workflows.people import DecisionRule, Principal
+
+HEADER = "x-test-principal"
+
+
+class PrincipalFromHeader:
+    """Test-only: the request's principal from the ``x-test-principal`` header (JSON)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and (given := Headers(scope=scope).get(HEADER)):
+            set_principal(scope, Principal.model_validate_json(given))
+        await self.app(scope, receive, send)
+
+
+def person(subject: str, role: str, *groups: str, name: str = "") -> dict[str, str]:
+    p = Principal(issuer="local", subject=subject, name=name or subject.title(),
+                  role=role, groups=list(groups))  # type: ignore[arg-type]
+    return {HEADER: p.model_dump_json()}
+
+
+ANN = person("ann", "approver")  # the owner of the sessions she starts
+VIC = person("vic", "viewer")  # named as a viewer
+EVE = person("eve", "approver")  # named nowhere
+LEA = person("lea", "approver", "leads")  # a default approver, by group
+OPS = person("ops", "operator")
+SERVER_RULE = DecisionRule(name="server-deletes", tool="delete_*",
+                           approvers=["group:security"])
+
+
+@pytest.fixture(scope="module")
+async def stack(dev_env: WorkflowEnvironment, free_port: Callable[[], int],
+                tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[HttpStack]:
+    settings = stack_settings(dev_env.client, tmp_path_factory.mktemp("authz"), "authz",
+                              token=None).model_copy(update={
+                                  "api_auth": "off", "default_approvers": ["group:leads"],
+                                  "rules": [SERVER_RULE]})
+    app = create_app(settings)
+    app.add_middleware(PrincipalFromHeader)
+    async with running_stack(dev_env.client, settings, free_port(), app=app) as s:
+        yield s
+
+
+def refusal(r: httpx.Response, status: int = 403) -> dict[str, Any]:
+    assert r.status_code == status, r.text
+    body = r.json()["error"]
+    assert body["message"]
+    return body
+
+
+async def started(http: httpx.AsyncClient, who: dict[str, str], body: dict | None = None
+                  ) -> str:
+    r = await http.post("/api/sessions", json=body or {
+        **confirm_body(), "people": {"viewers": ["vic"]}}, headers=who)
+    assert r.status_code == 201, r.text
+    return r.json()["session_id"]
+
+
+async def waiting_session(http: httpx.AsyncClient, sid: str) -> dict:
+    async def get() -> dict:
+        return (await http.get(f"/api/sessions/{sid}", headers=ANN)).json()
+    return await eventually(get, waiting("confirm"), what="waiting for a confirm")
+
+
+async def log_lines(http: httpx.AsyncClient, sid: str) -> list[dict]:
+    r = await http.get(f"/api/sessions/{sid}/log", headers=OPS)
+    assert r.status_code == 200, r.text
+    return [json.loads(line) for line in r.text.splitlines()]
+
+
+async def ids(http: httpx.AsyncClient, who: dict[str, str], **params: str) -> set[str]:
+    r = await http.get("/api/sessions", params={"limit": "1000", **params}, headers=who)
+    assert r.status_code == 200, r.text
+    return {s["session_id"] for s in r.json()["sessions"]}
+
+
+async def test_starting_needs_the_approver_role_and_the_owner_is_the_principal(stack):
+    http = stack.http
+    wanted = f"s-viewer-{uuid.uuid4().hex[:6]}"
+    r = await http.post("/api/sessions", params={"session_id": wanted}, json=confirm_body(),
+                        headers=VIC)
+    assert refusal(r)["rule"] == "role.approver"
+    assert (await http.get(f"/api/sessions/{wanted}", headers=OPS)).status_code == 404
+    # Another person's session: only an operator (or a service) starts one for someone.
+    r = await http.post("/api/sessions", json={**confirm_body(), "people": {"owner": "zed"}},
+                        headers=ANN)
+    assert refusal(r)["rule"] == "people.owner"
+    for_zed = await started(http, OPS, {**confirm_body(), "people": {"owner": "zed"}})
+
+    sid = await started(http, ANN, {**confirm_body(), "people": {"viewers": ["vic"]},
+                                    "rules": [{"name": "mine", "tool": "delete_*"}]})
+    await waiting_session(http, sid)
+    created = next(e for e in await log_lines(http, sid) if e["type"] == "RUN_CREATED")
+    config = created["payload"]["config"]
+    # The owner from the principal; the server's default approvers; the server's rule first.
+    assert config["people"] == {"owner": "ann", "approvers": ["group:leads"],
+                                "viewers": ["vic"]}
+    assert [r["name"] for r in config["rules"]] == ["server-deletes", "mine"]
+    zed = next(e for e in await log_lines(http, for_zed) if e["type"] == "RUN_CREATED")
+    assert zed["payload"]["config"]["people"]["owner"] == "zed"
+
+
+async def test_a_viewer_cannot_answer_and_the_refusal_is_recorded(stack):
+    http = stack.http
+    sid = await started(http, ANN)
+    before = await waiting_session(http, sid)
+    rid = before["pending"]["request_id"]
+    seen = (await http.get(f"/api/sessions/{sid}", headers=VIC)).json()
+    assert seen["you"] == {"may_answer": False, "may_cancel": False, "may_end": False,
+                           "refusal": {"rule": "role.approver",
+                                       "message": seen["you"]["refusal"]["message"]}}
+    r = await http.post(f"/api/sessions/{sid}/reply", headers=VIC,
+                        json={"request_id": rid, "approve": True, "by": "ann"})
+    assert refusal(r)["rule"] == "role.approver"
+    for path, body in ((f"/api/sessions/{sid}/cancel", {}), (f"/api/sessions/{sid}/end", {}),
+                       (f"/api/sessions/{sid}/messages", {"text": "hi"})):
+        assert refusal(await http.post(path, json=body, headers=VIC))["rule"] == \
+            "role.approver"
+    # Nothing changed: still waiting for the same request.
+    after = (await http.get(f"/api/sessions/{sid}", headers=ANN)).json()
+    assert after["status"] == "waiting_user" and after["pending"] == before["pending"]
+    assert after["replies"] == 0
+    # The API told the session who was refused, what and by which rule.
+    history = await stack.client.get_workflow_handle(sid).fetch_history()
+    signals = [e.workflow_execution_signaled_event_attributes for e in history.events
+               if e.HasField("workflow_execution_signaled_event_attributes")]
+    refused = [json.loads(s.input.payloads[0].data) for s in signals
+               if s.signal_name == "record_refusal"]
+    assert [(x["principal"]["subject"], x["action"], x["rule"]) for x in refused] == [
+        ("vic", "reply", "role.approver"), ("vic", "cancel", "role.approver"),
+        ("vic", "end", "role.approver"), ("vic", "message", "role.approver")]
+    assert refused[0]["request_id"] == rid
+    # The owner's `you`, and her reply: the log names her, not the body's `by`.
+    mine = (await http.get(f"/api/sessions/{sid}", headers=ANN)).json()["you"]
+    assert mine == {"may_answer": True, "refusal": None, "may_cancel": True, "may_end": True}
+    r = await http.post(f"/api/sessions/{sid}/reply", headers=ANN,
+                        json={"request_id": rid, "approve": True, "by": "mallory"})
+    assert r.status_code == 202, r.text
+
+    async def resolved() -> list[dict]:
+        return [e for e in await log_lines(http, sid) if e["type"] == "ISSUE_RESOLVED"]
+    found = await eventually(resolved, bool, what="the reply in the log")
+    assert found[0]["payload"]["by"] == "Ann"
+
+
+async def test_each_person_sees_only_their_sessions(stack):
+    http = stack.http
+    sid = await started(http, ANN)
+    await waiting_session(http, sid)
+    # Eve is named nowhere: every read of it is a 403 naming the rule.
+    for path in ("", "/log", "/checkpoint", "/events", "/memory", "/history", "/standing"):
+        r = await http.get(f"/api/sessions/{sid}{path}", headers=EVE)
+        assert refusal(r)["rule"] == "people.viewers", path
+    assert refusal(await http.get(f"/api/execution/{sid}/timeline", headers=EVE))["rule"] \
+        == "people.viewers"
+    contract = (await http.get(f"/api/sessions/{sid}", headers=ANN)).json()["contracts"]
+    if contract:
+        r = await http.get(f"/api/execution/{contract[0]['execution_id']}/snapshot",
+                           headers=EVE)
+        assert refusal(r)["rule"] == "people.viewers"
+    r = await http.get("/api/telemetry/runs", headers=EVE)
+    assert refusal(r)["rule"] == "role.operator"
+    r = await http.get("/api/telemetry/runs", params={"session_id": sid}, headers=EVE)
+    assert refusal(r)["rule"] == "people.viewers"
+    assert refusal(await http.get("/api/sessions", params={"stuck": "true"},
+                                  headers=EVE))["rule"] == "role.operator"
+    # Her reply is refused too, as not hers.
+    rid = (await http.get(f"/api/sessions/{sid}", headers=ANN)).json()["pending"]["request_id"]
+    r = await http.post(f"/api/sessions/{sid}/reply", headers=EVE,
+                        json={"request_id": rid, "approve": True})
+    assert refusal(r)["rule"] == "people.approvers"
+    # Lists: the owner, the viewer and the group of default approvers see it; Eve
+    # does not; the operator sees everything.
+    for who in (ANN, VIC, LEA, OPS):
+        assert sid in await ids(http, who)
+    assert sid not in await ids(http, EVE)
+    assert sid not in await ids(http, EVE, status="waiting_user")
+    r = await http.get(f"/api/execution/{sid}/timeline", headers=VIC)
+    assert r.status_code == 200, r.text
+
+
+async def test_waiting_for_me_lists_what_the_principal_may_answer(stack):
+    http = stack.http
+    sid = await started(http, ANN)
+    await waiting_session(http, sid)
+
+    async def listed(who: dict[str, str]) -> set[str]:
+        return await ids(http, who, waiting_for="me")
+    assert sid in await listed(ANN) and sid in await listed(LEA) and sid in await listed(OPS)
+    assert sid not in await listed(VIC) and sid not in await listed(EVE)
+    r = await http.get("/api/sessions", params={"waiting_for": "you"}, headers=ANN)
+    assert refusal(r, 422)["code"] == "validation_error"
+    # Answered: no longer waiting for anyone.
+    rid = (await http.get(f"/api/sessions/{sid}", headers=ANN)).json()["pending"]["request_id"]
+    assert (await http.post(f"/api/sessions/{sid}/reply", headers=LEA, json={
+        "request_id": rid, "approve": True})).status_code == 202
+    await eventually(lambda: listed(ANN), lambda found: sid not in found,
+                     what="the answered session leaves the list")
+
+
+async def test_broken_input_is_a_clear_4xx_and_changes_nothing(stack):
+    http = stack.http
+    sid = await started(http, ANN)
+    before = await waiting_session(http, sid)
+    rid = before["pending"]["request_id"]
+    for body in ({"digest": 42}, {"digest": "md5:abc"}, {"digest": "sha256:" + "A" * 64},
+                 {"remember": "forever"}, {"arguments": ["not", "an", "object"]}):
+        r = await http.post(f"/api/sessions/{sid}/reply", headers=ANN,
+                            json={"request_id": rid, "approve": True, **body})
+        assert refusal(r, 422)["code"] == "validation_error", body
+    huge = {"request_id": rid, "approve": True, "arguments": {"x": "y" * (2 * 1024 * 1024)}}
+    r = await http.post(f"/api/sessions/{sid}/reply", headers=ANN, json=huge)
+    assert r.status_code == 413, r.text
+    # A standing decision: operators only; a DELETE says it is JSON like every write.
+    r = await http.delete(f"/api/sessions/{sid}/standing/sd-x", headers=ANN)
+    assert refusal(r, 415)["code"] == "unsupported_media_type"
+    r = await http.delete(f"/api/sessions/{sid}/standing/sd-x",
+                          headers={**ANN, "content-type": "application/json"})
+    assert refusal(r)["rule"] == "role.operator"
+    r = await http.delete(f"/api/sessions/{sid}/standing/sd-x",
+                          headers={**EVE, "content-type": "application/json"})
+    assert refusal(r)["rule"] == "people.viewers"
+    after = (await http.get(f"/api/sessions/{sid}", headers=ANN)).json()
+    assert after["pending"] == before["pending"] and after["replies"] == 0
