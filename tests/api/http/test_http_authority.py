@@ -253,3 +253,30 @@ async def test_broken_input_is_a_clear_4xx_and_changes_nothing(stack):
     assert refusal(r)["rule"] == "people.viewers"
     after = (await http.get(f"/api/sessions/{sid}", headers=ANN)).json()
     assert after["pending"] == before["pending"] and after["replies"] == 0
+
+
+@pytest.mark.parametrize(("value", "said"), [
+    ("not json", "HITLFLOW_RULES is not valid JSON"),
+    ('{"tool": "x"}', "must be a JSON list"),
+    ('[{"tool": "x", "approvrs": ["a"]}]', "approvrs"),
+    ('[{"decision": "maybe"}]', "decision"),
+    ('[{"approvals_required": 0}]', "approvals_required"),
+])
+def test_broken_server_rules_are_refused_when_the_process_starts(monkeypatch, value, said):
+    from pydantic import ValidationError
+
+    from api.settings import HitlflowSettings
+    monkeypatch.setenv("HITLFLOW_RULES", value)
+    with pytest.raises(ValidationError, match=said):
+        HitlflowSettings()
+
+
+def test_server_people_and_rules_from_the_environment(monkeypatch):
+    from api.settings import HitlflowSettings
+    monkeypatch.setenv("HITLFLOW_DEFAULT_APPROVERS", "ann, group:leads,")
+    monkeypatch.setenv("HITLFLOW_DEFAULT_VIEWERS", "")
+    monkeypatch.setenv("HITLFLOW_RULES", '[{"name": "d", "tool": "delete_*", '
+                       '"approvers": ["group:security"]}]')
+    s = HitlflowSettings()
+    assert s.default_approvers == ["ann", "group:leads"] and s.default_viewers == []
+    assert s.rules == [DecisionRule(name="d", tool="delete_*", approvers=["group:security"])]
