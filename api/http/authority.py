@@ -24,6 +24,7 @@ from api.http.deps import PrincipalDep, SessionIdDep, get_client
 from api.http.errors import ApiError, temporal_errors
 from api.http.models import RefusalView, YouView
 from api.http.reads import store_call, store_of
+from observation.read_model.access import ANSWER
 from observation.read_model.store import Audience
 from workflows.messages import RefusalInput
 from workflows.people import (
@@ -90,22 +91,30 @@ async def _memo_people(client: Client, session_id: str) -> People:
         return People()
 
 
+async def session_people(request: Request, session_id: str, *, memo: bool = True,
+                         named: dict[str, list[str]] | None = None) -> People:
+    """The session's people, from the read model (with ``memo``, Temporal's memo when
+    it names nobody: the exporter has not reached it yet)."""
+    if named is None:
+        store = store_of(request.app.state)
+        named = await store_call(store, store.access, session_id)
+    if named.keys() - {ANSWER}:
+        return _people(named)
+    return await _memo_people(await get_client(request), session_id) if memo else People()
+
+
 async def session_access(request: Request, session_id: str, *,
                          memo: bool = True) -> SessionAccess:
-    """The session's people and its pending request, from the read model (with
-    ``memo``, Temporal's memo when it names nobody: not reached yet)."""
+    """The session's people and its pending request, from the read model."""
     store = store_of(request.app.state)
     named = await store_call(store, store.access, session_id)
     row = await store_call(store, store.session, session_id)
     pending = row["pending"] if row is not None else None
-    people = _people(named) if named.keys() - {"answer"} else None
-    if people is None:
-        people = await _memo_people(await get_client(request), session_id) if memo \
-            else People()
+    people = await session_people(request, session_id, memo=memo, named=named)
     return SessionAccess(
         people=people, pending=pending,
         request_id=pending.get("request_id") if pending else None,
-        approvers=list((pending or {}).get("approvers") or named.get("answer") or []),
+        approvers=list((pending or {}).get("approvers") or named.get(ANSWER) or []),
         rule=(pending or {}).get("rule"))
 
 
@@ -113,8 +122,7 @@ async def require_see(request: Request, principal: Principal, session_id: str) -
     """403 unless the principal may see the session (operators see all, unasked)."""
     if principal.at_least("operator"):
         return
-    access = await session_access(request, session_id)
-    if refusal := may_see(principal, access.people):
+    if refusal := may_see(principal, await session_people(request, session_id)):
         raise forbidden(refusal)
 
 

@@ -203,7 +203,7 @@ async def _listed_from_read_model(store: ReadStore, status: SessionStatus | None
     try:
         rows, token = await store_call(store, store.list_sessions,
                                        status.value if status else None, limit, cursor,
-                                       filtered)
+                                       *([filtered] if filtered is not None else []))
     except InvalidPageToken:
         raise invalid_cursor("it does not name a place in this list", param) from None
     return SessionList(sessions=[SessionSummary(

@@ -15,6 +15,7 @@ from fastapi import APIRouter, Body, Path, Query, Request, Response
 from temporalio.client import (
     Client,
     WorkflowExecutionDescription,
+    WorkflowUpdateFailedError,
 )
 from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDReusePolicy
 
@@ -28,6 +29,7 @@ from api.http.authority import (
     refuse,
     require_see,
     session_access,
+    session_people,
     you,
 )
 from api.http.command_policy import refusal_message, refused_commands
@@ -233,12 +235,12 @@ async def get_session(session_id: SessionIdDep, client: ClientDep, tuning: Tunin
     `stuck` when its workflow task keeps failing). `you`: what the principal may do
     to it now; 403 `forbidden` for a session they may not see."""
     operator = principal.at_least("operator")
-    access = await session_access(request, session_id, memo=not operator)
-    if not operator and (refusal := may_see(principal, access.people)):
+    people = await session_people(request, session_id, memo=not operator)
+    if not operator and (refusal := may_see(principal, people)):
         raise forbidden(refusal)
     view = await _session_view(session_id, client, tuning, logs, request, response, paged)
     pending = view.pending.model_dump(mode="json") if view.pending is not None else None
-    return view.model_copy(update={"you": you(principal, access.people, pending)})
+    return view.model_copy(update={"you": you(principal, people, pending)})
 
 
 async def _session_view(session_id: str, client: Client, tuning: ApiTuning, logs: LogViews,
@@ -325,8 +327,8 @@ async def _update(client: Client, session_id: str, name: str, arg: object, *, co
             raise await refuse(client, session_id, actor.principal, actor.action,
                                Refusal(rule=rule, message=err.message),
                                actor.request_id) from None
-        if err.status in (409, 422) and err.code != "refused":  # the workflow's own codes
-            raise
+        if isinstance(err.__cause__, WorkflowUpdateFailedError) and err.code != "refused":
+            raise  # the validator's conflict (409) or invalid arguments (422), as mapped
         if err.code == "refused":
             raise ApiError(409, code, err.message) from None
         if err.code == "session_not_found":  # "workflow execution already completed"
