@@ -71,6 +71,9 @@ DDL = (
     """CREATE TABLE IF NOT EXISTS rm_access (
         session_id TEXT NOT NULL, role TEXT NOT NULL, entry TEXT NOT NULL,
         entry_lower TEXT NOT NULL, PRIMARY KEY (session_id, role, entry))""",
+    "CREATE INDEX IF NOT EXISTS rm_access_entry ON rm_access (entry, role, session_id)",
+    """CREATE INDEX IF NOT EXISTS rm_access_email
+        ON rm_access (entry_lower, role, session_id)""",
 )
 TABLES = ("rm_sessions", "rm_contracts", "rm_facts", "rm_history", "rm_access")
 _BOOLS = ("has_suspended", "closed")
@@ -378,16 +381,19 @@ class SqlStore:
 
 
 def _named(audience: Audience, roles: Sequence[str], params: list[Any]) -> str:
-    """SQL: the session names the audience in one of ``roles``."""
+    """SQL: the session names the audience in one of ``roles`` (a set of session ids
+    the indexes on ``rm_access`` find, not a probe per listed session)."""
     names = audience.names or ("",)
-    match = f"a.entry IN ({', '.join('?' for _ in names)})"
-    params += roles
+    in_roles = f"role IN ({', '.join('?' for _ in roles)})"
+    sql = (f"SELECT session_id FROM rm_access WHERE entry IN "
+           f"({', '.join('?' for _ in names)}) AND {in_roles}")
     params += names
+    params += roles
     if audience.email:
-        match = f"({match} OR a.entry_lower = ?)"
+        sql += f" UNION SELECT session_id FROM rm_access WHERE entry_lower = ? AND {in_roles}"
         params.append(audience.email.lower())
-    return ("EXISTS (SELECT 1 FROM rm_access a WHERE a.session_id = rm_sessions.session_id "
-            f"AND a.role IN ({', '.join('?' for _ in roles)}) AND {match})")
+        params += roles
+    return f"session_id IN ({sql})"
 
 
 def _audience_filter(audience: Audience, where: list[str], params: list[Any]) -> None:
@@ -397,7 +403,7 @@ def _audience_filter(audience: Audience, where: list[str], params: list[Any]) ->
         where.append("pending IS NOT NULL AND execution_status = 'running'")
         theirs = _named(audience, (ANSWER,), params)
         unaddressed = ("NOT EXISTS (SELECT 1 FROM rm_access a WHERE a.session_id = "
-                       "rm_sessions.session_id AND a.role = ?)")
+                       "rm_sessions.session_id AND a.role = ?)")  # the primary key's prefix
         params.append(ANSWER)
         if audience.sees_all:
             where.append(f"({theirs} OR {unaddressed})")
