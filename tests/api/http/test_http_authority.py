@@ -24,6 +24,7 @@ from tests.api.http_support import (
     confirm_body,
     eventually,
     running_stack,
+    serve,
     stack_settings,
     waiting,
 )
@@ -280,3 +281,33 @@ def test_server_people_and_rules_from_the_environment(monkeypatch):
     s = HitlflowSettings()
     assert s.default_approvers == ["ann", "group:leads"] and s.default_viewers == []
     assert s.rules == [DecisionRule(name="d", tool="delete_*", approvers=["group:security"])]
+
+
+async def test_before_the_exporter_has_it_a_session_s_people_come_from_its_memo(
+        dev_env: WorkflowEnvironment, free_port: Callable[[], int], tmp_path):
+    """No worker, no exporter: the read model never hears of the session, and who may
+    see it is what the API gave Temporal when it started it."""
+    settings = stack_settings(dev_env.client, tmp_path, "authz-memo", token=None
+                              ).model_copy(update={"api_auth": "off"})
+    app = create_app(settings)
+    app.add_middleware(PrincipalFromHeader)
+    async with serve(app, free_port()) as server, \
+            httpx.AsyncClient(base_url=server.url, timeout=30) as http:
+        sid = await started(http, ANN)
+        try:
+            for who in (ANN, VIC, OPS):
+                r = await http.get(f"/api/sessions/{sid}", headers=who)
+                assert r.status_code == 200 and r.json()["seq"] == 0, r.text
+            assert (await http.get(f"/api/sessions/{sid}", headers=VIC)).json()["you"][
+                "may_cancel"] is False
+            assert refusal(await http.get(f"/api/sessions/{sid}", headers=EVE))["rule"] == \
+                "people.viewers"
+            assert refusal(await http.post(f"/api/sessions/{sid}/cancel", json={},
+                                           headers=EVE))["rule"] == "people.owner"
+            # Lists come from the read model: nobody sees it listed before it has it.
+            assert sid not in await ids(http, ANN) and sid not in await ids(http, OPS)
+            # An unknown session is still a 404 for a person, not a 403.
+            r = await http.get(f"/api/sessions/nope-{uuid.uuid4().hex[:6]}", headers=EVE)
+            assert r.status_code == 404, r.text
+        finally:
+            await dev_env.client.get_workflow_handle(sid).terminate("test over")
