@@ -6,6 +6,7 @@ the real API, worker, exporter and read model."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -29,6 +30,7 @@ from tests.api.http_support import (
     waiting,
 )
 from workflows.people import DecisionRule, Principal
+from workflows.session import SessionWorkflow
 
 HEADER = "x-test-principal"
 
@@ -311,3 +313,111 @@ async def test_before_the_exporter_has_it_a_session_s_people_come_from_its_memo(
             assert r.status_code == 404, r.text
         finally:
             await dev_env.client.get_workflow_handle(sid).terminate("test over")
+
+
+# -- with the workflow's side of issue 24 (the decisions helper's handlers) ------------
+
+#: The workflow records refusals, answers standing decisions and binds replies to a
+#: digest once its side of issue 24 is in; until then these tests cannot run.
+needs_decisions = pytest.mark.skipif(
+    not all(hasattr(SessionWorkflow, name) for name in (
+        "record_refusal", "standing_decisions", "revoke_standing")),
+    reason="the workflow side of issue 24 (record_refusal, standing decisions) is not in")
+SEC = person("sam", "approver", "security")
+
+
+@needs_decisions
+async def test_the_refusal_and_the_decider_are_in_the_log(stack):
+    http = stack.http
+    sid = await started(http, ANN)
+    rid = (await waiting_session(http, sid))["pending"]["request_id"]
+    r = await http.post(f"/api/sessions/{sid}/reply", headers=VIC,
+                        json={"request_id": rid, "approve": True})
+    assert refusal(r)["rule"] == "role.approver"
+
+    async def refused() -> list[dict]:
+        return [e for e in await log_lines(http, sid) if e["type"] ==
+                "interaction.reply.refused"]
+    line = (await eventually(refused, bool, what="the refusal in the log"))[0]["payload"]
+    assert line["principal"]["subject"] == "vic" and line["rule"] == "role.approver"
+    assert (await http.get(f"/api/sessions/{sid}", headers=ANN)).json()["status"] == \
+        "waiting_user"
+    r = await http.post(f"/api/sessions/{sid}/reply", headers=ANN,
+                        json={"request_id": rid, "approve": True, "by": "mallory"})
+    assert r.status_code == 202, r.text
+
+    async def resolved() -> list[dict]:
+        return [e for e in await log_lines(http, sid) if e["type"] == "ISSUE_RESOLVED"]
+    done = (await eventually(resolved, bool, what="the reply in the log"))[0]["payload"]
+    assert done["principal"] == {"issuer": "local", "subject": "ann", "name": "Ann"}
+
+
+@needs_decisions
+async def test_a_stale_digest_is_a_409_and_changes_nothing(stack):
+    http = stack.http
+    sid = await started(http, ANN)
+    before = await waiting_session(http, sid)
+    pending = before["pending"]
+    assert pending["digest"].startswith("sha256:")
+    r = await http.post(f"/api/sessions/{sid}/reply", headers=ANN, json={
+        "request_id": pending["request_id"], "approve": True,
+        "digest": "sha256:" + "0" * 64})
+    assert refusal(r, 409)["code"] == "stale_digest"
+    after = (await http.get(f"/api/sessions/{sid}", headers=ANN)).json()
+    assert after["pending"] == pending and after["replies"] == 0
+    r = await http.post(f"/api/sessions/{sid}/reply", headers=ANN, json={
+        "request_id": pending["request_id"], "approve": True, "digest": pending["digest"]})
+    assert r.status_code == 202, r.text
+
+
+@needs_decisions
+async def test_a_rule_s_approvers_decide_operators_included(stack, tmp_path):
+    """The server's rule sends deletes to group:security: the owner and an operator are
+    refused naming it, the inbox's "waiting for you" lists it for security only."""
+    from tests.api.http_support import demo_body
+    http = stack.http
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    sid = await started(http, ANN, {**demo_body(notes), "people": {"viewers": ["sam"]}})
+
+    async def approval() -> dict:
+        return (await http.get(f"/api/sessions/{sid}", headers=ANN)).json()
+    s = await eventually(approval, waiting("approval"), what="the delete's approval")
+    pending = s["pending"]
+    assert pending["approvers"] == ["group:security"]
+    assert pending["rule"] == "server-deletes"
+    assert s["you"]["may_answer"] is False and s["you"]["refusal"]["rule"] == "server-deletes"
+    for who in (ANN, OPS):
+        r = await http.post(f"/api/sessions/{sid}/reply", headers=who, json={
+            "request_id": pending["request_id"], "approve": True})
+        assert refusal(r)["rule"] == "server-deletes"
+    assert sid in await ids(http, SEC, waiting_for="me")
+    assert sid not in await ids(http, ANN, waiting_for="me")
+    assert sid not in await ids(http, OPS, waiting_for="me")
+    r = await http.post(f"/api/sessions/{sid}/reply", headers=SEC, json={
+        "request_id": pending["request_id"], "approve": True, "digest": pending["digest"]})
+    assert r.status_code == 202, r.text
+
+
+@needs_decisions
+async def test_standing_decisions_are_listed_and_revoked_by_operators(stack):
+    http = stack.http
+    sid = await started(http, ANN)
+    await waiting_session(http, sid)
+    r = await http.get(f"/api/sessions/{sid}/standing", headers=VIC)
+    assert r.status_code == 200 and r.json() == {"session_id": sid, "standing": []}
+    r = await http.delete(f"/api/sessions/{sid}/standing/sd-nope",
+                          headers={**OPS, "content-type": "application/json"})
+    assert refusal(r, 404)["code"] == "standing_not_found"
+    # The command line: the list, and a revoke that names what is wrong.
+    from typer.testing import CliRunner
+
+    from api.cli.main import app as cli
+    env = {"HITLFLOW_API_URL": stack.url, "COLUMNS": "200", "NO_COLOR": "1",
+           "HITLFLOW_API_PORT": None, "HITLFLOW_DATA_DIR": None, "HITLFLOW_API_TOKEN": None}
+    runner = CliRunner()
+    shown = await asyncio.to_thread(runner.invoke, cli, ["session", "standing", sid], env=env)
+    assert shown.exit_code == 0 and "has no standing decisions" in shown.output, shown.output
+    gone = await asyncio.to_thread(runner.invoke, cli, ["session", "standing", sid,
+                                                        "--revoke", "sd-nope"], env=env)
+    assert gone.exit_code == 1 and "standing_not_found" in gone.output, gone.output
