@@ -109,10 +109,14 @@ def list_sessions(
     status: Annotated[str | None, typer.Option("--status", help="queued, running, "
                       "waiting_user, succeeded, failed or canceled")] = None,
     limit: Annotated[int, typer.Option("--limit", min=1, max=1000)] = 100,
+    waiting_for_me: Annotated[bool, typer.Option(
+        "--waiting-for-me", help="Only sessions whose pending request you may answer.")
+    ] = False,
     as_json: AsJson = False, *, stack: Stack,
 ) -> None:
-    """List sessions, newest first (Temporal visibility)."""
-    params: dict[str, Any] = {"limit": limit, **({"status": status} if status else {})}
+    """List the sessions you may see, newest first."""
+    params: dict[str, Any] = {"limit": limit, **({"status": status} if status else {}),
+                              **({"waiting_for": "me"} if waiting_for_me else {})}
     with api_of(stack) as api:
         page = api.get("/api/sessions", params=params)
     if as_json:

@@ -17,7 +17,9 @@ import pytest
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 from temporalio.testing import WorkflowEnvironment
+from typer.testing import CliRunner
 
+from api.cli.main import app as cli
 from api.http.app import create_app
 from api.http.doors import set_principal
 from tests.api.http_support import (
@@ -73,6 +75,12 @@ async def stack(dev_env: WorkflowEnvironment, free_port: Callable[[], int],
     app.add_middleware(PrincipalFromHeader)
     async with running_stack(dev_env.client, settings, free_port(), app=app) as s:
         yield s
+
+
+def cli_env(stack: HttpStack) -> dict[str, str | None]:
+    """``hitlflow`` told where this stack's API is (no token: it runs with auth off)."""
+    return {"HITLFLOW_API_URL": stack.url, "COLUMNS": "200", "NO_COLOR": "1",
+            "HITLFLOW_API_PORT": None, "HITLFLOW_DATA_DIR": None, "HITLFLOW_API_TOKEN": None}
 
 
 def refusal(r: httpx.Response, status: int = 403) -> dict[str, Any]:
@@ -224,6 +232,14 @@ async def test_waiting_for_me_lists_what_the_principal_may_answer(stack):
     assert sid not in await listed(VIC) and sid not in await listed(EVE)
     r = await http.get("/api/sessions", params={"waiting_for": "you"}, headers=ANN)
     assert refusal(r, 422)["code"] == "validation_error"
+    r = await http.get("/api/sessions", params={"waiting_for": "me", "stuck": "true"},
+                       headers=OPS)
+    assert refusal(r, 422)["code"] == "validation_error"
+    # The command line's list says the same (as the anonymous operator of this stack).
+    listed_by_cli = await asyncio.to_thread(CliRunner().invoke, cli, [
+        "session", "list", "--waiting-for-me", "--limit", "1000", "--json"], env=cli_env(stack))
+    assert listed_by_cli.exit_code == 0, listed_by_cli.output
+    assert sid in {s["session_id"] for s in json.loads(listed_by_cli.output)["sessions"]}
     # Answered: no longer waiting for anyone.
     rid = (await http.get(f"/api/sessions/{sid}", headers=ANN)).json()["pending"]["request_id"]
     assert (await http.post(f"/api/sessions/{sid}/reply", headers=LEA, json={
@@ -410,12 +426,7 @@ async def test_standing_decisions_are_listed_and_revoked_by_operators(stack):
                           headers={**OPS, "content-type": "application/json"})
     assert refusal(r, 404)["code"] == "standing_not_found"
     # The command line: the list, and a revoke that names what is wrong.
-    from typer.testing import CliRunner
-
-    from api.cli.main import app as cli
-    env = {"HITLFLOW_API_URL": stack.url, "COLUMNS": "200", "NO_COLOR": "1",
-           "HITLFLOW_API_PORT": None, "HITLFLOW_DATA_DIR": None, "HITLFLOW_API_TOKEN": None}
-    runner = CliRunner()
+    env, runner = cli_env(stack), CliRunner()
     shown = await asyncio.to_thread(runner.invoke, cli, ["session", "standing", sid], env=env)
     assert shown.exit_code == 0 and "has no standing decisions" in shown.output, shown.output
     gone = await asyncio.to_thread(runner.invoke, cli, ["session", "standing", sid,
