@@ -14,7 +14,7 @@ Tables (every read is one indexed query):
 * ``rm_access`` — who is named (``access.py``): ``(session_id, role, entry)``, the
   session's owner, approvers and viewers and its pending request's own approvers,
   so that a list shows each principal only what they may see (or answer) in its
-  query (a rebuild fills it for sessions exported before it existed).
+  query. (Sessions exported before it existed had no people to name.)
 
 Writes: :meth:`SqlStore.apply` writes one log batch in one transaction, after
 reading the session's stored ``last_seq`` in it: a batch the store already
