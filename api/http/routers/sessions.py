@@ -2,6 +2,9 @@
 
 Replies, messages and ends go through the workflow's update validators: a refused
 one is a 409 that says why, and it never reaches history (the session is unchanged).
+Who may do what is checked first (``api.http.authority``): a principal who may not is
+a 403 naming the rule, recorded in the session's log; the validator checks a reply
+again (its 403, 409 and 422 are mapped in ``api.http.errors``).
 """
 
 from __future__ import annotations
