@@ -195,11 +195,11 @@ async def test_each_person_sees_only_their_sessions(stack):
         assert refusal(r)["rule"] == "people.viewers", path
     assert refusal(await http.get(f"/api/execution/{sid}/timeline", headers=EVE))["rule"] \
         == "people.viewers"
-    contract = (await http.get(f"/api/sessions/{sid}", headers=ANN)).json()["contracts"]
-    if contract:
-        r = await http.get(f"/api/execution/{contract[0]['execution_id']}/snapshot",
-                           headers=EVE)
-        assert refusal(r)["rule"] == "people.viewers"
+    contract = (await http.get(f"/api/sessions/{sid}", headers=ANN)).json()["contracts"][0]
+    r = await http.get(f"/api/execution/{contract['execution_id']}/snapshot", headers=EVE)
+    assert refusal(r)["rule"] == "people.viewers"
+    r = await http.get(f"/api/execution/{contract['execution_id']}/snapshot", headers=VIC)
+    assert r.status_code == 200, r.text
     r = await http.get("/api/telemetry/runs", headers=EVE)
     assert refusal(r)["rule"] == "role.operator"
     r = await http.get("/api/telemetry/runs", params={"session_id": sid}, headers=EVE)
