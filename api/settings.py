@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -9,7 +10,7 @@ from pydantic import Field, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from workflows.limits import DEFAULT_MAX_DEPTH, MAX_DEPTH_CEILING
-from workflows.people import ROLES, Role
+from workflows.people import ROLES, DecisionRule, Role
 
 TASK_QUEUE = "hitlflow-sessions"
 #: The Host names the API answers to unless told others (any port).
@@ -173,3 +174,38 @@ class HitlflowSettings(BaseSettings):
     @property
     def target(self) -> str:
         return self.temporal_address or f"127.0.0.1:{self.temporal_port}"
+
+    # Who decides, server-wide (docs/session-config.md, "People"): the approvers and
+    # viewers a session started over HTTP gets when its config names none
+    # (comma-separated names or group:NAME), and decision rules put BEFORE every
+    # session's own (the operator's policy wins): a JSON list of DecisionRule,
+    # checked when the process starts.
+    default_approvers: Annotated[list[str], NoDecode] = []
+    default_viewers: Annotated[list[str], NoDecode] = []
+    rules: Annotated[list[DecisionRule], NoDecode] = Field(default_factory=list,
+                                                           max_length=100)
+
+    @field_validator("default_approvers", "default_viewers", mode="before")
+    @classmethod
+    def _people_list(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return value
+
+    @field_validator("rules", mode="before")
+    @classmethod
+    def _rules_json(cls, value: object) -> object:
+        """``HITLFLOW_RULES`` is JSON: a list of rules (docs/session-config.md)."""
+        if isinstance(value, str):
+            if not value.strip():
+                return []
+            try:
+                value = json.loads(value)
+            except ValueError as err:
+                raise ValueError(f"HITLFLOW_RULES is not valid JSON ({err}): it takes a "
+                                 'JSON list of rules, e.g. [{"tool": "delete_*", '
+                                 '"approvers": ["group:security"]}]') from None
+        if not isinstance(value, list):
+            raise ValueError("HITLFLOW_RULES must be a JSON list of rules, got "
+                             f"{type(value).__name__}")
+        return value

@@ -109,10 +109,14 @@ def list_sessions(
     status: Annotated[str | None, typer.Option("--status", help="queued, running, "
                       "waiting_user, succeeded, failed or canceled")] = None,
     limit: Annotated[int, typer.Option("--limit", min=1, max=1000)] = 100,
+    waiting_for_me: Annotated[bool, typer.Option(
+        "--waiting-for-me", help="Only sessions whose pending request you may answer.")
+    ] = False,
     as_json: AsJson = False, *, stack: Stack,
 ) -> None:
-    """List sessions, newest first (Temporal visibility)."""
-    params: dict[str, Any] = {"limit": limit, **({"status": status} if status else {})}
+    """List the sessions you may see, newest first."""
+    params: dict[str, Any] = {"limit": limit, **({"status": status} if status else {}),
+                              **({"waiting_for": "me"} if waiting_for_me else {})}
     with api_of(stack) as api:
         page = api.get("/api/sessions", params=params)
     if as_json:
@@ -171,7 +175,8 @@ def reply(
     values: Annotated[str | None, typer.Option(
         "--values", help="For form requests: a JSON object.")] = None,
     comment: Annotated[str | None, typer.Option("--comment")] = None,
-    by: Annotated[str, typer.Option("--by", help="Who answers.")] = "user",
+    by: Annotated[str, typer.Option("--by", help=(
+        "Kept for old scripts; the log names who you are signed in as."))] = "user",
     *, stack: Stack,
 ) -> None:
     """Answer the session's pending request (named by --request-id or any unique
@@ -241,6 +246,36 @@ def end(session_id: SessionArg, reason: Annotated[str, typer.Option("--reason")]
         readable(api, session_id, api.post(f"/api/sessions/{session_id}/end",
                                             {"reason": reason}))
     typer.echo("ending the conversation")
+
+
+@session_app.command("standing")
+@stack_options
+def standing(
+    session_id: SessionArg,
+    revoke: Annotated[str | None, typer.Option(
+        "--revoke", help="Revoke this standing decision (operators only).")] = None,
+    as_json: AsJson = False, *, stack: Stack,
+) -> None:
+    """List the session's standing decisions ("approve, and do not ask again"), or
+    revoke one (--revoke SD): the next matching call asks again."""
+    with api_of(stack) as api:
+        if revoke is not None:
+            readable(api, session_id, api.request(
+                "DELETE", f"/api/sessions/{session_id}/standing/{revoke}", json={}))
+            typer.echo(f"standing decision {revoke} revoked")
+            return
+        found = api.get(f"/api/sessions/{session_id}/standing")["standing"]
+    if as_json:
+        print_json(found)
+        return
+    if not found:
+        typer.echo(f"session {session_id} has no standing decisions")
+    for sd in found:
+        args = "any arguments" if sd.get("arguments") is None else json.dumps(
+            sd["arguments"], sort_keys=True)
+        who = sd["set_by"].get("name") or sd["set_by"]["subject"]
+        typer.echo(f"{sd['standing_id']}  {sd['tool']}  {args}  set by {who} on "
+                   f"{sd['request_id']} at {sd['at']}")
 
 
 @session_app.command("cancel")

@@ -90,6 +90,19 @@ def render_pending(session_id: str, pending: dict, stack: Stack | None = None) -
         console.print(f"    options: {', '.join(pending['options'])}")
     if pending.get("fields"):
         console.print("    fields: " + ", ".join(f["name"] for f in pending["fields"]))
+    if pending.get("digest"):
+        console.print(f"    digest: {pending['digest']}", soft_wrap=True, markup=False,
+                      highlight=False)
+    if pending.get("approvers"):
+        rule = f" (rule {pending['rule']})" if pending.get("rule") else ""
+        console.print(f"    for: {', '.join(pending['approvers'])}{rule}", markup=False,
+                      highlight=False)
+    if (pending.get("approvals_required") or 1) > 1:
+        who = ", ".join(a.get("name") or a.get("subject", "?")
+                        for a in pending.get("approvals") or []) or "nobody yet"
+        console.print(f"    approvals: {len(pending.get('approvals') or [])} of "
+                      f"{pending['approvals_required']} ({who})", markup=False,
+                      highlight=False)
     commands, note = reply_hints(session_id, pending, stack)
     console.print("    [dim]answer with:[/]")
     for line in commands:

@@ -28,6 +28,7 @@ from temporalio.exceptions import TemporalError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from api.http.models import ErrorBody
+from workflows import people
 
 log = logging.getLogger("hitlflow.api")
 
@@ -38,6 +39,8 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
         400: "Malformed request (e.g. invalid JSON), or a Host header the API does not "
              "answer to (`host_not_allowed`, HITLFLOW_API_ALLOWED_HOSTS)",
         401: "Missing or wrong bearer token (unless HITLFLOW_API_AUTH=off)",
+        403: "The principal may not do this to this session (`forbidden`, `rule` names "
+             "the rule that refuses it); nothing changed",
         404: "Unknown session, contract or route",
         409: "The session is not in a state that takes this request (or it is stuck: "
              "`session_stuck`, its workflow task keeps failing); nothing changed",
@@ -54,16 +57,52 @@ _STATUS_CODES = {400: "bad_request", 401: "unauthorized", 403: "forbidden", 404:
 
 
 class ApiError(Exception):
+    """``extra``: more of the error's body (``rule`` of a 403, ``errors`` of a 422)."""
+
     def __init__(self, status: int, code: str, message: str,
-                 headers: dict[str, str] | None = None) -> None:
+                 headers: dict[str, str] | None = None,
+                 extra: dict[str, Any] | None = None) -> None:
         super().__init__(message)
         self.status, self.code, self.message, self.headers = status, code, message, headers
+        self.extra = extra or {}
 
 
 def error_response(status: int, code: str, message: str,
-                   headers: dict[str, str] | None = None) -> JSONResponse:
-    body = ErrorBody.model_validate({"error": {"code": code, "message": message}})
-    return JSONResponse(body.model_dump(), status_code=status, headers=headers)
+                   headers: dict[str, str] | None = None,
+                   extra: dict[str, Any] | None = None) -> JSONResponse:
+    body = ErrorBody.model_validate({"error": {"code": code, "message": message,
+                                               **(extra or {})}})
+    return JSONResponse(body.model_dump(exclude_none=True), status_code=status,
+                        headers=headers)
+
+
+#: The ``type`` of the ApplicationError a reply's validator refuses with, and the API's
+#: answer (workflows.people): 403 naming the rule, 409 with the conflict's code, 422
+#: with the schema's errors.
+_ANSWER_INVALID = getattr(people, "ANSWER_INVALID", "AnswerInvalid")
+
+
+def _detail(cause: object) -> dict[str, Any]:
+    details = getattr(cause, "details", None) or ()
+    first = details[0] if len(details) else None
+    return first if isinstance(first, dict) else {}
+
+
+def _answer_refusal(cause: object, message: str) -> ApiError | None:
+    """The API error for a reply the workflow's validator refused as not this
+    principal's (403), conflicting (409) or invalid (422); None for any other."""
+    kind = getattr(cause, "type", None)
+    detail = _detail(cause)
+    if kind == people.ANSWER_FORBIDDEN:
+        return ApiError(403, "forbidden", message,
+                        extra={"rule": str(detail.get("rule") or "forbidden")})
+    if kind == people.ANSWER_CONFLICT:
+        return ApiError(409, str(detail.get("code") or "conflict"), message)
+    if kind == _ANSWER_INVALID:
+        errors = detail.get("errors")
+        return ApiError(422, str(detail.get("code") or "invalid_arguments"), message,
+                        extra={"errors": errors if isinstance(errors, list) else []})
+    return None
 
 
 #: The error code of a request to a session whose workflow task keeps failing.
@@ -95,7 +134,7 @@ def from_temporal(err: BaseException, session_id: str | None = None) -> ApiError
     if isinstance(err, WorkflowUpdateFailedError):
         cause = err.cause
         message = getattr(cause, "message", None) or str(cause or err)
-        return ApiError(409, "refused", message)
+        return _answer_refusal(cause, message) or ApiError(409, "refused", message)
     if isinstance(err, WorkflowAlreadyStartedError):
         return ApiError(409, "session_exists",
                         f"a session {session_id or err.workflow_id!r} already exists "
@@ -138,7 +177,7 @@ def validation_message(errors: list[dict[str, Any]], limit: int = 10) -> str:
 
 async def _api_error(_: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, ApiError)
-    return error_response(exc.status, exc.code, exc.message, exc.headers)
+    return error_response(exc.status, exc.code, exc.message, exc.headers, exc.extra)
 
 
 async def _validation_error(_: Request, exc: Exception) -> JSONResponse:
@@ -185,7 +224,8 @@ async def _http_error(request: Request, exc: Exception) -> Response:
 async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
     mapped = from_temporal(exc)
     if mapped is not None:
-        return error_response(mapped.status, mapped.code, mapped.message)
+        return error_response(mapped.status, mapped.code, mapped.message,
+                              extra=mapped.extra)
     log.exception("unexpected error", exc_info=exc)
     return error_response(500, "internal_error", f"unexpected {type(exc).__name__}")
 

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from observation.projections import ExecutionFact, ExecutionSnapshot, ExecutionTimeline
 from workflows.config import SESSION_ID_RE
+from workflows.people import PrincipalRef, StandingDecision
 from workflows.session_state import RequestKind
 from workflows.statechart import SessionStatus
 
@@ -43,6 +44,10 @@ def lone_surrogate(value: Any) -> bool:
     return False
 
 
+#: A request's digest: ``sha256:`` and 64 lowercase hex digits (workflows.people.digest_of).
+DIGEST_PATTERN = r"^sha256:[0-9a-f]{64}$"
+
+
 class _Request(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -59,6 +64,11 @@ class _Request(BaseModel):
 class ErrorDetail(BaseModel):
     code: str = Field(description="A stable, machine-readable error code.")
     message: str = Field(description="What went wrong, for a person.")
+    rule: str | None = Field(default=None, description=(
+        "A 403 `forbidden`: the rule that refuses it (e.g. `people.approvers`, "
+        "`role.approver`, a decision rule's name)."))
+    errors: list[Any] | None = Field(default=None, description=(
+        "A 422 `invalid_arguments`: the edited arguments' schema errors."))
 
 
 class ErrorBody(BaseModel):
@@ -81,7 +91,18 @@ class ReplyRequest(_Request):
     choice: str | None = Field(default=None, max_length=10_000)
     values: dict[str, Any] | None = None
     comment: str | None = Field(default=None, max_length=10_000)
-    by: str = Field(default="user", min_length=1, max_length=200)
+    by: str = Field(default="user", min_length=1, max_length=200, description=(
+        "Accepted for old clients; never the decider: the log names the authenticated "
+        "principal."))
+    digest: str | None = Field(default=None, pattern=DIGEST_PATTERN, description=(
+        "The `digest` of the pending request the person was shown: a reply for a digest "
+        "that no longer matches is a 409 `stale_digest`. Clients should send it."))
+    arguments: dict[str, Any] | None = Field(default=None, description=(
+        "Edit before approve (a request whose rule makes it `editable`): the arguments "
+        "that run instead, checked against the tool's input schema (422 otherwise)."))
+    remember: Literal["tool", "arguments"] | None = Field(default=None, description=(
+        "With an approval: do not ask again in this session for this tool (`tool`) or "
+        "for these exact arguments (`arguments`): a standing decision."))
 
 
 class MessageRequest(_Request):
@@ -152,6 +173,19 @@ class PendingRequestView(BaseModel):
         "that may have run happened (options done / not done / try again)."))
     output: str | None = Field(default=None, description=(
         "What the person must look at to decide: a `verify: human` plan step's output."))
+    digest: str | None = Field(default=None, description=(
+        "The digest of exactly what is asked (a tool call: server, tool and canonical "
+        "arguments); send it back with the reply."))
+    approvers: list[str] = Field(default_factory=list, description=(
+        "Who may answer, from the rule that matched (empty: the session's owner and "
+        "approvers, or an operator)."))
+    rule: str | None = Field(default=None, description="The decision rule that asks.")
+    approvals_required: int = Field(default=1, description=(
+        "Distinct approvals it needs (two-person rule)."))
+    approvals: list[PrincipalRef] = Field(default_factory=list, description=(
+        "Who has approved it so far."))
+    separation_of_duties: bool = False
+    editable: bool = False
 
 
 class FcmpEventView(BaseModel):
@@ -192,6 +226,29 @@ class StuckView(BaseModel):
     reason: str = Field(description="`<cause>: <message>`, for a person.")
 
 
+class RefusalView(BaseModel):
+    rule: str
+    message: str
+
+
+class YouView(BaseModel):
+    """What the principal who reads the session may do to it now (the inbox shows
+    why a request is not theirs instead of a button that fails)."""
+
+    may_answer: bool = Field(description="They may answer the pending request.")
+    refusal: RefusalView | None = Field(default=None, description=(
+        "Why they may not answer it (null when they may, or nothing is pending)."))
+    may_cancel: bool
+    may_end: bool
+
+
+class StandingList(BaseModel):
+    """The session's standing decisions ("approve, and do not ask again")."""
+
+    session_id: str
+    standing: list[StandingDecision]
+
+
 class SessionView(BaseModel):
     """A session: canonical status, pending request, counters, and one page of its
     contracts as snapshots (the log's, overlaid by the live query's). Memory and
@@ -223,6 +280,8 @@ class SessionView(BaseModel):
     seq: int = Field(default=0, description=SEQ)
     journal_seq: int = Field(default=0, description="Journal entries the answer reflects.")
     stale: bool = Field(default=False, description=STALE)
+    you: YouView | None = Field(default=None, description=(
+        "What the principal reading it may do to it now."))
 
 
 class MemoryPage(BaseModel):

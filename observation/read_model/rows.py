@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from observation.log_view import SessionLogView
 from observation.projections import execution_snapshot, has_suspended
+from observation.read_model.access import AccessFold
 from workflows.canonical import canonical_json
 from workflows.contract import CONTRACT_TABLE
 
@@ -82,6 +83,8 @@ class SessionBatch:
     contracts: list[ContractRow] = field(default_factory=list)
     facts: list[EntryRow] = field(default_factory=list)
     history: list[EntryRow] = field(default_factory=list)
+    # Who is named (``access.AccessFold.rows``): None when unchanged by this batch.
+    access: list[tuple[str, str]] | None = None
 
     @property
     def session_id(self) -> str:
@@ -91,16 +94,19 @@ class SessionBatch:
         """Only the rows changed after log line ``seq`` (the store has the rest)."""
         return SessionBatch(self.session, [c for c in self.contracts if c.seq > seq],
                             [f for f in self.facts if f.seq > seq],
-                            [h for h in self.history if h.seq > seq])
+                            [h for h in self.history if h.seq > seq], self.access)
 
 
-def session_row(view: SessionLogView) -> SessionRow:
+def session_row(view: SessionLogView, access: AccessFold | None = None) -> SessionRow:
+    pending = view.pending
+    if pending is not None and access is not None:
+        pending = {**pending, **access.pending_extras(pending.get("request_id"))}
     counts = {s.value: n for s, n in sorted(view.statuses.items()) if n}
     terminal = sum(n for s, n in view.statuses.items() if s in CONTRACT_TABLE.terminal)
     return SessionRow(
         session_id=view.session_id, status=view.status.value if view.status else None,
         execution_status=view.execution_status, mode=view.mode, task_queue=view.task_queue,
-        pending=dumps(view.pending) if view.pending is not None else None,
+        pending=dumps(pending) if pending is not None else None,
         waiting_since=view.waiting_since, started_at=view.started_at,
         closed_at=view.closed_at, turns=view.turns, replies=view.replies,
         llm_calls=view.llm_calls, contracts_total=len(view.contracts),
@@ -124,18 +130,21 @@ def contract_row(view: SessionLogView, i: int) -> ContractRow:
 
 
 def batch(view: SessionLogView, contracts: Iterable[int], history: Iterable[int],
-          facts_from: int) -> SessionBatch:
+          facts_from: int, access: AccessFold | None = None) -> SessionBatch:
     """The session's row, the given contracts and status changes (by index) and the
-    facts from index ``facts_from`` on."""
+    facts from index ``facts_from`` on; who is named when ``access`` changed."""
     return SessionBatch(
-        session=session_row(view),
+        session=session_row(view, access),
         contracts=[contract_row(view, i) for i in sorted(contracts)],
         facts=[EntryRow(i, dumps(view.facts[i].model_dump(mode="json")), view.fact_seq[i])
                for i in range(facts_from, len(view.facts))],
         history=[EntryRow(i, dumps(view.history[i].model_dump(mode="json")),
-                          view.history_seq[i]) for i in sorted(history)])
+                          view.history_seq[i]) for i in sorted(history)],
+        access=access.rows() if access is not None and access.take_changed() else None)
 
 
-def full_batch(view: SessionLogView) -> SessionBatch:
+def full_batch(view: SessionLogView, access: AccessFold | None = None) -> SessionBatch:
     """Every row of the session (a rebuild)."""
-    return batch(view, range(len(view.contracts)), range(len(view.history)), 0)
+    if access is not None:
+        access.changed = True
+    return batch(view, range(len(view.contracts)), range(len(view.history)), 0, access)

@@ -11,6 +11,10 @@ Tables (every read is one indexed query):
   one contract.
 * ``rm_facts``, ``rm_history`` — the memory facts and status changes, primary key
   ``(session_id, ordinal)``.
+* ``rm_access`` — who is named (``access.py``): ``(session_id, role, entry)``, the
+  session's owner, approvers and viewers and its pending request's own approvers,
+  so that a list shows each principal only what they may see (or answer) in its
+  query. (Sessions exported before it existed had no people to name.)
 
 Writes: :meth:`SqlStore.apply` writes one log batch in one transaction, after
 reading the session's stored ``last_seq`` in it: a batch the store already
@@ -30,6 +34,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+from observation.read_model.access import ANSWER, SEE_ROLES
 from observation.read_model.list_token import session_list_position, session_list_token
 from observation.read_model.rows import SESSION_COLUMNS, SessionBatch, SessionRow
 
@@ -63,8 +68,14 @@ DDL = (
     """CREATE TABLE IF NOT EXISTS rm_history (
         session_id TEXT NOT NULL, ordinal INTEGER NOT NULL, body TEXT NOT NULL,
         seq INTEGER NOT NULL, PRIMARY KEY (session_id, ordinal))""",
+    """CREATE TABLE IF NOT EXISTS rm_access (
+        session_id TEXT NOT NULL, role TEXT NOT NULL, entry TEXT NOT NULL,
+        entry_lower TEXT NOT NULL, PRIMARY KEY (session_id, role, entry))""",
+    "CREATE INDEX IF NOT EXISTS rm_access_entry ON rm_access (entry, role, session_id)",
+    """CREATE INDEX IF NOT EXISTS rm_access_email
+        ON rm_access (entry_lower, role, session_id)""",
 )
-TABLES = ("rm_sessions", "rm_contracts", "rm_facts", "rm_history")
+TABLES = ("rm_sessions", "rm_contracts", "rm_facts", "rm_history", "rm_access")
 _BOOLS = ("has_suspended", "closed")
 
 _SESSION_COLS = (*SESSION_COLUMNS, "updated_at")
@@ -84,6 +95,22 @@ def _upsert_entry(table: str) -> str:
     return (f"INSERT INTO {table} (session_id, ordinal, body, seq) VALUES (?, ?, ?, ?) "
             "ON CONFLICT (session_id, ordinal) DO UPDATE SET body = excluded.body, "
             "seq = excluded.seq")
+
+
+@dataclass(frozen=True)
+class Audience:
+    """Whose list it is: the entries that name the principal (``subject`` and
+    ``group:NAME`` per group; ``email`` lowercased, matched without case), whether
+    they see every session (operators) and whether they may answer at all (approver
+    or above). ``waiting_for``: only sessions whose pending request they may answer
+    (``workflows.people.may_answer``: the request's own approvers when it names any,
+    else the session's owner and approvers, or an operator)."""
+
+    names: tuple[str, ...]
+    email: str | None = None
+    sees_all: bool = False
+    answers: bool = False
+    waiting_for: bool = False
 
 
 class ReadModelError(Exception):
@@ -120,8 +147,10 @@ class ReadStore(Protocol):
     def contract(self, session_id: str, execution_id: str) -> dict[str, Any] | None: ...
     def facts(self, session_id: str, offset: int, limit: int) -> list[dict[str, Any]]: ...
     def history(self, session_id: str, offset: int, limit: int) -> list[dict[str, Any]]: ...
-    def list_sessions(self, status: str | None, limit: int, page_token: str | None
+    def list_sessions(self, status: str | None, limit: int, page_token: str | None,
+                      audience: Audience | None = None
                       ) -> tuple[list[dict[str, Any]], str | None]: ...
+    def access(self, session_id: str) -> dict[str, list[str]]: ...
     def dump(self) -> dict[str, list[tuple[Any, ...]]]: ...
     def close(self) -> None: ...
 
@@ -255,6 +284,11 @@ class SqlStore:
                    [(sid, f.ordinal, f.body, f.seq) for f in b.facts])
         self._many(cur, _upsert_entry("rm_history"),
                    [(sid, h.ordinal, h.body, h.seq) for h in b.history])
+        if b.access is not None:
+            self._exec(cur, "DELETE FROM rm_access WHERE session_id = ?", (sid,))
+            self._many(cur, "INSERT INTO rm_access (session_id, role, entry, entry_lower) "
+                       "VALUES (?, ?, ?, ?)", [(sid, role, entry, entry.lower())
+                                               for role, entry in b.access])
 
     # -- reads ------------------------------------------------------------------------
 
@@ -294,11 +328,27 @@ class SqlStore:
     def history(self, session_id: str, offset: int, limit: int) -> list[dict[str, Any]]:
         return self._entries("rm_history", session_id, offset, limit)
 
-    def list_sessions(self, status: str | None, limit: int, page_token: str | None
+    def access(self, session_id: str) -> dict[str, list[str]]:
+        """Who the session names, by role (``access.py``): ``owner``, ``approver``,
+        ``viewer``, ``answer``; empty when it names nobody (or is not stored)."""
+        out: dict[str, list[str]] = {}
+        for role, entry in self._query("SELECT role, entry FROM rm_access WHERE "
+                                       "session_id = ? ORDER BY role, entry", (session_id,)):
+            out.setdefault(role, []).append(entry)
+        return out
+
+    def list_sessions(self, status: str | None, limit: int, page_token: str | None,
+                      audience: Audience | None = None
                       ) -> tuple[list[dict[str, Any]], str | None]:
         """Newest first; ``status``: only sessions in it (and, unless it is terminal,
-        still running: a terminated session keeps its last status)."""
-        where, params = [], []
+        still running: a terminated session keeps its last status); ``audience``:
+        only those it may see (and answer), filtered in the query."""
+        where: list[str] = []
+        params: list[Any] = []
+        if audience is not None:
+            if audience.waiting_for and not audience.answers:
+                return [], None
+            _audience_filter(audience, where, params)
         if status is not None:
             where.append("status = ?")
             params.append(status)
@@ -322,12 +372,44 @@ class SqlStore:
         """Every row of every table, ordered, without ``updated_at`` (tests compare)."""
         out = {}
         for table in TABLES:
-            rows = self._query(f"SELECT * FROM {table} ORDER BY session_id"
-                               + (", ordinal" if table != "rm_sessions" else ""))
+            rows = self._query(f"SELECT * FROM {table} ORDER BY session_id" + {
+                "rm_sessions": "", "rm_access": ", role, entry"}.get(table, ", ordinal"))
             if table == "rm_sessions":
                 rows = [r[:-1] for r in rows]  # updated_at is last
             out[table] = [tuple(r) for r in rows]
         return out
+
+
+def _named(audience: Audience, roles: Sequence[str], params: list[Any]) -> str:
+    """SQL: the session names the audience in one of ``roles`` (a set of session ids
+    the indexes on ``rm_access`` find, not a probe per listed session)."""
+    names = audience.names or ("",)
+    in_roles = f"role IN ({', '.join('?' for _ in roles)})"
+    sql = (f"SELECT session_id FROM rm_access WHERE entry IN "
+           f"({', '.join('?' for _ in names)}) AND {in_roles}")
+    params += names
+    params += roles
+    if audience.email:
+        sql += f" UNION SELECT session_id FROM rm_access WHERE entry_lower = ? AND {in_roles}"
+        params.append(audience.email.lower())
+        params += roles
+    return f"session_id IN ({sql})"
+
+
+def _audience_filter(audience: Audience, where: list[str], params: list[Any]) -> None:
+    if not audience.sees_all:
+        where.append(_named(audience, SEE_ROLES, params))
+    if audience.waiting_for:
+        where.append("pending IS NOT NULL AND execution_status = 'running'")
+        theirs = _named(audience, (ANSWER,), params)
+        unaddressed = ("NOT EXISTS (SELECT 1 FROM rm_access a WHERE a.session_id = "
+                       "rm_sessions.session_id AND a.role = ?)")  # the primary key's prefix
+        params.append(ANSWER)
+        if audience.sees_all:
+            where.append(f"({theirs} OR {unaddressed})")
+        else:
+            where.append(f"({theirs} OR ({unaddressed} AND "
+                         f"{_named(audience, ('owner', 'approver'), params)}))")
 
 
 def _session_dict(r: Sequence[Any]) -> dict[str, Any]:

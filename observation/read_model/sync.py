@@ -23,7 +23,8 @@ from typing import Any
 
 from observation.exporter.log import LogObserver
 from observation.exporter.verify import LOG_NAME, read_head, read_lines, verify_lines
-from observation.log_view import SessionLogView, fold
+from observation.log_view import SessionLogView
+from observation.read_model.access import AccessFold
 from observation.read_model.rows import batch, full_batch
 from observation.read_model.store import ReadModelError, ReadStore
 
@@ -36,6 +37,7 @@ class ReadModelObserver:
     def __init__(self, session_id: str, store: ReadStore) -> None:
         self.store = store
         self.view = SessionLogView(session_id)
+        self.access = AccessFold()  # who is named: the session's people, the deciders
         self.broken: str | None = None
         self._facts_from = 0  # facts not written yet start here
         self._contracts: set[int] = set()
@@ -47,6 +49,7 @@ class ReadModelObserver:
             return
         try:
             self.view.apply(event)
+            self.access.apply(event)
         except (ValueError, KeyError, TypeError) as err:
             self.broken = f"line {event.get('seq')}: {type(err).__name__}: {err}"
             log.error("read model of session %s stops: %s", self.view.session_id, self.broken)
@@ -59,9 +62,10 @@ class ReadModelObserver:
         self._contracts |= contracts
         self._history |= history
         try:
-            b = batch(view, self._contracts, self._history, self._facts_from)
+            b = batch(view, self._contracts, self._history, self._facts_from, self.access)
             self.store.apply(b)  # the store skips what it already has
         except ReadModelError as err:  # kept: the next commit writes it
+            self.access.changed = True
             log.warning("read model of session %s: %s", view.session_id, err)
             return
         self._stored = view.last_seq
@@ -90,10 +94,15 @@ class Tee:
                 told(call_id)
 
 
-def fold_log(run_dir: Path) -> SessionLogView:
+def fold_log(run_dir: Path, access: AccessFold | None = None) -> SessionLogView:
     """A log verified line by line and folded (raises ``ChainBrokenError`` or the
-    fold's ``ValueError``); its head, when there is one, must be where it ends."""
-    view = fold(run_dir.name, verify_lines(read_lines(run_dir / LOG_NAME)))
+    fold's ``ValueError``), and into ``access`` when given; its head, when there is
+    one, must be where it ends."""
+    view = SessionLogView(run_dir.name)
+    for event in verify_lines(read_lines(run_dir / LOG_NAME)):
+        view.apply(event)
+        if access is not None:
+            access.apply(event)
     head = read_head(run_dir)
     if head is not None and head != (view.last_seq, view.last_hash):
         raise ValueError(f"the log ends at line {view.last_seq}, its head says "
@@ -122,14 +131,15 @@ def sync_store(store: ReadStore, runs_dir: Path, *, every: bool = False) -> Sync
         sid = run_dir.name
         if not every and sid in heads and heads[sid] == read_head(run_dir):
             continue
+        access = AccessFold()
         try:
-            view = fold_log(run_dir)
+            view = fold_log(run_dir, access)
         except (ValueError, KeyError, TypeError, OSError) as err:  # ChainBroken included
             result.errors[sid] = f"{type(err).__name__}: {err}"
             continue
         if view.last_seq == 0:
             continue
-        store.replace(full_batch(view))
+        store.replace(full_batch(view, access))
         result.synced.append(sid)
     return result
 

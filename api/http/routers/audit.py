@@ -14,7 +14,8 @@ import anyio
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import FileResponse, PlainTextResponse, StreamingResponse
 
-from api.http.deps import SessionIdDep, SettingsDep
+from api.http.authority import SeenSessionDep, forbidden, require_see
+from api.http.deps import PrincipalDep, SettingsDep
 from api.http.errors import ApiError
 from observation.exporter.checkpoint import CHECKPOINT_NAME
 from observation.exporter.keys import VERIFIER_NAME
@@ -26,6 +27,7 @@ from observation.telemetry import (
     TelemetryStore,
     TelemetryStoreError,
 )
+from workflows.people import Refusal
 
 router = APIRouter(tags=["audit"])
 JobType = Literal[JOB_TYPES]  # type: ignore[valid-type]
@@ -34,7 +36,7 @@ RunStatus = Literal[STATUSES]  # type: ignore[valid-type]
 
 @router.get("/api/sessions/{session_id}/log", response_class=Response,
             responses={200: {"content": {"application/x-ndjson": {}}}})
-async def session_log(session_id: SessionIdDep, settings: SettingsDep,
+async def session_log(session_id: SeenSessionDep, settings: SettingsDep,
                       request: Request) -> Response:
     """The session's hash-chained NDJSON log, byte for byte as exported."""
     path = settings.data_dir / "runs" / session_id / LOG_NAME
@@ -74,7 +76,7 @@ def _text_file(path: Path, code: str, message: str) -> PlainTextResponse:
 # response_class Response: a PlainTextResponse there would document the errors as text too.
 @router.get("/api/sessions/{session_id}/checkpoint", response_class=Response,
             responses={200: {"content": {"text/plain": {}}}})
-async def session_checkpoint(session_id: SessionIdDep, settings: SettingsDep
+async def session_checkpoint(session_id: SeenSessionDep, settings: SettingsDep
                              ) -> PlainTextResponse:
     """The signed checkpoint of the session's log (C2SP tlog-checkpoint: origin, size,
     root hash, Ed25519 signature), byte for byte as the exporter wrote it."""
@@ -95,7 +97,7 @@ async def checkpoint_key(settings: SettingsDep) -> PlainTextResponse:
 
 @router.get("/api/telemetry/runs")
 async def telemetry_runs(
-    settings: SettingsDep,
+    settings: SettingsDep, principal: PrincipalDep, request: Request,
     session_id: Annotated[str | None, Query(pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")] = None,
     job_type: JobType | None = None,
     status: RunStatus | None = None,
@@ -103,7 +105,15 @@ async def telemetry_runs(
     offset: Annotated[int, Query(ge=0, le=2**31 - 1)] = 0,
 ) -> dict[str, Any]:
     """Telemetry runs (one parent per session, children per reasoning step, LLM call,
-    work item and gate), filtered by session, job type and status."""
+    work item and gate), filtered by session, job type and status. Without
+    `session_id`, every session's: operators only (403 otherwise); with it, 403 for
+    a session the principal may not see."""
+    if session_id is not None:
+        await require_see(request, principal, session_id)
+    elif not principal.at_least("operator"):
+        raise forbidden(Refusal(rule="role.operator", message=(
+            f"{principal.subject} is a {principal.role}: every session's telemetry needs "
+            "the operator role; name a session (session_id)")))
     path = settings.data_dir / STORE_NAME
     if not path.is_file():
         return {"runs": []}

@@ -25,7 +25,8 @@ from typing import Annotated
 from fastapi import APIRouter, Header, Query, Request, Response
 from fastapi.responses import StreamingResponse
 
-from api.http.deps import ClientDep, SessionIdDep, TuningDep
+from api.http.authority import SeenSessionDep
+from api.http.deps import ClientDep, TuningDep
 from api.http.errors import ApiError, temporal_errors
 from api.http.sse import EventProvider, HeadProvider, sse_stream
 
@@ -72,7 +73,7 @@ def _resume_point(last_event_id: str | None, after: int | None) -> int | None:
 )
 async def session_events(
     request: Request,
-    session_id: SessionIdDep,
+    session_id: SeenSessionDep,
     client: ClientDep,
     tuning: TuningDep,
     last_event_id: Annotated[str | None, Header(

@@ -11,6 +11,7 @@ from typing import Annotated
 from fastapi import APIRouter, Header, Path, Request, Response
 from temporalio.client import Client
 
+from api.http.authority import SeenSessionDep, require_see
 from api.http.deps import (
     ApiTuning,
     ClientDep,
@@ -18,7 +19,7 @@ from api.http.deps import (
     FreshnessDep,
     LogViewsDep,
     PageReadDep,
-    SessionIdDep,
+    PrincipalDep,
     TuningDep,
 )
 from api.http.errors import ApiError
@@ -80,7 +81,7 @@ async def topology(
 
 
 @router.get("/{session_id}/timeline", response_model=TimelinePage)
-async def timeline(session_id: SessionIdDep, client: ClientDep, tuning: TuningDep,
+async def timeline(session_id: SeenSessionDep, client: ClientDep, tuning: TuningDep,
                    logs: LogViewsDep, request: Request, response: Response,
                    paged: PageReadDep) -> TimelinePage:
     """Seed 000's timeline, paged by contract (`limit`, `cursor`): the contracts in
@@ -142,7 +143,7 @@ async def snapshot(
     execution_id: Annotated[str, Path(min_length=1, max_length=300)],
     client: ClientDep, tuning: TuningDep, logs: LogViewsDep, request: Request,
     response: Response, fresh: FreshnessDep,
-    consistency: ConsistencyQuery = "read_model",
+    principal: PrincipalDep, consistency: ConsistencyQuery = "read_model",
 ) -> ExecutionSnapshot:
     """One contract's snapshot, from the read model (`X-Hitlflow-Seq` says how
     fresh). `consistency=live`: the live query's when the contract is in the
@@ -152,6 +153,7 @@ async def snapshot(
     session_id = session_of_execution(execution_id)
     if session_id is None:
         raise unknown
+    await require_see(request, principal, session_id)
     if consistency == "read_model":
         store, row, _ = await stored_row(request, response, tuning, session_id, fresh)
         found = await store_call(store, store.contract, session_id, execution_id) \

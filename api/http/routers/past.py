@@ -14,13 +14,13 @@ from typing import Any, Generic, TypeVar
 from fastapi import APIRouter, Request, Response
 from temporalio.client import Client
 
+from api.http.authority import SeenSessionDep
 from api.http.deps import (
     ApiTuning,
     ClientDep,
     LogViewsDep,
     PageRead,
     PageReadDep,
-    SessionIdDep,
     TuningDep,
 )
 from api.http.models import HistoryPage, MemoryPage, StatusChangeView
@@ -100,7 +100,7 @@ async def _past_page(past: _PastList[P], session_id: str, client: Client, tuning
 
 
 @router.get("/{session_id}/memory", response_model=MemoryPage)
-async def memory(session_id: SessionIdDep, client: ClientDep, tuning: TuningDep,
+async def memory(session_id: SeenSessionDep, client: ClientDep, tuning: TuningDep,
                  logs: LogViewsDep, request: Request, response: Response,
                  paged: PageReadDep) -> MemoryPage:
     """The memory `execution_fact`s of the session's terminal contracts, in the order
@@ -111,7 +111,7 @@ async def memory(session_id: SessionIdDep, client: ClientDep, tuning: TuningDep,
 
 
 @router.get("/{session_id}/history", response_model=HistoryPage)
-async def history(session_id: SessionIdDep, client: ClientDep, tuning: TuningDep,
+async def history(session_id: SeenSessionDep, client: ClientDep, tuning: TuningDep,
                   logs: LogViewsDep, request: Request, response: Response,
                   paged: PageReadDep) -> HistoryPage:
     """The session's status changes (with their FCMP events), oldest first, from the

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import hashlib
 from enum import StrEnum
-from typing import Annotated
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query, Request
 from temporalio.api.workflowservice.v1 import ListWorkflowExecutionsRequest
@@ -14,13 +14,15 @@ from temporalio.client import Client, WorkflowExecution, WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
 from api.http import stuck as stuck_sessions
-from api.http.deps import ClientDep
+from api.http.authority import audience, forbidden
+from api.http.deps import ClientDep, PrincipalDep
 from api.http.errors import ApiError, temporal_errors
 from api.http.models import SessionList, SessionSummary
 from api.http.paging import ListCursorQuery, PageTokenQuery, invalid_cursor
 from api.http.reads import store_call, store_of
 from observation.read_model import ReadStore
 from observation.read_model.list_token import InvalidPageToken
+from observation.read_model.store import Audience
 from observation.tokens import (
     TokenError,
     decode_page_token,
@@ -28,6 +30,7 @@ from observation.tokens import (
     encode_page_token,
     encode_token,
 )
+from workflows.people import Refusal
 from workflows.search_attributes import SESSION_STATUS, WAITING_SINCE
 from workflows.statechart import (
     CLIENT_STATUS_NAMES,
@@ -123,7 +126,7 @@ async def _visibility_page(client: Client, query: str, limit: int, token: bytes 
 
 @router.get("", response_model=SessionList)
 async def list_sessions(
-    client: ClientDep, request: Request,
+    client: ClientDep, request: Request, principal: PrincipalDep,
     status: Annotated[StatusName | None, Query(
         description="Only sessions in this status: hitlflow's (`queued`, "
         "`running`, `waiting_user`, `succeeded`, `failed`, `canceled`) or seed 003's "
@@ -134,21 +137,34 @@ async def list_sessions(
     page_token: PageTokenQuery = None,
     stuck: Annotated[bool | None, Query(
         description="Only sessions whose workflow task keeps failing (true) or the others "
-        "(false), by Temporal's `TemporalReportedProblems` search attribute (server 1.28+)")
+        "(false), by Temporal's `TemporalReportedProblems` search attribute (server 1.28+); "
+        "operators only")
     ] = None,
+    waiting_for: Annotated[Literal["me"] | None, Query(
+        description="`me`: only sessions whose pending request the principal may answer "
+        "(\"waiting for you\")")] = None,
 ) -> SessionList:
     """List sessions, newest first, from the read model (a session shows once the
-    exporter has written its first lines, a moment after it started). With
-    `stuck`, through Temporal visibility instead (the read model does not know
-    whether a workflow task keeps failing)."""
+    exporter has written its first lines, a moment after it started): those the
+    principal may see (operators: all). With `stuck`, through Temporal visibility
+    instead (the read model does not know whether a workflow task keeps failing;
+    operators only, 403 otherwise)."""
+    who = audience(principal, waiting_for == "me")
     param = "cursor" if cursor or not page_token else "page_token"
     given = cursor or page_token
     wanted = _status_filter(status)
     if wanted is None and status is not None:  # a seed 003 state no session is ever in
         return SessionList(sessions=[])
-    if stuck is None:
+    if stuck is None or waiting_for is not None:
+        if stuck is not None:
+            raise ApiError(422, "validation_error", "stuck and waiting_for do not go "
+                           "together (a stuck session takes no answers)")
         return await _listed_from_read_model(store_of(request.app.state), wanted, limit,
-                                             given, param)
+                                             given, param, who)
+    if not principal.at_least("operator"):
+        raise forbidden(Refusal(rule="role.operator", message=(
+            f"{principal.subject} is a {principal.role}: listing sessions by `stuck` "
+            "needs the operator role")))
     query = 'WorkflowType = "SessionWorkflow" AND ExecutionStatus != "ContinuedAsNew"'
     if wanted is not None:
         query += f' AND SessionStatus = "{wanted.value}"'
@@ -180,10 +196,14 @@ async def list_sessions(
 
 
 async def _listed_from_read_model(store: ReadStore, status: SessionStatus | None, limit: int,
-                                  cursor: str | None, param: str) -> SessionList:
+                                  cursor: str | None, param: str, who: Audience
+                                  ) -> SessionList:
+    # An operator's plain list is everyone's: no filter at all (the same query as before).
+    filtered = None if who.sees_all and not who.waiting_for else who
     try:
         rows, token = await store_call(store, store.list_sessions,
-                                       status.value if status else None, limit, cursor)
+                                       status.value if status else None, limit, cursor,
+                                       *([filtered] if filtered is not None else []))
     except InvalidPageToken:
         raise invalid_cursor("it does not name a place in this list", param) from None
     return SessionList(sessions=[SessionSummary(

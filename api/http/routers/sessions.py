@@ -2,22 +2,39 @@
 
 Replies, messages and ends go through the workflow's update validators: a refused
 one is a 409 that says why, and it never reaches history (the session is unchanged).
+Who may do what is checked first (``api.http.authority``): a principal who may not is
+a 403 naming the rule, recorded in the session's log; the validator checks a reply
+again (its 403, 409 and 422 are mapped in ``api.http.errors``).
 """
 
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Body, Path, Query, Request, Response
 from temporalio.client import (
     Client,
     WorkflowExecutionDescription,
+    WorkflowUpdateFailedError,
 )
 from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDReusePolicy
 
 from api.http import stuck as stuck_sessions
+from api.http.authority import (
+    PEOPLE_MEMO,
+    SeenSessionDep,
+    check_act,
+    check_answer,
+    forbidden,
+    refuse,
+    require_see,
+    session_access,
+    session_people,
+    you,
+)
 from api.http.command_policy import refusal_message, refused_commands
 from api.http.deps import (
     ApiTuning,
@@ -25,7 +42,9 @@ from api.http.deps import (
     LogViewsDep,
     OnChange,
     OnChangeDep,
+    PageRead,
     PageReadDep,
+    PrincipalDep,
     SessionIdDep,
     SettingsDep,
     TuningDep,
@@ -43,6 +62,7 @@ from api.http.models import (
     ReplyRequest,
     SessionCreated,
     SessionView,
+    StandingList,
     StepActionRequest,
     lone_surrogate,
 )
@@ -54,6 +74,7 @@ from api.http.paging import (
 from api.http.reads import read_log, with_duration
 from api.http.routers.session_list import execution_status_of, status_of
 from api.http.routers.session_reads import describe, query, stored_page, stored_row
+from api.settings import HitlflowSettings
 from observation.log_pages import contract_page
 from observation.log_reader import LogViews
 from observation.log_view import SessionLogView
@@ -66,9 +87,19 @@ from workflows.messages import (
     LiveSession,
     MessageInput,
     ReplyInput,
+    RevokeInput,
     SessionInput,
 )
 from workflows.operators import static_details, static_summary
+from workflows.people import (
+    People,
+    Principal,
+    Refusal,
+    StandingDecision,
+    may_answer,
+    may_see,
+    may_start,
+)
 from workflows.plan import replay
 from workflows.search_attributes import SESSION_STATUS
 from workflows.session_state import SessionState
@@ -82,14 +113,43 @@ router = APIRouter(prefix="/api/sessions", tags=["sessions"])
 # -- start ------------------------------------------------------------------
 
 
+#: How many decision rules a session may hold, the server's included.
+MAX_RULES = 100
+
+
+def with_people(config: SessionConfig, principal: Principal,
+                settings: HitlflowSettings) -> SessionConfig:
+    """The config as it starts: its owner is the principal who starts it (a body's
+    other owner only when an operator or a service starts it for someone), empty
+    approvers and viewers take the server's defaults, and the server's rules go
+    before the session's own (the operator's policy wins)."""
+    asked = config.people
+    if asked.owner and asked.owner != principal.subject and not (
+            principal.at_least("operator") or principal.kind == "service"):
+        raise forbidden(Refusal(rule="people.owner", message=(
+            f"{principal.subject} may not start a session owned by {asked.owner}: the "
+            "owner is who starts it (an operator or a service may start one for someone)")))
+    people = People(owner=asked.owner or principal.subject,
+                    approvers=asked.approvers or list(settings.default_approvers),
+                    viewers=asked.viewers or list(settings.default_viewers))
+    rules = [*settings.rules, *config.rules]
+    if len(rules) > MAX_RULES:
+        raise ApiError(422, "validation_error", f"rules: the server's {len(settings.rules)} "
+                       f"and the session's {len(config.rules)} rules are more than "
+                       f"{MAX_RULES}")
+    return config.model_copy(update={"people": people, "rules": rules})
+
+
 @router.post("", status_code=201, response_model=SessionCreated, responses={
     403: {"model": ErrorBody, "description": "The config runs a command the server does "
-          "not allow (`commands_not_allowed`, HITLFLOW_API_ALLOWED_COMMANDS); nothing "
-          "was started"}})
+          "not allow (`commands_not_allowed`, HITLFLOW_API_ALLOWED_COMMANDS), or the "
+          "principal may not start sessions (`forbidden`, `rule`: `role.approver`) or not "
+          "for that owner (`people.owner`); nothing was started"}})
 async def start_session(
     config: Annotated[SessionConfig, Body(
         description="The session config (docs/session-config.md).")],
     response: Response, client: ClientDep, settings: SettingsDep, on_change: OnChangeDep,
+    principal: PrincipalDep,
     session_id: Annotated[str | None, Query(
         pattern=SESSION_ID_PATTERN, max_length=128,
         description="The new session's id (default: generated). Never reused.")] = None,
@@ -97,9 +157,16 @@ async def start_session(
     """Start a session. Its `SessionStatus` search attribute is `queued` from the
     start, so it is listed before any worker picks it up. A config that runs a
     command the server does not allow (a plan step's shell command, a tool server
-    started from a command) is a 403 `commands_not_allowed` that names it."""
+    started from a command) is a 403 `commands_not_allowed` that names it. Starting
+    needs the approver role; the principal becomes the session's owner, and empty
+    `people.approvers`/`viewers` take the server's defaults
+    (`HITLFLOW_DEFAULT_APPROVERS`/`VIEWERS`); the server's rules (`HITLFLOW_RULES`) go
+    before the session's."""
+    if refusal := may_start(principal):
+        raise forbidden(refusal)
     if lone_surrogate(config.model_dump()):
         raise ApiError(422, "validation_error", f"body: {NOT_UNICODE}")
+    config = with_people(config, principal, settings)
     if refused := refused_commands(config, settings.api_allowed_commands):
         raise ApiError(403, "commands_not_allowed",
                        refusal_message(refused, settings.api_allowed_commands))
@@ -111,6 +178,7 @@ async def start_session(
             "SessionWorkflow", start,
             id=sid, task_queue=settings.task_queue,
             id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+            memo={PEOPLE_MEMO: config.people.model_dump()},  # until the read model has it
             search_attributes=TypedSearchAttributes(
                 [SearchAttributePair(SESSION_STATUS, SessionStatus.QUEUED.value)]),
             # What the Temporal UI's list and detail pages say the session is.
@@ -161,13 +229,26 @@ async def _recorded_view(client: Client, session_id: str) -> SessionView:
 @router.get("/{session_id}", response_model=SessionView)
 async def get_session(session_id: SessionIdDep, client: ClientDep, tuning: TuningDep,
                       logs: LogViewsDep, request: Request, response: Response,
-                      paged: PageReadDep) -> SessionView:
+                      paged: PageReadDep, principal: PrincipalDep) -> SessionView:
     """The session: canonical status, pending request, counters, and one page of its
     contracts as snapshots (`limit`, `cursor`; `contracts_total` counts them all),
     from the read model (no worker needed; `seq` says how fresh; `min_journal_seq`
     reads your writes). Before the exporter has reached a new session, Temporal's
     record of it (`seq` 0). `consistency=live`: the workflow's query (`live` true;
-    `stuck` when its workflow task keeps failing)."""
+    `stuck` when its workflow task keeps failing). `you`: what the principal may do
+    to it now; 403 `forbidden` for a session they may not see."""
+    operator = principal.at_least("operator")
+    people = await session_people(request, session_id, memo=not operator)
+    if not operator and (refusal := may_see(principal, people)):
+        raise forbidden(refusal)
+    view = await _session_view(session_id, client, tuning, logs, request, response, paged)
+    pending = view.pending.model_dump(mode="json") if view.pending is not None else None
+    return view.model_copy(update={"you": you(principal, people, pending)})
+
+
+async def _session_view(session_id: str, client: Client, tuning: ApiTuning, logs: LogViews,
+                        request: Request, response: Response, paged: PageRead
+                        ) -> SessionView:
     offset, limit = decode_cursor(paged.cursor, "contracts", session_id), paged.limit
     if paged.consistency == "live":
         return await _live_session(session_id, client, tuning, logs, offset, limit)
@@ -220,17 +301,37 @@ async def _refusal_for_closed(client: Client, session_id: str, code: str,
     return ApiError(409, code, f"{what}: the session is {status}")
 
 
+@dataclass(frozen=True)
+class Actor:
+    """Who sends an update, and as what (``action`` names it in a recorded refusal)."""
+
+    principal: Principal
+    action: str
+    request_id: str | None = None
+
+
 async def _update(client: Client, session_id: str, name: str, arg: object, *, code: str,
-                  closed: str, tuning: ApiTuning, changed: OnChange, limit: int) -> Ack:
+                  closed: str, tuning: ApiTuning, changed: OnChange, limit: int,
+                  actor: Actor, result_type: type | None = Ack) -> Any:
+    """Send an update. Its validator's refusals: a 403 (recorded) when the workflow
+    finds the principal may not (``errors``: ANSWER_FORBIDDEN), a 409 with the
+    conflict's code, a 422 for invalid edited arguments, else a 409 ``code``."""
     check_input_size(client, arg, limit, "the request")
     handle = client.get_workflow_handle(session_id)
     try:
         with temporal_errors(session_id):
-            ack = await handle.execute_update(name, arg, result_type=Ack,
+            ack = await handle.execute_update(name, arg, result_type=result_type,
                                               rpc_timeout=tuning.update_timeout)
         changed(session_id)
         return ack
     except ApiError as err:
+        if err.status == 403:
+            rule = str(err.extra.get("rule") or "forbidden")
+            raise await refuse(client, session_id, actor.principal, actor.action,
+                               Refusal(rule=rule, message=err.message),
+                               actor.request_id) from None
+        if isinstance(err.__cause__, WorkflowUpdateFailedError) and err.code != "refused":
+            raise  # the validator's conflict (409) or invalid arguments (422), as mapped
         if err.code == "refused":
             raise ApiError(409, code, err.message) from None
         if err.code == "session_not_found":  # "workflow execution already completed"
@@ -238,54 +339,96 @@ async def _update(client: Client, session_id: str, name: str, arg: object, *, co
         raise await stuck_sessions.explain(client, session_id, err) from None
 
 
-@router.post("/{session_id}/reply", status_code=202, response_model=Accepted)
+def _decider(principal: Principal) -> str:
+    """``by`` as the log's old field shows it: the principal's name, never the body's."""
+    return (principal.name or principal.subject)[:200]
+
+
+_REFUSALS: dict[int | str, dict[str, Any]] = {
+    403: {"model": ErrorBody, "description": "The principal may not do this (`forbidden`, "
+          "`rule` names the rule); the refused attempt is recorded in the session's log "
+          "and nothing else changed"},
+}
+_REPLY_REFUSALS: dict[int | str, dict[str, Any]] = {
+    **_REFUSALS,
+    409: {"model": ErrorBody, "description": "Nothing is pending, the reply names another "
+          "request or does not fit it (`reply_refused`), the digest no longer matches "
+          "(`stale_digest`), or the principal has already approved it "
+          "(`already_approved`); nothing changed"},
+    422: {"model": ErrorBody, "description": "The request does not validate, or edited "
+          "`arguments` fail the tool's input schema (`invalid_arguments`, `errors`)"},
+}
+
+
+@router.post("/{session_id}/reply", status_code=202, response_model=Accepted,
+             responses=_REPLY_REFUSALS)
 async def reply(session_id: SessionIdDep, body: ReplyRequest, client: ClientDep,
-                tuning: TuningDep, changed: OnChangeDep, settings: SettingsDep) -> Accepted:
-    """Answer the pending request (name it by `request_id`). 409 when nothing is
-    pending, when it names another request, or when the answer does not fit the
-    request; the session is unchanged then."""
-    ack = await _update(client, session_id, "reply", ReplyInput(**body.model_dump()),
+                tuning: TuningDep, changed: OnChangeDep, settings: SettingsDep,
+                principal: PrincipalDep, request: Request) -> Accepted:
+    """Answer the pending request (name it by `request_id`, and send its `digest`).
+    The decider is the authenticated principal (a `by` in the body changes nothing).
+    403 `forbidden` (naming the rule; the refusal is recorded) when they may not
+    answer it; 409 when nothing is pending, when it names another request, when the
+    answer does not fit the request, for a stale digest (`stale_digest`) or a second
+    approval by the same person (`already_approved`); 422 `invalid_arguments` for
+    edited arguments that fail the tool's schema. The session is unchanged then."""
+    await check_answer(request, client, principal, session_id, body.request_id)
+    answer = ReplyInput(**{**body.model_dump(), "by": _decider(principal)},
+                        principal=principal)
+    ack = await _update(client, session_id, "reply", answer,
                         code="reply_refused", closed="nothing is pending",
-                        tuning=tuning, changed=changed,
-                        limit=settings.max_input_bytes)
+                        tuning=tuning, changed=changed, limit=settings.max_input_bytes,
+                        actor=Actor(principal, "reply", body.request_id))
     return Accepted(session_id=session_id, request_id=ack.request_id, status=ack.status,
                     journal_seq=ack.journal_seq)
 
 
-@router.post("/{session_id}/messages", status_code=202, response_model=Accepted)
+@router.post("/{session_id}/messages", status_code=202, response_model=Accepted,
+             responses=_REFUSALS)
 async def send_message(session_id: SessionIdDep, body: MessageRequest, client: ClientDep,
-                       tuning: TuningDep, changed: OnChangeDep,
-                       settings: SettingsDep) -> Accepted:
+                       tuning: TuningDep, changed: OnChangeDep, settings: SettingsDep,
+                       principal: PrincipalDep, request: Request) -> Accepted:
     """A new message from the person; it starts a turn (at once when the session
-    waits for a message, else after the current one). 409 once the session ended."""
-    ack = await _update(client, session_id, "send_message", MessageInput(**body.model_dump()),
+    waits for a message, else after the current one). 409 once the session ended;
+    403 for a principal who is not its owner, an approver or an operator."""
+    await check_act(request, client, principal, session_id, "message")
+    message = MessageInput(**{**body.model_dump(), "by": _decider(principal)},
+                           principal=principal)
+    ack = await _update(client, session_id, "send_message", message,
                         code="message_refused", closed="it takes no messages",
-                        tuning=tuning, changed=changed,
-                        limit=settings.max_input_bytes)
+                        tuning=tuning, changed=changed, limit=settings.max_input_bytes,
+                        actor=Actor(principal, "message"))
     return Accepted(session_id=session_id, status=ack.status, journal_seq=ack.journal_seq)
 
 
-@router.post("/{session_id}/end", status_code=202, response_model=Accepted)
+@router.post("/{session_id}/end", status_code=202, response_model=Accepted,
+             responses=_REFUSALS)
 async def end(session_id: SessionIdDep, client: ClientDep, tuning: TuningDep,
-              changed: OnChangeDep, settings: SettingsDep,
-              body: Annotated[EndRequest | None, Body()] = None) -> Accepted:
+              changed: OnChangeDep, settings: SettingsDep, principal: PrincipalDep,
+              request: Request, body: Annotated[EndRequest | None, Body()] = None) -> Accepted:
     """End the conversation while the session waits for the person (it succeeds).
-    409 otherwise (cancel a running session instead)."""
-    ack = await _update(client, session_id, "end", EndInput(**(body or EndRequest()).model_dump()),
+    409 otherwise (cancel a running session instead); 403 for a principal who is not
+    its owner, an approver or an operator."""
+    await check_act(request, client, principal, session_id, "end")
+    ending = EndInput(**{**(body or EndRequest()).model_dump(), "by": _decider(principal)},
+                      principal=principal)
+    ack = await _update(client, session_id, "end", ending,
                         code="end_refused", closed="it cannot be ended",
-                        tuning=tuning, changed=changed,
-                        limit=settings.max_input_bytes)
+                        tuning=tuning, changed=changed, limit=settings.max_input_bytes,
+                        actor=Actor(principal, "end"))
     return Accepted(session_id=session_id, status=ack.status, journal_seq=ack.journal_seq)
 
 
-@router.post("/{session_id}/cancel", status_code=202, response_model=CancelAccepted)
-async def cancel(session_id: SessionIdDep, client: ClientDep,
-                 changed: OnChangeDep) -> CancelAccepted:
+@router.post("/{session_id}/cancel", status_code=202, response_model=CancelAccepted,
+             responses=_REFUSALS)
+async def cancel(session_id: SessionIdDep, client: ClientDep, changed: OnChangeDep,
+                 principal: PrincipalDep, request: Request) -> CancelAccepted:
     """Cancel the session: what is in flight is cancelled, open contracts are
     cancelled, nothing new starts, the status becomes `canceled`. A repeat while it
     is cancelling is a 202 `already_requested`; 409 when it has already ended, or
     when it is stuck (nothing is recorded then: a stuck session cannot carry out a
-    cancel)."""
+    cancel); 403 for a principal who is not its owner or an operator."""
+    await check_act(request, client, principal, session_id, "cancel")
     desc = await describe(client, session_id)
     view = await _view_of(client, desc, session_id)
     if view.execution_status != "running":
@@ -303,15 +446,17 @@ async def cancel(session_id: SessionIdDep, client: ClientDep,
                           cancellation="already_requested" if already else "requested")
 
 
-@router.post("/{session_id}/steps/{index}/{action}", status_code=202, response_model=Accepted)
+@router.post("/{session_id}/steps/{index}/{action}", status_code=202, response_model=Accepted,
+             responses=_REFUSALS)
 async def step_action(
     session_id: SessionIdDep, client: ClientDep, tuning: TuningDep, changed: OnChangeDep,
-    settings: SettingsDep,
+    settings: SettingsDep, principal: PrincipalDep, request: Request,
     index: Annotated[int, Path(ge=0, le=10_000, description="The step's index in the plan")],
     action: Annotated[Literal["approve", "skip", "reset"], Path()],
     body: Annotated[StepActionRequest | None, Body()] = None,
 ) -> Accepted:
-    """Plan sessions (seed 002): the person approves, skips or resets step `index`.
+    """Plan sessions (seed 002): the person approves, skips or resets step `index`
+    (the decider is the principal; 403 when they may not answer the step's request).
     409 for an agent session."""
     try:
         state = await query(client, session_id, "state", SessionState, tuning)
@@ -331,12 +476,68 @@ async def step_action(
     if action != "reset" and index != cursor:
         raise ApiError(409, "step_not_waiting",
                        f"step {index} is not the one waiting: the cursor is at step {cursor}")
-    by = (body or StepActionRequest()).by
-    reply = ReplyInput(request_id=pending.request_id, choice=action, by=by,
+    access = await session_access(request, session_id)
+    if refusal := may_answer(principal, access.people, pending.approvers, pending.rule):
+        raise await refuse(client, session_id, principal, "reply", refusal,
+                           pending.request_id)
+    reply = ReplyInput(request_id=pending.request_id, choice=action, by=_decider(principal),
                        values={"to_step": index} if action == "reset" else None,
-                       comment=(body.comment if body else None))
+                       comment=(body.comment if body else None), principal=principal,
+                       digest=pending.digest)
     ack = await _update(client, session_id, "reply", reply, code="reply_refused",
                         closed="nothing is pending", tuning=tuning, changed=changed,
-                        limit=settings.max_input_bytes)
+                        limit=settings.max_input_bytes,
+                        actor=Actor(principal, "reply", pending.request_id))
     return Accepted(session_id=session_id, request_id=ack.request_id, status=ack.status,
                     journal_seq=ack.journal_seq)
+
+
+# -- standing decisions ---------------------------------------------------------------
+
+
+@router.get("/{session_id}/standing", response_model=StandingList)
+async def standing(session_id: SeenSessionDep, client: ClientDep,
+                   tuning: TuningDep) -> StandingList:
+    """The session's standing decisions ("approve, and do not ask again"): which tool
+    (and arguments) runs without asking, who set it and on which request. From the
+    workflow's query (needs a worker)."""
+    try:
+        found = await query(client, session_id, "standing_decisions",
+                            list[StandingDecision], tuning)
+    except ApiError as err:
+        raise await stuck_sessions.explain(client, session_id, err) from None
+    return StandingList(session_id=session_id, standing=found)
+
+
+@router.delete("/{session_id}/standing/{standing_id}", status_code=202,
+               response_model=Accepted, responses={
+                   **_REFUSALS, 404: {"model": ErrorBody, "description": (
+                       "No such session, or no such standing decision in it")}})
+async def revoke_standing(
+    session_id: SessionIdDep, client: ClientDep, tuning: TuningDep, changed: OnChangeDep,
+    settings: SettingsDep, principal: PrincipalDep, request: Request,
+    standing_id: Annotated[str, Path(min_length=1, max_length=200,
+                                     pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$")],
+) -> Accepted:
+    """Revoke a standing decision (operators only: 403 otherwise, recorded): the next
+    matching call asks again. Like every request that changes something it says
+    `Content-Type: application/json` (it has no body)."""
+    if not principal.at_least("operator"):
+        await require_see(request, principal, session_id)
+        raise await refuse(client, session_id, principal, "revoke_standing", Refusal(
+            rule="role.operator", message=f"{principal.subject} is a {principal.role}: "
+            "revoking a standing decision needs the operator role"))
+    try:
+        result = await _update(
+            client, session_id, "revoke_standing",
+            RevokeInput(standing_id=standing_id, principal=principal),
+            code="revoke_refused", closed="it has no standing decisions", tuning=tuning,
+            changed=changed, limit=settings.max_input_bytes,
+            actor=Actor(principal, "revoke_standing"), result_type=None)
+    except ApiError as err:
+        if err.code == "revoke_refused" and "no standing decision" in err.message.lower():
+            raise ApiError(404, "standing_not_found", err.message) from None
+        raise
+    ack = result if isinstance(result, dict) else {}
+    return Accepted(session_id=session_id, status=ack.get("status"),
+                    journal_seq=ack.get("journal_seq"))

@@ -37,6 +37,7 @@ from temporalio.worker import Worker  # noqa: E402
 
 from api.http.app import ApiServer, create_app  # noqa: E402
 from api.http.deps import ApiTuning  # noqa: E402
+from api.http.doors import STATE_CHANGING  # noqa: E402
 from api.settings import HitlflowSettings  # noqa: E402
 from observation.exporter.keys import load_or_create_signer  # noqa: E402
 from observation.telemetry import STORE_NAME, TelemetryStore  # noqa: E402
@@ -194,9 +195,10 @@ def fuzz(operation, api: ThreadedApi, excluded: list) -> None:
         if real is not None and "session_id" in (case.query or {}):
             case.query["session_id"] = api.session_ids[real]
         opaque = OPAQUE_QUERY & set(case.query or {}) or OPAQUE_HEADERS & set(case.headers or {})
-        # As every client does: the token, and JSON whenever it posts (`{}` when empty).
-        headers = {**AUTH, "content-type": "application/json"} if case.method == "POST" \
-            else AUTH
+        # As every client does: the token, and JSON whenever it may change something
+        # (a POST, a DELETE: `{}` when empty).
+        headers = {**AUTH, "content-type": "application/json"} \
+            if case.method in STATE_CHANGING else AUTH
         skipped = excluded or (CROSS_FIELD_RULES if opaque else [])
         case.call_and_validate(headers=headers, excluded_checks=[*skipped,
                                                                  *TOKEN_SENT_BY_THE_TEST])

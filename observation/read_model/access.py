@@ -1,0 +1,103 @@
+"""Who may see and answer each session, folded from its log for the read model.
+
+The session's people come from its config (the ``RUN_CREATED`` line carries it);
+the pending request's approvers, rule, digest and approvals from the
+``ISSUE_OPENED`` line and the approvals recorded after it. The store keeps them
+as rows of ``rm_access`` (``session_id, role, entry``) so that the session list
+filters by them in its query: ``owner``, ``approver`` and ``viewer`` (the
+session's people) and ``answer`` (the pending request's own approvers, when its
+rule names any).
+
+Pure, no I/O: the fold beside ``observation.log_view`` (which stays the one
+definition of the session's view); this adds only who is named.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from observation import event_types as ev
+
+#: The rows' roles: the session's people, and the pending request's approvers.
+SEE_ROLES = ("owner", "approver", "viewer")
+ANSWER = "answer"
+#: What an ISSUE_OPENED line may carry about who decides (issue 24), copied into the
+#: pending request the read model serves when present.
+_PENDING_EXTRAS = ("digest", "approvers", "approvals_required", "rule",
+                   "separation_of_duties", "editable")
+
+
+def _is_approval(kind: str) -> bool:
+    """The line that records one approval of a two-person request (its type is the
+    workflow side's: any ``interaction.*approval*`` line naming the request)."""
+    return kind.startswith("interaction.") and "approval" in kind
+
+
+@dataclass
+class AccessFold:
+    """The session's people and its pending request's deciders, as of the last line."""
+
+    owner: str | None = None
+    approvers: list[str] = field(default_factory=list)
+    viewers: list[str] = field(default_factory=list)
+    request_id: str | None = None
+    pending: dict[str, Any] = field(default_factory=dict)  # the extras of the request
+    approvals: list[dict[str, Any]] = field(default_factory=list)
+    changed: bool = True  # the rows changed since ``take_changed``
+
+    def apply(self, event: dict[str, Any]) -> None:
+        kind, p = event["type"], event.get("payload") or {}
+        if kind == ev.RUN_CREATED:
+            people = (p.get("config") or {}).get("people") or {}
+            owner = people.get("owner")
+            self.owner = owner if isinstance(owner, str) else None
+            self.approvers = [e for e in people.get("approvers") or [] if isinstance(e, str)]
+            self.viewers = [e for e in people.get("viewers") or [] if isinstance(e, str)]
+            self.changed = True
+        elif kind == ev.ISSUE_OPENED:
+            self.request_id = p.get("issue_id")
+            self.pending = {k: p[k] for k in _PENDING_EXTRAS if p.get(k) is not None}
+            self.approvals = []
+            self.changed = True
+        elif kind == ev.ISSUE_RESOLVED:
+            if p.get("issue_id") == self.request_id:
+                self._clear()
+        elif kind in (ev.RUN_COMPLETED, ev.RUN_FAILED):
+            self._clear()
+        elif _is_approval(kind) and self.request_id is not None and \
+                p.get("issue_id", self.request_id) == self.request_id and \
+                isinstance(p.get("principal"), dict):
+            self.approvals.append(p["principal"])
+
+    def _clear(self) -> None:
+        if self.request_id is not None or self.pending:
+            self.request_id, self.pending, self.approvals = None, {}, []
+            self.changed = True
+
+    def take_changed(self) -> bool:
+        out, self.changed = self.changed, False
+        return out
+
+    @property
+    def request_approvers(self) -> list[str]:
+        found = self.pending.get("approvers") or []
+        return [e for e in found if isinstance(e, str)]
+
+    def rows(self) -> list[tuple[str, str]]:
+        """``(role, entry)``: every entry once per role."""
+        out = [("owner", self.owner)] if self.owner else []
+        out += [("approver", e) for e in self.approvers]
+        out += [("viewer", e) for e in self.viewers]
+        out += [(ANSWER, e) for e in self.request_approvers]
+        return list(dict.fromkeys(out))
+
+    def pending_extras(self, request_id: str | None) -> dict[str, Any]:
+        """What the served pending request gains (for ``request_id``, the one the
+        session's view shows)."""
+        if request_id is None or request_id != self.request_id:
+            return {}
+        extras = dict(self.pending)
+        if self.approvals:
+            extras["approvals"] = list(self.approvals)
+        return extras
