@@ -186,6 +186,7 @@ class OidcBearer:
         self._clock = clock
         self._lock = asyncio.Lock()
         self._provider: ProviderMetadata | None = None
+        self._discovery_failure: tuple[float, str] | None = None  # (when, why)
         self._jwks: dict[str, dict[str, Any]] | None = None  # kid ("" if none) -> JWK
         self._keys: dict[tuple[str, str], jwt.PyJWK] = {}  # (kid, alg) -> key
         self._loaded_at: float | None = None
@@ -374,6 +375,21 @@ class OidcBearer:
         """The provider's discovery document (fetched once, then kept)."""
         if self._provider is not None:
             return self._provider
+        # An open route asks for it too (the inbox's config): while the provider is
+        # down, it is asked no more often than the keys are.
+        failed = self._discovery_failure
+        if failed is not None and \
+                self._clock() - failed[0] < self.settings.jwks_refresh_min_s:
+            raise ProviderUnavailable(failed[1])
+        try:
+            self._provider = await self._discover()
+        except ProviderUnavailable as err:
+            self._discovery_failure = (self._clock(), str(err))
+            raise
+        self._discovery_failure = None
+        return self._provider
+
+    async def _discover(self) -> ProviderMetadata:
         url = self.issuer.rstrip("/") + "/.well-known/openid-configuration"
         document = await self._get_json(url, "the provider's discovery document")
         if document.get("issuer") != self.issuer:
@@ -391,11 +407,10 @@ class OidcBearer:
                 urls[field] = check_provider_url(str(value), f"the provider's {field}")
             except ValueError as err:
                 raise ProviderUnavailable(str(err)) from None
-        self._provider = ProviderMetadata(
+        return ProviderMetadata(
             issuer=self.issuer, jwks_uri=str(urls["jwks_uri"]),
             authorization_endpoint=urls["authorization_endpoint"],
             token_endpoint=urls["token_endpoint"])
-        return self._provider
 
     async def _get_json(self, url: str, what: str) -> dict[str, Any]:
         try:

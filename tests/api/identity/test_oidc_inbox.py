@@ -15,7 +15,8 @@ from tests.api.http_support import serve
 from tests.api.identity.oidc_support import CLIENT, SECRET, Provider, api_app
 from tests.support.browser_origin import chromium_path
 
-pytestmark = pytest.mark.browser
+pytestmark = [pytest.mark.browser,
+              pytest.mark.filterwarnings("ignore::DeprecationWarning:authlib.*")]
 EXPECT_MS = 30_000
 
 
