@@ -14,16 +14,18 @@ import hashlib
 import hmac
 import json
 import secrets
+import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from datetime import timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import httpx
 import jwt
 import pytest
 from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import rsa
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from pydantic import ValidationError
 from starlette.datastructures import Headers
 
@@ -452,3 +454,97 @@ async def test_the_token_route_says_when_the_provider_is_down(
     assert answer.status_code == 503
     assert answer.json()["error"]["code"] == "oidc_provider_unavailable"
     assert "could not be fetched" in answer.json()["error"]["message"]
+
+
+# -- key ids: a provider of the test's own whose keys it rotates -------------------------
+
+
+class KeyServer:
+    """A real HTTP server with a discovery document and a JWKS the test changes (the
+    mock provider signs without key ids and cannot rotate on its own)."""
+
+    def __init__(self) -> None:
+        self.keys: list[dict[str, Any]] = []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                if self.path == "/.well-known/openid-configuration":
+                    body = {"issuer": outer.issuer, "jwks_uri": f"{outer.issuer}/keys"}
+                elif self.path == "/keys":
+                    body = {"keys": outer.keys}
+                else:
+                    self.send_error(404)
+                    return
+                data = json.dumps(body).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.issuer = f"http://127.0.0.1:{self.server.server_port}"
+        self.thread = threading.Thread(target=self.server.serve_forever, args=(0.05,),
+                                       daemon=True)
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join()
+
+
+def public_jwk(private: Any, kid: str, **extra: Any) -> dict[str, Any]:
+    jwk_json = (jwt.algorithms.RSAAlgorithm if isinstance(private, rsa.RSAPrivateKey)
+                else jwt.algorithms.ECAlgorithm).to_jwk(private.public_key())
+    return {**json.loads(jwk_json), "kid": kid, **extra}
+
+
+@pytest.fixture
+def key_server() -> Iterator[KeyServer]:
+    server = KeyServer()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+async def test_a_new_key_id_is_fetched_and_a_withdrawn_one_ages_out(key_server: KeyServer,
+                                                                    make_bearer) -> None:
+    old = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    new = ec.generate_private_key(ec.SECP256R1())
+    key_server.keys = [public_jwk(old, "k-old", use="sig")]
+    bearer, recorder, clock = make_bearer(key_server.issuer, jwks_refresh_min_s=60,
+                                          jwks_max_age_s=600)
+    claims = claims_for(key_server.issuer)
+    signed_old = jwt.encode(claims, old, algorithm="PS256", headers={"kid": "k-old"})
+    assert (await bearer.verify(signed_old)).subject == "mallory"
+    # The provider rotates: a new key (EC), the old one still listed for a while.
+    key_server.keys = [public_jwk(new, "k-new"), public_jwk(old, "k-old"),
+                       public_jwk(new, "k-enc", use="enc")]
+    signed_new = jwt.encode(claims, new, algorithm="ES256", headers={"kid": "k-new"})
+    enc_kid = jwt.encode(claims, new, algorithm="ES256", headers={"kid": "k-enc"})
+    clock.now += 60
+    assert (await bearer.verify(signed_new)).subject == "mallory"
+    assert recorder.count("/keys") == 2
+    with pytest.raises(bearer.error_class, match="a key the provider does not list"):
+        await bearer.verify(enc_kid)  # a key for encryption signs nothing
+    # The old key is withdrawn: accepted until the kept keys age out, then refused.
+    key_server.keys = [public_jwk(new, "k-new")]
+    assert (await bearer.verify(signed_old)).subject == "mallory"
+    clock.now += 600
+    with pytest.raises(bearer.error_class, match="a key the provider does not list"):
+        await bearer.verify(signed_old)
+    assert recorder.count("/keys") == 3
+    assert (await bearer.verify(signed_new)).subject == "mallory"
+    # A key that names its algorithm refuses another one, even of its family.
+    key_server.keys = [public_jwk(old, "k-rs", alg="RS256")]
+    clock.now += 600
+    with pytest.raises(bearer.error_class, match=r"does not fit its key \(RS256\)"):
+        await bearer.verify(jwt.encode(claims, old, algorithm="PS256",
+                                       headers={"kid": "k-rs"}))
+    assert recorder.count("/.well-known/openid-configuration") == 1
