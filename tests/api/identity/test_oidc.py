@@ -9,6 +9,7 @@ would forge them."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import hmac
@@ -309,6 +310,10 @@ async def test_made_up_key_ids_refetch_no_more_than_the_limit(provider: Provider
     clock.now += 1
     await try_garbage(5)
     assert recorder.count("/jwks") == 3
+    # Arriving all at once, they still make one request.
+    clock.now += 30
+    await asyncio.gather(*(try_garbage(1) for _ in range(20)))
+    assert recorder.count("/jwks") == 4
     assert recorder.count("/.well-known/openid-configuration") == 1
     # The real key still works all along.
     assert (await bearer.verify(provider.id_token("alice"))).subject == "alice"
