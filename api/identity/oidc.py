@@ -192,8 +192,6 @@ class OidcBearer:
         self._loaded_at: float | None = None
         self._attempted_at: float | None = None
         self._last_error: str | None = None
-        #: How often the JWKS was requested (a test reads it; so may a metric).
-        self.jwks_fetches = 0
 
     @property
     def error_class(self) -> type[Exception]:
@@ -345,7 +343,6 @@ class OidcBearer:
         self._attempted_at = self._clock()
         try:
             provider = await self.provider()
-            self.jwks_fetches += 1
             document = await self._get_json(provider.jwks_uri, "the provider's JWKS")
             jwks = self._parse_jwks(document)
         except ProviderUnavailable as err:
