@@ -31,9 +31,14 @@ that this module imports with or without them; the lead wires them):
   (message)``. Without that module, :class:`OidcUnauthenticated` (a local class) is
   raised. A caller may pass its own class as ``unauthenticated=``.
 - ``api.identity.roles.role_from_groups(groups, settings) -> Role``: the role of a
-  person's groups (``HITLFLOW_ROLE_GROUPS``, ``HITLFLOW_DEFAULT_ROLE``). Pass it bound
-  to the settings as ``role_of=lambda groups: role_from_groups(groups, settings)``;
-  without ``role_of`` every OIDC principal is a ``viewer`` (the least role).
+  person's groups (``HITLFLOW_ROLE_GROUPS``, ``HITLFLOW_DEFAULT_ROLE``), bound to the
+  server's settings when ``OidcBearer(settings)`` is given those (the doors' call), or
+  passed as ``role_of=``. Without either, every OIDC principal is a ``viewer`` (the
+  least role).
+
+And what they call here: ``OidcBearer(settings)`` (the doors' chain) and ``await
+oidc_inbox_config(settings)`` (``GET /api/auth/config``), both with the server's
+settings.
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ import asyncio
 import importlib
 import re
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -84,6 +90,18 @@ def _least_role(groups: Sequence[str]) -> Role:
     return "viewer"
 
 
+def _roles_of(settings: object) -> Callable[[Sequence[str]], Role]:
+    """``api.identity.roles.role_from_groups`` bound to the server's settings; without
+    that module, the least role."""
+    try:
+        roles = importlib.import_module("api.identity.roles")
+    except ModuleNotFoundError as err:
+        if err.name != "api.identity.roles":
+            raise
+        return _least_role
+    return lambda groups: roles.role_from_groups(groups, settings)
+
+
 class ProviderUnavailable(Exception):
     """The provider's discovery document or keys could not be had (a message without
     secrets)."""
@@ -107,8 +125,8 @@ class ProviderMetadata:
     token_endpoint: str | None
 
 
-def oidc_inbox_config(settings: OidcSettings,
-                      provider: ProviderMetadata | None) -> dict[str, Any]:
+def inbox_config_of(settings: OidcSettings,
+                    provider: ProviderMetadata | None) -> dict[str, Any]:
     """The ``oidc`` part of ``GET /api/auth/config``: what the inbox needs to start the
     authorization-code flow (nothing secret; a public client has no secret)."""
     return {
@@ -119,6 +137,32 @@ def oidc_inbox_config(settings: OidcSettings,
         "redirect_url": settings.redirect_url,
         "token_path": "/api/auth/oidc/token",
     }
+
+
+#: The bearer of each issuer that this process made last (the doors' chain keeps it):
+#: where the open routes (the auth config, the token route) find its discovered
+#: provider when the app was not handed one (``app.state.oidc_bearer``).
+_LIVE: weakref.WeakValueDictionary[str, OidcBearer] = weakref.WeakValueDictionary()
+
+
+def live_bearer(issuer: str | None) -> OidcBearer | None:
+    return None if issuer is None else _LIVE.get(issuer)
+
+
+async def oidc_inbox_config(settings: object,
+                            provider: ProviderMetadata | None = None) -> dict[str, Any]:
+    """:func:`inbox_config_of` for ``settings`` (the ``HITLFLOW_OIDC_*`` ones, or any
+    other object: then they are read from the environment), with the provider's
+    endpoints as this process's bearer of that issuer discovered them (``None`` while
+    there is none or the provider cannot be reached)."""
+    oidc = settings if isinstance(settings, OidcSettings) else OidcSettings()
+    bearer = live_bearer(oidc.issuer)
+    if provider is None and bearer is not None:
+        try:
+            provider = await bearer.provider()
+        except ProviderUnavailable:
+            provider = None
+    return inbox_config_of(oidc, provider)
 
 
 def _jwt_of(headers: Headers) -> str | None:
@@ -168,11 +212,20 @@ def _claim(claims: dict[str, Any], path: str) -> Any:
 class OidcBearer:
     """Bearer JWTs of one OpenID Connect provider (see the module's docstring)."""
 
-    def __init__(self, settings: OidcSettings, *,
+    def __init__(self, settings: object, *,
                  role_of: Callable[[Sequence[str]], Role] | None = None,
                  unauthenticated: type[Exception] | None = None,
                  http: httpx.AsyncClient | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
+        """``settings``: the ``HITLFLOW_OIDC_*`` ones; or the server's
+        (``HitlflowSettings``, as the doors pass them): then the ``HITLFLOW_OIDC_*``
+        ones come from the environment and, without ``role_of``, roles come from
+        ``api.identity.roles.role_from_groups(groups, settings)``. Raises
+        ``ValueError`` when the issuer or the audience is missing."""
+        if not isinstance(settings, OidcSettings):
+            if role_of is None:
+                role_of = _roles_of(settings)
+            settings = OidcSettings()
         settings.require()
         assert settings.issuer is not None and settings.expected_audience is not None
         self.settings = settings
@@ -192,6 +245,7 @@ class OidcBearer:
         self._loaded_at: float | None = None
         self._attempted_at: float | None = None
         self._last_error: str | None = None
+        _LIVE[self.issuer] = self
 
     @property
     def error_class(self) -> type[Exception]:
@@ -442,7 +496,7 @@ class OidcBearer:
             provider = await self.provider()
         except ProviderUnavailable:
             provider = None
-        return oidc_inbox_config(self.settings, provider)
+        return inbox_config_of(self.settings, provider)
 
     async def exchange_code(self, code: str, code_verifier: str,
                             redirect_uri: str) -> tuple[str, Principal, int]:

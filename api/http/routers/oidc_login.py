@@ -8,7 +8,8 @@ provider's token endpoint (adding the client secret only when one is configured)
 answers with the verified ID token, which the inbox then sends as its bearer token.
 The path is open (no credential exists yet); what it answers is only what the
 provider gave for that code. Served only when the API runs in auth mode ``oidc``
-(``app.state.oidc_bearer``, an ``api.identity.oidc.OidcBearer``); 404 otherwise.
+(``app.state.oidc_bearer``, else the ``api.identity.oidc.OidcBearer`` the doors
+made for ``HITLFLOW_OIDC_ISSUER``); 404 otherwise.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from fastapi import APIRouter, Depends, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from api.http.errors import ERROR_RESPONSES, ApiError
-from api.identity.oidc import OidcBearer, ProviderRefused, ProviderUnavailable
+from api.identity.oidc import OidcBearer, ProviderRefused, ProviderUnavailable, live_bearer
+from api.identity.oidc_settings import OidcSettings
 from workflows.people import Principal
 
 router = APIRouter(tags=["auth"])
@@ -49,7 +51,11 @@ class OidcTokenAnswer(BaseModel):
 
 
 async def get_oidc_bearer(request: Request) -> OidcBearer:
+    """The app's (``app.state.oidc_bearer``), else the one the doors made for the
+    configured issuer; 404 in another auth mode."""
     bearer = getattr(request.app.state, "oidc_bearer", None)
+    if bearer is None:
+        bearer = live_bearer(OidcSettings().issuer)
     if bearer is None:
         raise ApiError(404, "oidc_not_configured", "the API does not run in auth mode oidc")
     return bearer

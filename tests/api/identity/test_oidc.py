@@ -13,6 +13,7 @@ import asyncio
 import base64
 import hashlib
 import hmac
+import importlib.util
 import json
 import secrets
 import threading
@@ -33,6 +34,7 @@ from starlette.datastructures import Headers
 from api.http.routers import oidc_login
 from api.identity.oidc import OidcBearer, oidc_inbox_config
 from api.identity.oidc_settings import OidcSettings
+from api.settings import HitlflowSettings
 from tests.api.identity.oidc_support import CLIENT, REDIRECT, SECRET, Provider, api_app
 from workflows.people import Principal
 
@@ -359,7 +361,7 @@ async def test_a_discovery_document_of_another_issuer_is_refused(provider: Provi
     assert recorder.paths == ["/.well-known/openid-configuration"]
 
 
-def test_settings_refuse_what_cannot_be_safe(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_settings_refuse_what_cannot_be_safe(monkeypatch: pytest.MonkeyPatch) -> None:
     for algorithms, refused in (("none", "none"), ("RS256, HS512", "HS512"), ("", "names no")):
         with pytest.raises(ValidationError, match=refused):
             OidcSettings(algorithms=algorithms)
@@ -376,8 +378,41 @@ def test_settings_refuse_what_cannot_be_safe(monkeypatch: pytest.MonkeyPatch) ->
     settings = OidcSettings()
     assert (settings.expected_audience, settings.algorithms) == ("inbox", ["ES256", "RS256"])
     assert "s3cret" not in repr(settings)
-    assert oidc_inbox_config(settings, None)["client_id"] == "inbox"
-    assert "s3cret" not in json.dumps(oidc_inbox_config(settings, None))
+    config = await oidc_inbox_config(settings)
+    assert (config["client_id"], config["authorization_endpoint"]) == ("inbox", None)
+    assert "s3cret" not in json.dumps(config)
+
+
+async def test_the_servers_settings_and_the_open_routes(provider: Provider,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """As the doors and the auth config route call it: with the server's settings, the
+    HITLFLOW_OIDC_* ones from the environment and roles from HITLFLOW_ROLE_GROUPS."""
+    for name, value in {"ISSUER": provider.issuer, "CLIENT_ID": CLIENT,
+                        "CLIENT_SECRET": SECRET}.items():
+        monkeypatch.setenv(f"HITLFLOW_OIDC_{name}", value)
+    monkeypatch.setenv("HITLFLOW_ROLE_GROUPS", "approver=approvers")
+    bearer = OidcBearer(HitlflowSettings())
+    try:
+        alice = await bearer.verify(provider.id_token("alice"))
+        # Roles are the identity package's (api.identity.roles), once it is there.
+        has_roles = importlib.util.find_spec("api.identity.roles") is not None
+        assert alice.role == ("approver" if has_roles else "viewer")
+        config = await oidc_inbox_config(HitlflowSettings())
+        assert config["authorization_endpoint"] == f"{provider.issuer}/oauth2/authorize"
+        # The token route finds the doors' bearer when the app was not handed one.
+        verifier, challenge = pkce()
+        code = provider.authorize("alice", challenge=challenge)
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=api_app(None)),
+                                     base_url="http://127.0.0.1:8000") as api:
+            answer = await api.post(oidc_login.TOKEN_PATH, json={
+                "code": code, "code_verifier": verifier, "redirect_uri": REDIRECT})
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["principal"]["subject"] == "alice"
+    finally:
+        await bearer.aclose()
+    monkeypatch.delenv("HITLFLOW_OIDC_ISSUER")
+    with pytest.raises(ValueError, match="needs HITLFLOW_OIDC_ISSUER"):
+        OidcBearer(HitlflowSettings())
 
 
 # -- behind an app: the sign-in's token route, then an authenticated call -----------------
