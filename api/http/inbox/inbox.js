@@ -18,6 +18,7 @@
 import { $, h, page, setLive } from "./dom.js";
 import { TOKEN_KEY, onUnauthorized, token, whoami } from "./api.js";
 import { showList } from "./list.js";
+import { finishOidcSignIn, offerOidc } from "./oidc.js";
 import { showSession } from "./session.js";
 
 let view = null; // { ctl: AbortController } of the page shown
@@ -82,6 +83,7 @@ function showLogin(why) {
   h("div", { class: "actions" }, h("button", { class: "primary", type: "submit" }, "Sign in")));
   page("Sign in", form);
   input.focus();
+  offerOidc(form); // auth mode oidc: a button for the identity provider (oidc.js)
 }
 
 // -- start --------------------------------------------------------------------------
@@ -93,5 +95,6 @@ document.addEventListener("DOMContentLoaded", () => {
     sessionStorage.removeItem(TOKEN_KEY);
     route();
   });
-  route();
+  // Back from the identity provider (oidc.js): trade its code for a token first.
+  finishOidcSignIn().then(route, (err) => showLogin(err.message));
 });
