@@ -38,6 +38,7 @@ from api.http.routers import (
     execution,
     health,
     inbox,
+    oidc_login,
     past,
     session_list,
     sessions,
@@ -151,7 +152,7 @@ def create_app(
     app.include_router(health.router)
     app.include_router(inbox.router)
     for router in (sessions.router, session_list.router, past.router, events.router,
-                   execution.router, audit.router, whoami.router):
+                   execution.router, audit.router, whoami.router, oidc_login.router):
         app.include_router(router, responses=errors.ERROR_RESPONSES)
     app.add_middleware(JsonLimits, max_depth=settings.max_json_depth)  # inside BodyLimit
     app.add_middleware(BodyLimit, limit=tuning.max_body_bytes)

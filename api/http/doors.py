@@ -32,14 +32,14 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from api.hosts import host_name
 from api.http import errors
-from api.http.routers import inbox
+from api.http.routers import inbox, oidc_login
 from api.identity.principals import AuthConfigError as AuthConfigError  # raised by check_auth
 from api.identity.principals import Chain, Unauthenticated, authenticators
 from api.settings import HitlflowSettings
 from workflows.people import Principal
 
 #: Paths open without a token: they hold no data.
-OPEN_PATHS = frozenset({"/healthz", "/api/auth/config", *inbox.PATHS})
+OPEN_PATHS = frozenset({"/healthz", "/api/auth/config", *inbox.PATHS, *oidc_login.PATHS})
 #: The methods of requests that may change something.
 STATE_CHANGING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 #: What ``api_host`` may be that names no one host (every interface).

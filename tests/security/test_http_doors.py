@@ -214,8 +214,10 @@ async def test_without_the_token_only_healthz_and_the_inbox_files_answer(doors: 
     new = f"tokenless-{uuid.uuid4().hex[:8]}"
     open_routes = {p for _, p in doors.routes
                    if any(path in OPEN_PATHS for path in filled(p, sid))}
-    # and nothing else (/api/auth/config: how to sign in, no data)
-    assert open_routes == {"/healthz", "/", "/inbox/{name}", "/api/auth/config"}
+    # and nothing else (/api/auth/config: how to sign in, no data; the OIDC code
+    # exchange, which turns a provider's code into the provider's token)
+    assert open_routes == {"/healthz", "/", "/inbox/{name}", "/api/auth/config",
+                           "/api/auth/oidc/token"}
     assert {"/docs", "/redoc", "/openapi.json"} <= {p for _, p in doors.routes}
     async with httpx.AsyncClient(base_url=doors.guarded.url, timeout=30) as http:
         for (method, template), auth in product(
@@ -227,6 +229,10 @@ async def test_without_the_token_only_healthz_and_the_inbox_files_answer(doors: 
                 r = await http.request(method, path, params={"session_id": new},
                                        content=json_of(template, sid, "r")
                                        if method in STATE_CHANGING else None, headers=headers)
+                if template == "/api/auth/oidc/token":  # open, and here not in oidc mode
+                    assert r.status_code == 404, (method, path, r.text)
+                    assert error_of(r)["code"] == "oidc_not_configured"
+                    continue
                 if template in open_routes:
                     assert r.status_code == 200, (method, path, r.text)
                     continue
