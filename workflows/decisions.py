@@ -290,16 +290,19 @@ def answer_problem(principal: Principal | None, config: SessionConfig,
 
 
 def revoke_problem(principal: Principal | None, config: SessionConfig,
-                   standing: list[StandingDecision], standing_id: str) -> str | None:
-    """Why a standing decision cannot be revoked by this principal, or None. Operators
-    revoke any; others only their own."""
+                   standing: list[StandingDecision], standing_id: str) -> AnswerProblem | None:
+    """Why a standing decision cannot be revoked by this principal, or None: an unknown
+    id (type ``ValueError``, as any validator's), or who may not (ANSWER_FORBIDDEN).
+    Operators revoke any; others only their own."""
     held = next((sd for sd in standing if sd.standing_id == standing_id), None)
     if held is None:
-        return f"no standing decision {standing_id!r} in this session"
+        return AnswerProblem(type="ValueError",
+                             message=f"no standing decision {standing_id!r} in this session")
     who = decider(principal, config)
     if who is None:
-        return ("this session refuses changes sent straight through Temporal "
-                "(temporal_replies: refuse)")
+        return _forbidden("temporal_replies", "this session refuses changes sent straight "
+                          "through Temporal (temporal_replies: refuse)")
     if not who.at_least("operator") and not same_principal(who, held.set_by):
-        return f"{who.subject} may not revoke {standing_id!r}: only an operator or its author"
+        return _forbidden("role.operator", f"{who.subject} may not revoke {standing_id!r}: "
+                          "only an operator or its author")
     return None

@@ -250,7 +250,8 @@ class SessionHandlers:
         problem = decisions.revoke_problem(revoke.principal, self._s.config,
                                            self._s.standing_decisions, revoke.standing_id)
         if problem:
-            raise ValueError(problem)
+            raise ApplicationError(problem.message, problem.details, type=problem.type,
+                                   non_retryable=True)
 
     @workflow.query(name="standing_decisions")
     def standing_decisions(self) -> list[StandingDecision]:
