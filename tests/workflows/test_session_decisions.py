@@ -6,6 +6,7 @@ two-person rule across continue-as-new and a worker restart."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
@@ -13,13 +14,16 @@ import jsonschema
 import pytest
 from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
+from temporalio.worker import Worker
 
+from api.runtime.worker import SESSION_RUNNER
 from observation.exporter import export_session
 from observation.schemas import load
 from tests.support.sessions import running_worker, start_session, until, until_status
 from workflows import decisions
 from workflows.config import SessionConfig
 from workflows.contract import idempotency_key_for
+from workflows.journal_carrier import INTERCEPTORS
 from workflows.messages import (
     EndInput,
     LiveSession,
@@ -37,6 +41,7 @@ from workflows.people import (
     StandingDecision,
     digest_of,
 )
+from workflows.session import SessionWorkflow
 from workflows.session_state import SessionState
 from workflows.statechart import SessionStatus
 
@@ -418,3 +423,41 @@ async def test_one_rejection_rejects_a_two_person_request(ts_worker, notes, note
     await h.result()
     state = await h.query("state", result_type=SessionState)
     assert state.contracts[0].status.value == "rejected" and calls(notes_dir) == []
+
+
+async def test_an_approval_is_consumed_once_when_the_worker_dies_before_the_call_starts(
+        dev_env, notes, notes_dir, tmp_path, task_queue):
+    """The approval reaches a worker that runs the workflow but no activities (it
+    schedules the call, then goes away before any worker starts it); the next worker
+    runs the call once, and the model asking for the same call again is told it was
+    done, under the same idempotency key."""
+    (notes_dir / "once.note").write_text("x")
+    client = dev_env.client
+    cfg = session(notes, [delete("once"), delete("once"), {"text": "done", "end": True}])
+    async with running_worker(client, task_queue):
+        h = await start_session(client, cfg, task_queue)
+        p = (await until_status(h, W)).pending
+    async with Worker(client, task_queue=task_queue, workflows=[SessionWorkflow],
+                      interceptors=INTERCEPTORS, workflow_runner=SESSION_RUNNER,
+                      workflow_failure_exception_types=[Exception]):
+        await h.execute_update("reply", ReplyInput(request_id=p.request_id, approve=True,
+                                                   principal=BOB, digest=p.digest))
+
+        async def scheduled() -> list[str]:
+            return [e.activity_task_scheduled_event_attributes.activity_type.name
+                    async for e in h.fetch_history_events()
+                    if e.HasField("activity_task_scheduled_event_attributes")]
+
+        while (await scheduled())[-1:] != ["call_tool"]:
+            await asyncio.sleep(0.05)
+    assert calls(notes_dir) == []  # approved, scheduled, not started
+    async with running_worker(client, task_queue):
+        result = await h.result()
+        state = await h.query("state", result_type=SessionState)
+    assert result.status is SessionStatus.SUCCEEDED
+    assert [(c["tool"], c["arguments"]) for c in calls(notes_dir)] == [
+        ("delete_note", {"name": "once"})]
+    assert (await scheduled()).count("call_tool") == 1
+    tool = [m.content for m in state.conversation if m.role == "tool"]
+    assert len(tool) == 2 and "already" in tool[1].lower()
+    assert len(state.replies) == 1  # one approval, one request
