@@ -30,7 +30,7 @@ SIGNALS: dict[str, str] = {
     "submit_reply": 'answer the pending request: {"request_id": "<from the current '
                     'details>", "approve": true} (approval, confirm), "choice": "..." '
                     '(choose, plan steps), or "values": {...} (form); optional "comment", '
-                    '"by"',
+                    '"digest" (recorded as from whoever holds Temporal access)',
     "submit_message": 'a new message while the session waits for one: {"text": "..."}',
     "end_conversation": 'end the conversation while the session waits: {"reason": "..."}',
 }
