@@ -265,7 +265,8 @@ class AgentTurn:
             return None
         asked = decisions.asked_tool_call(d.detail["server"], call.tool, call.arguments)
         verdict = decisions.tool_verdict(s.config.rules, s.standing_decisions,
-                                         d.detail["server"], call.tool, call.arguments)
+                                         d.detail["server"], call.tool, call.arguments,
+                                         safety_asks=d.kind == "approve_first")
         if verdict.kind in ("allow", "deny", "standing"):
             return self._decided_without_asking(c, asked, verdict)
         if d.kind == "approve_first" or verdict.kind == "ask":

@@ -108,12 +108,20 @@ class ToolVerdict(BaseModel):
 
 
 def tool_verdict(rules: list[DecisionRule], standing: list[StandingDecision],
-                 server: str | None, tool: str, arguments: dict[str, Any]) -> ToolVerdict:
+                 server: str | None, tool: str, arguments: dict[str, Any], *,
+                 safety_asks: bool = True) -> ToolVerdict:
     """The first matching rule decides; a ``deny`` rule beats a standing decision, which
-    beats ``ask`` and the safety class; ``allow`` runs it."""
+    beats ``ask`` and the safety class; ``allow`` runs it. ``safety_asks``: whether its
+    safety class asks (an irreversible tool): where nothing would ask, ``allow`` and a
+    standing decision change nothing and the verdict is ``default`` (no log line for a
+    call that runs as it always would)."""
     found = rule_for(rules, server, tool, arguments)
-    if found is not None and found[1].decision in ("allow", "deny"):
-        return ToolVerdict(kind=found[1].decision, rule=found[0])
+    if found is not None and found[1].decision == "deny":
+        return ToolVerdict(kind="deny", rule=found[0])
+    if not safety_asks and (found is None or found[1].decision != "ask"):
+        return ToolVerdict(kind="default")
+    if found is not None and found[1].decision == "allow":
+        return ToolVerdict(kind="allow", rule=found[0])
     held = next((sd for sd in standing if sd.matches(server, tool, arguments)), None)
     if held is not None:
         return ToolVerdict(kind="standing", standing=held)

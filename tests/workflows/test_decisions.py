@@ -121,10 +121,23 @@ def standing(tool: str = "delete_note", arguments: dict | None = None) -> Standi
     ("read_note", {"name": "a"}, [standing("read_note")], "standing", None),  # beats ask
     ("write_note", {"name": "a"}, [standing()], "default", None),
 ])
-def test_tool_verdict(tool, args, held, kind, rule):
+def test_tool_verdict_of_a_call_its_safety_class_asks_for(tool, args, held, kind, rule):
     v = d.tool_verdict(RULES, held, "notes", tool, args)
     assert (v.kind, v.rule) == (kind, rule)
     assert (v.standing is not None) == (kind == "standing")
+
+
+@pytest.mark.parametrize(("tool", "args", "held", "kind", "rule"), [
+    # what runs anyway is not "decided": no rule or standing decision is recorded
+    ("delete_note", {"name": "tmp-1"}, [], "default", None),
+    ("delete_note", {"name": "other"}, [standing()], "default", None),
+    ("delete_note", {"name": "prod-1"}, [], "deny", "rules[1]"),  # deny refuses anything
+    ("read_note", {"name": "a"}, [], "ask", "reads"),  # ask asks anything
+    ("read_note", {"name": "a"}, [standing("read_note")], "standing", None),
+])
+def test_tool_verdict_of_a_call_that_would_run_without_asking(tool, args, held, kind, rule):
+    v = d.tool_verdict(RULES, held, "notes", tool, args, safety_asks=False)
+    assert (v.kind, v.rule) == (kind, rule)
 
 
 def test_a_standing_decision_matches_its_tool_and_its_arguments_or_any():
