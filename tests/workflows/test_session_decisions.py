@@ -19,7 +19,13 @@ from temporalio.worker import Worker
 from api.runtime.worker import SESSION_RUNNER
 from observation.exporter import export_session
 from observation.schemas import load
-from tests.support.sessions import running_worker, start_session, until, until_status
+from tests.support.sessions import (
+    running_worker,
+    start_session,
+    until,
+    until_status,
+    worker_process,
+)
 from workflows import decisions
 from workflows.config import SessionConfig
 from workflows.contract import idempotency_key_for
@@ -361,15 +367,16 @@ async def test_a_standing_decision_decides_until_revoked(
     assert set_by_reply == [f"sd-{first}", f"sd-{second}"]
 
 
-async def test_two_people_approve_across_continue_as_new_and_a_worker_restart(
+async def test_two_people_approve_across_continue_as_new_and_a_worker_kill(
         dev_env, notes, notes_dir, tmp_path, task_queue):
     """On the dev server (the time-skipping server can lose a query sent right after a
-    new run), following the latest run."""
+    new run), following the latest run; the worker that took the first approval is
+    killed (SIGKILL) before the second."""
     (notes_dir / "shared.note").write_text("x")
     rules = [{"tool": "delete_note", "approvals_required": 2, "separation_of_duties": True,
               "name": "two"}]
     client = dev_env.client
-    async with running_worker(client, task_queue):
+    with worker_process(client, task_queue):  # `hitlflow worker`, killed -9 at the end
         first = await start_session(client, session(notes, [
             delete("shared"), {"text": "done", "end": True}], rules=rules), task_queue,
             continue_as_new_after_events=10)
@@ -387,7 +394,7 @@ async def test_two_people_approve_across_continue_as_new_and_a_worker_restart(
         again = await refused_with(h, ReplyInput(request_id=p.request_id, approve=True,
                                                  principal=BOB))
         assert (again.type, again.details[0]["code"]) == (ANSWER_CONFLICT, "already_approved")
-    # no worker now; the next one replays (and continued as new while it waited)
+    # the worker was killed; the next one replays (the run continued as new meanwhile)
     async with running_worker(client, task_queue):
         state = await h.query("state", result_type=SessionState)
         assert state.continued_runs >= 1
