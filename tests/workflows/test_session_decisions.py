@@ -468,3 +468,35 @@ async def test_an_approval_is_consumed_once_when_the_worker_dies_before_the_call
     tool = [m.content for m in state.conversation if m.role == "tool"]
     assert len(tool) == 2 and "already" in tool[1].lower()
     assert len(state.replies) == 1  # one approval, one request
+
+
+async def test_a_plan_step_is_asked_with_its_digest_and_decided_by_a_principal(
+        ts_worker, task_queue, tmp_path):
+    cfg = SessionConfig.model_validate({"people": PEOPLE, "plan": {"name": "t", "steps": [
+        {"name": "check", "run": "echo checked", "verify": "human"},
+        {"name": "release?", "gate": True}]}})
+    h = await start_session(ts_worker.client, cfg, task_queue, search_attributes=False)
+    p = (await until_status(h, W)).pending
+    assert p.asked == {"step": 0, "command": "echo checked"} and p.digest == digest_of(p.asked)
+    viewer = await refused_with(h, ReplyInput(request_id=p.request_id, choice="approve",
+                                              principal=VIC))
+    assert viewer.details[0]["rule"] == "role.approver"
+    await h.execute_update("reply", ReplyInput(request_id=p.request_id, choice="approve",
+                                               principal=BOB, digest=p.digest))
+    gate = (await until(h, lambda s: s.status == W and s.pending.request_id != p.request_id)
+            ).pending
+    assert gate.asked == {"step": 1, "command": None}
+    stale = await refused_with(h, ReplyInput(request_id=gate.request_id, choice="approve",
+                                             principal=OPS, digest=p.digest))
+    assert stale.details[0]["code"] == "stale_digest"
+    await h.execute_update("reply", ReplyInput(request_id=gate.request_id, choice="approve",
+                                               principal=OPS, digest=gate.digest))
+    assert (await h.result()).status is SessionStatus.SUCCEEDED
+    lines = await log_of(ts_worker.client, h, tmp_path)
+    assert [(r["principal"], r["digest"]) for r in of(lines, "ISSUE_RESOLVED")] == [
+        (ref(BOB), p.digest), (ref(OPS), gate.digest)]
+    assert [o["digest"] for o in of(lines, "ISSUE_OPENED")] == [p.digest, gate.digest]
+    by_person = [(s["trigger"], s["principal"]["subject"]) for s in of(lines, "execution_state")
+                 if "principal" in s]
+    assert by_person == [("resume", "bob"), ("succeed", "bob"), ("resume", "ops"),
+                         ("succeed", "ops")]
