@@ -190,6 +190,16 @@ def _forbidden(rule: str, message: str) -> AnswerProblem:
                          details={"rule": rule, "code": "forbidden"})
 
 
+def source_refusal(principal: Principal | None, config: SessionConfig
+                   ) -> AnswerProblem | None:
+    """A reply, message, end or revocation sent straight through Temporal (no
+    principal) where the session refuses those (``temporal_replies: refuse``)."""
+    if decider(principal, config) is not None:
+        return None
+    return _forbidden("temporal_replies", "this session refuses answers and changes sent "
+                      "straight through Temporal (temporal_replies: refuse): use hitlflow")
+
+
 def answer_refusal(principal: Principal | None, config: SessionConfig,
                    pending: PendingRequest, *, approve: bool | None,
                    arguments: dict[str, Any] | None = None,
@@ -201,9 +211,7 @@ def answer_refusal(principal: Principal | None, config: SessionConfig,
     but it is to separation of duties, edits and ``remember``."""
     who = decider(principal, config)
     if who is None:
-        return _forbidden("temporal_replies", "this session refuses answers sent straight "
-                          "through Temporal (temporal_replies: refuse): answer through "
-                          "hitlflow")
+        return source_refusal(principal, config)
     if principal is not None:
         refusal = may_answer(principal, config.people, pending.approvers, pending.rule)
         if refusal is not None:
@@ -255,7 +263,8 @@ def arguments_errors(schema: dict[str, Any] | None, arguments: dict[str, Any]) -
     try:
         cls = jsonschema.validators.validator_for(schema)
         cls.check_schema(schema)
-        errors = sorted(cls(schema).iter_errors(arguments), key=lambda e: list(e.path))
+        errors = sorted(cls(schema).iter_errors(arguments),
+                        key=lambda e: ([str(p) for p in e.path], e.message))
     except jsonschema.exceptions.SchemaError as err:
         return [f"the tool's input schema is not valid: {err.message}"]
     out = []
@@ -308,8 +317,7 @@ def revoke_problem(principal: Principal | None, config: SessionConfig,
                              message=f"no standing decision {standing_id!r} in this session")
     who = decider(principal, config)
     if who is None:
-        return _forbidden("temporal_replies", "this session refuses changes sent straight "
-                          "through Temporal (temporal_replies: refuse)")
+        return source_refusal(principal, config)
     if not who.at_least("operator") and not same_principal(who, held.set_by):
         return _forbidden("role.operator", f"{who.subject} may not revoke {standing_id!r}: "
                           "only an operator or its author")

@@ -38,7 +38,7 @@ with workflow.unsafe.imports_passed_through():
         SessionInput,
     )
     from workflows.operators import SIGNALS, refusal, signal_input
-    from workflows.people import ANSWER_FORBIDDEN, Principal, StandingDecision
+    from workflows.people import Principal, StandingDecision
     from workflows.plan_dispatch import step_command_problem
     from workflows.session_state import PendingRequest, SessionState
     from workflows.statechart import SessionStatus, is_terminal
@@ -92,11 +92,15 @@ class SessionHandlers:
             arguments=reply.arguments, remember=reply.remember,
             standing_count=len(self._s.standing_decisions))
 
-    def _from_temporal_refused(self, principal: Principal | None) -> str | None:
-        if decisions.decider(principal, self._s.config) is None:
-            return ("this session refuses changes sent straight through Temporal "
-                    "(temporal_replies: refuse): use hitlflow")
-        return None
+    def _from_temporal_refused(self, principal: Principal | None
+                               ) -> decisions.AnswerProblem | None:
+        return decisions.source_refusal(principal, self._s.config)
+
+    @staticmethod
+    def _raise(problem: decisions.AnswerProblem) -> None:
+        """A validator's refusal, typed for the API (403, 409, 422: ``details[0]``)."""
+        raise ApplicationError(problem.message, problem.details, type=problem.type,
+                               non_retryable=True)
 
     # Signals take their payload raw and validate it here: the SDK would drop a payload
     # that does not convert to the input type (with a traceback, and nothing recorded).
@@ -131,8 +135,7 @@ class SessionHandlers:
             raise ValueError(problem)
         why = self._answer_problem(reply)
         if why is not None:  # 403, 409 or 422 at the API (details[0])
-            raise ApplicationError(why.message, why.details, type=why.type,
-                                   non_retryable=True)
+            self._raise(why)
 
     def _reply_problem(self, reply: ReplyInput) -> str | None:
         if self._reply is not None:
@@ -160,10 +163,12 @@ class SessionHandlers:
         message, problem = signal_input(MessageInput, args)
         if message is not None and is_terminal(self._s.status):
             problem = f"the session is {self._s.status.value}: it takes no messages"
-        if message is not None and not problem:
-            problem = self._from_temporal_refused(message.principal)
         if problem or message is None:
             self._refuse("submit_message", args, problem or "no message")
+            return
+        why = self._from_temporal_refused(message.principal)
+        if why is not None:
+            self._refuse("submit_message", args, why.message, why)
             return
         self._take_message(message)
 
@@ -182,16 +187,18 @@ class SessionHandlers:
             raise ValueError(f"the session is {self._s.status.value}: it takes no messages")
         refused = self._from_temporal_refused(message.principal)
         if refused:
-            raise ApplicationError(refused, {"rule": "temporal_replies", "code": "forbidden"},
-                                   type=ANSWER_FORBIDDEN, non_retryable=True)
+            self._raise(refused)
 
     @workflow.signal(name="end_conversation", description=SIGNALS["end_conversation"])
     def end_conversation_signal(self, *args: Any) -> None:
         end, problem = signal_input(EndInput, args)
-        problem = problem or self._end_problem() or (
-            self._from_temporal_refused(end.principal) if end is not None else None)
+        problem = problem or self._end_problem()
         if problem or end is None:
             self._refuse("end_conversation", args, problem or "no input")
+            return
+        why = self._from_temporal_refused(end.principal)
+        if why is not None:
+            self._refuse("end_conversation", args, why.message, why)
             return
         self._end = end
 
@@ -213,8 +220,7 @@ class SessionHandlers:
             raise ValueError(problem)
         refused = self._from_temporal_refused(end.principal)
         if refused:
-            raise ApplicationError(refused, {"rule": "temporal_replies", "code": "forbidden"},
-                                   type=ANSWER_FORBIDDEN, non_retryable=True)
+            self._raise(refused)
 
     @workflow.signal(name="record_refusal")
     def record_refusal(self, *args: Any) -> None:
@@ -250,8 +256,7 @@ class SessionHandlers:
         problem = decisions.revoke_problem(revoke.principal, self._s.config,
                                            self._s.standing_decisions, revoke.standing_id)
         if problem:
-            raise ApplicationError(problem.message, problem.details, type=problem.type,
-                                   non_retryable=True)
+            self._raise(problem)
 
     @workflow.query(name="standing_decisions")
     def standing_decisions(self) -> list[StandingDecision]:

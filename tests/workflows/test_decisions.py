@@ -380,3 +380,20 @@ def test_standing_decisions_are_bounded_and_revoked_with_who():
     assert entry.kind == "standing.revoked"
     assert (entry.data["revoked_by"]["subject"], entry.data["set_by"]["subject"]) == (
         "ops", "ann")
+
+
+def test_schema_errors_at_mixed_paths_are_sorted_without_failing():
+    schema = {"type": "object", "properties": {
+        "tags": {"type": "array", "items": {"type": "string"}},
+        "name": {"type": "string"}}}
+    assert d.arguments_errors(schema, {"tags": ["a", 1, 2], "name": 5}) == [
+        "name: 5 is not of type 'string'", "tags/1: 1 is not of type 'string'",
+        "tags/2: 2 is not of type 'string'"]
+
+
+def test_a_source_refusal_is_only_for_temporal_access_where_refused():
+    assert d.source_refusal(None, config()) is None
+    assert d.source_refusal(ANN, config(temporal_replies="refuse")) is None
+    found = d.source_refusal(None, config(temporal_replies="refuse"))
+    assert (found.type, found.details) == (ANSWER_FORBIDDEN, {"rule": "temporal_replies",
+                                                              "code": "forbidden"})

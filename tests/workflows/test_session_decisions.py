@@ -179,14 +179,19 @@ async def test_temporal_access_is_named_or_refused(ts_worker, notes, notes_dir, 
                                              approve=True))
     assert (cause.type, cause.details[0]["rule"]) == (ANSWER_FORBIDDEN, "temporal_replies")
     await h.signal("submit_reply", {"request_id": snap.pending.request_id, "approve": True})
+    await h.signal("submit_message", {"text": "from the UI"})
+    await h.signal("end_conversation", {"reason": "from the UI"})
     with pytest.raises(WorkflowUpdateFailedError):
         await h.execute_update("end", EndInput(reason="from the UI"))
     assert (await until_status(h, W)).pending == snap.pending
     await h.execute_update("end", EndInput(reason="enough", principal=ANN))
     await h.result()
     lines = await log_of(ts_worker.client, h, tmp_path)
-    (refused,) = of(lines, "interaction.reply.refused")
-    assert (refused["rule"], refused["code"]) == ("temporal_replies", "forbidden")
+    refused = of(lines, "interaction.reply.refused")
+    assert [(r["signal"], r["rule"], r["code"]) for r in refused] == [
+        (signal, "temporal_replies", "forbidden")
+        for signal in ("submit_reply", "submit_message", "end_conversation")]
+    assert [m["text"] for m in of(lines, "message")] == ["go"]
     ended = [s for s in of(lines, "RUN_STATE_CHANGED")
              if s["trigger"] == "conversation.ended"]
     assert [s["detail"]["principal"] for s in ended] == [ref(ANN)]
