@@ -148,6 +148,15 @@ def edited_note(arguments: dict[str, Any]) -> str:
             + json.dumps(arguments, ensure_ascii=False, sort_keys=True))
 
 
+def auto_answer_within(pending: PendingRequest, answer: dict[str, Any]) -> dict[str, Any]:
+    """The documented default decision (``auto_decision``) of a request nobody answered
+    in time, held to the request's terms: nobody's silence makes up for approvers a
+    request needs, so one that needs several approvals is rejected instead."""
+    if answer.get("approved") and pending.approvals_required > 1:
+        return {**answer, "approved": False}
+    return answer
+
+
 # -- who decided ------------------------------------------------------------------------
 
 

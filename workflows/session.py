@@ -347,7 +347,8 @@ class SessionWorkflow(SessionHandlers, AgentTurn, PlanTurn):
         assert s.pending is not None
         pending, now = s.pending, workflow.now()
         if not s.config.interactive_require_user_reply:
-            answer = agent.auto_answer(pending, s.config)
+            answer = decisions.auto_answer_within(pending,
+                                                  agent.auto_answer(pending, s.config))
             self._book.record_unanswered(pending, "auto_decided", now, answer)
             self._accept(answer, "auto_decide", auto=True)
             return

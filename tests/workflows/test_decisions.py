@@ -397,3 +397,14 @@ def test_a_source_refusal_is_only_for_temporal_access_where_refused():
     found = d.source_refusal(None, config(temporal_replies="refuse"))
     assert (found.type, found.details) == (ANSWER_FORBIDDEN, {"rule": "temporal_replies",
                                                               "code": "forbidden"})
+
+
+def test_an_auto_decision_never_approves_what_needs_several_approvers():
+    auto = {"approved": True, "auto": True}
+    assert d.auto_answer_within(pending(), auto) == auto
+    assert d.auto_answer_within(pending(approvals_required=2), auto) == {
+        "approved": False, "auto": True}
+    no = {"approved": False, "auto": True}
+    assert d.auto_answer_within(pending(approvals_required=2), no) == no
+    choice = {"choice": "done", "auto": True}
+    assert d.auto_answer_within(pending(kind="choose", approvals_required=2), choice) == choice
