@@ -68,7 +68,7 @@ FCMP_PREFIXES = ("conversation.", "interaction.")
 
 #: What a request says of who may answer it and on what (issue 24), on its ISSUE_OPENED;
 #: each only when the workflow set it, so older histories export to the same bytes.
-ISSUE_TERMS = ("digest", "approvers", "approvals_required", "rule", "separation_of_duties",
+ISSUE_TERMS = ("asked", "digest", "approvers", "approvals_required", "rule", "separation_of_duties",
                "editable", "input_schema")
 #: What a decision says of who made it and on what, on its ISSUE_RESOLVED.
 DECISION_TERMS = ("principal", "digest", "edited_digest", "edited_by", "edited_arguments",

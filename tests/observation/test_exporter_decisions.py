@@ -17,6 +17,10 @@ from observation.exporter.mapping import SessionMapper
 from observation.log_view import fold
 from observation.projections import ExecutionStateEvent
 from observation.schemas import load
+from workflows import decisions
+from workflows.config import SessionConfig
+from workflows.people import ANSWER_CONFLICT, Principal
+from workflows.session_state import PendingRequest
 
 AT = "2026-01-02T03:04:05Z"
 BOB = {"issuer": "local", "subject": "bob", "name": "Bob"}
@@ -24,6 +28,8 @@ OPS = {"issuer": "local", "subject": "ops", "name": "Ops"}
 DIGEST = "sha256:" + "a" * 64
 EDITED = "sha256:" + "b" * 64
 SCHEMA = load("event")
+CONFIG = SessionConfig.model_validate({"agent": {"llm": {
+    "provider": "scripted", "responses": [{"text": "hi"}]}}})
 
 
 def valid(type_: str, payload: dict[str, Any]) -> None:
@@ -79,9 +85,8 @@ def test_a_request_carries_its_digest_and_who_may_answer_only_when_set():
         digest=DIGEST, approvers=["group:security"], approvals_required=2, rule="prod",
         separation_of_duties=True, asked={"tool": "delete_note"}) if x[0] == ev.ISSUE_OPENED]
     assert {k: opened[k] for k in ev.ISSUE_TERMS if k in opened} == {
-        "digest": DIGEST, "approvers": ["group:security"], "approvals_required": 2,
-        "rule": "prod", "separation_of_duties": True}
-    assert "asked" not in opened
+        "asked": {"tool": "delete_note"}, "digest": DIGEST, "approvers": ["group:security"],
+        "approvals_required": 2, "rule": "prod", "separation_of_duties": True}
 
 
 def test_approvals_then_the_decision_with_who_and_what():
@@ -100,6 +105,12 @@ def test_approvals_then_the_decision_with_who_and_what():
     assert ev.is_journal_lead(t, p)
     view = fold("s1", j.lines)
     assert view.pending["approvals"] == [BOB] and view.pending["digest"] == DIGEST
+    # what the API reads back (the read model keeps the view's pending) is a request the
+    # same pure checks take: Bob again is a conflict, before anything reaches Temporal
+    pending = PendingRequest.model_validate(view.pending)
+    bob = Principal(**BOB, role="approver")
+    found = decisions.answer_conflict(bob, CONFIG, pending, approve=True, digest=DIGEST)
+    assert (found.type, found.details) == (ANSWER_CONFLICT, {"code": "already_approved"})
     ((t, resolved),) = j.feed("reply.accepted", {
         "request_id": "e1", "kind": "approval", "answer": {"approved": True}, "by": "Ops",
         "auto": False, "principal": OPS, "digest": DIGEST, "approvals": [BOB, OPS],
