@@ -136,6 +136,13 @@ def waiting_details(state: SessionState) -> str:
         text = f"Waiting for the person: {VERBS[p.kind]} — {p.prompt} (request {p.request_id})"
         if p.output:
             text += f"\n\nThe step's output:\n\n```\n{p.output}\n```"
+        if p.approvers or p.approvals_required > 1:  # a rule says who (issue 24)
+            who = ", ".join(p.approvers) or "the session's approvers"
+            text += f"\n\nFor {who} (rule {p.rule})"
+            if p.approvals_required > 1:
+                so_far = ", ".join(a.name or a.subject for a in p.approvals) or "nobody yet"
+                text += (f": {p.approvals_required} different approvers; approved so far "
+                         f"by {so_far}")
         return f"{text}\n\n{_answer_how(p)}"
     if state.status.value == "running":
         return "Running: the agent is working"

@@ -408,3 +408,19 @@ def test_an_auto_decision_never_approves_what_needs_several_approvers():
     assert d.auto_answer_within(pending(approvals_required=2), no) == no
     choice = {"choice": "done", "auto": True}
     assert d.auto_answer_within(pending(kind="choose", approvals_required=2), choice) == choice
+
+
+def test_the_temporal_ui_says_who_a_request_is_for_and_who_approved_so_far():
+    from workflows.operators import waiting_details
+
+    def details(**kw) -> str:
+        s = SessionState(session_id="s", config=config(), status="waiting_user",
+                         pending=pending(**kw))
+        return waiting_details(s)
+
+    assert "For " not in details()
+    assert "For group:security (rule prod)\n" in details(approvers=["group:security"],
+                                                         rule="prod")
+    text = details(approvals_required=2, rule="two", approvals=[BOB.ref()])
+    assert ("For the session's approvers (rule two): 2 different approvers; approved so "
+            "far by Bob") in text
