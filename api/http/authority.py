@@ -20,7 +20,7 @@ from typing import Annotated, Any
 from fastapi import Depends, Request
 from temporalio.client import Client
 
-from api.http.deps import PrincipalDep, SessionIdDep, get_client
+from api.http.deps import OnChange, PrincipalDep, SessionIdDep, get_client
 from api.http.errors import ApiError, temporal_errors
 from api.http.models import RefusalView, YouView
 from api.http.reads import store_call, store_of
@@ -147,25 +147,29 @@ def answer_refusal(principal: Principal, access: SessionAccess,
 
 
 async def record_refusal(client: Client, session_id: str, principal: Principal,
-                         action: str, refusal: Refusal, request_id: str | None = None
-                         ) -> None:
+                         action: str, refusal: Refusal, request_id: str | None = None,
+                         changed: OnChange | None = None) -> None:
     """The refused attempt into the session's log (best effort: a closed session takes
-    no signal, and the 403 stands either way)."""
+    no signal, and the 403 stands either way); ``changed`` wakes the exporter for it."""
     try:
         await client.get_workflow_handle(session_id).signal(
             "record_refusal", RefusalInput(
                 principal=principal, action=action, rule=refusal.rule[:200],
                 message=refusal.message[:2000],
                 request_id=request_id[:200] if request_id else None))
+        if changed is not None:
+            changed(session_id)
     except Exception as err:
         log.warning("session %s: the refusal of %s's %s was not recorded: %s",
                     session_id, principal.subject, action, type(err).__name__)
 
 
 async def refuse(client: Client, session_id: str, principal: Principal, action: str,
-                 refusal: Refusal, request_id: str | None = None) -> ApiError:
+                 refusal: Refusal, request_id: str | None = None,
+                 changed: OnChange | None = None) -> ApiError:
     """Record the refusal, and the 403 to raise."""
-    await record_refusal(client, session_id, principal, action, refusal, request_id)
+    await record_refusal(client, session_id, principal, action, refusal, request_id,
+                         changed)
     return forbidden(refusal)
 
 
@@ -176,7 +180,8 @@ async def check_act(request: Request, client: Client, principal: Principal,
         return
     access = await session_access(request, session_id)
     if refusal := may_act(principal, access.people, action):
-        raise await refuse(client, session_id, principal, action, refusal)
+        raise await refuse(client, session_id, principal, action, refusal,
+                           changed=request.app.state.on_change)
 
 
 async def check_answer(request: Request, client: Client, principal: Principal,
@@ -184,7 +189,8 @@ async def check_answer(request: Request, client: Client, principal: Principal,
     """403 (recorded) unless the principal may answer the request."""
     access = await session_access(request, session_id)
     if refusal := answer_refusal(principal, access, request_id):
-        raise await refuse(client, session_id, principal, "reply", refusal, request_id)
+        raise await refuse(client, session_id, principal, "reply", refusal, request_id,
+                           request.app.state.on_change)
     return access
 
 

@@ -129,9 +129,11 @@ def test_answering_clears_the_request_approvers_and_approvals_show(store: ReadSt
     events = _events({"owner": "bob"}, opened={"approvers": ["group:security"],
                                                "approvals_required": 2})
     seq = len(events)
-    events.append({"seq": seq + 1, "type": "interaction.approval.recorded",
-                   "payload": {"issue_id": "r1", "principal": {
-                       "issuer": "local", "subject": "sam", "name": "Sam"}},
+    sam = {"issuer": "local", "subject": "sam", "name": "Sam"}
+    events.append({"seq": seq + 1, "type": ev.ISSUE_APPROVAL_RECORDED,
+                   "payload": {"issue_id": "r1", "kind": "approval", "by": "Sam",
+                               "principal": sam, "approvals": [sam],
+                               "approvals_required": 2, "approved_at": "2026-01-01T00:00:00Z"},
                    "event_hash": "hx", "event_id": f"run:{seq + 1}:0"})
     _put(store, "s1", events)
     assert store.session("s1")["pending"]["approvals"] == [

@@ -329,7 +329,7 @@ async def _update(client: Client, session_id: str, name: str, arg: object, *, co
             rule = str(err.extra.get("rule") or "forbidden")
             raise await refuse(client, session_id, actor.principal, actor.action,
                                Refusal(rule=rule, message=err.message),
-                               actor.request_id) from None
+                               actor.request_id, changed) from None
         if isinstance(err.__cause__, WorkflowUpdateFailedError) and err.code != "refused":
             raise  # the validator's conflict (409) or invalid arguments (422), as mapped
         if err.code == "refused":
@@ -479,7 +479,7 @@ async def step_action(
     access = await session_access(request, session_id)
     if refusal := may_answer(principal, access.people, pending.approvers, pending.rule):
         raise await refuse(client, session_id, principal, "reply", refusal,
-                           pending.request_id)
+                           pending.request_id, changed)
     reply = ReplyInput(request_id=pending.request_id, choice=action, by=_decider(principal),
                        values={"to_step": index} if action == "reset" else None,
                        comment=(body.comment if body else None), principal=principal,
@@ -526,7 +526,7 @@ async def revoke_standing(
         await require_see(request, principal, session_id)
         raise await refuse(client, session_id, principal, "revoke_standing", Refusal(
             rule="role.operator", message=f"{principal.subject} is a {principal.role}: "
-            "revoking a standing decision needs the operator role"))
+            "revoking a standing decision needs the operator role"), changed=changed)
     try:
         result = await _update(
             client, session_id, "revoke_standing",
