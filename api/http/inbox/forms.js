@@ -3,12 +3,11 @@
 // may not answer shows who it is for and why it is not theirs instead (decide.js).
 import { enc, h } from "./dom.js";
 import { TERMINAL, Unauthorized, api, errorOf } from "./api.js";
-import { approvalsLine, digestLine, forWhom, formKey, mayAnswer, notYours,
-         refusedText } from "./decide.js";
+import * as decide from "./decide.js";
 
 export function renderPending(s) {
   const p = s.session.pending;
-  const key = formKey(s.session);
+  const key = decide.formKey(s.session);
   if (key === s.formFor) {
     renderNotice(s);
     return; // the same request: keep what the person is typing
@@ -17,7 +16,7 @@ export function renderPending(s) {
   if (s.notice && s.notice.ok) s.notice = null; // "sent" is said; a refusal stays
   // A keyboard in the old form moves on to the new one's heading, not to the page's top.
   const hadFocus = s.els.pending.contains(document.activeElement);
-  const mine = mayAnswer(s.session);
+  const mine = decide.mayAnswer(s.session);
   const title = h("h2", { id: "pending-title", tabindex: "-1" },
                   !p ? "Nothing waits for you" : mine ? "Waiting for you"
                     : "Waiting for someone else");
@@ -30,7 +29,7 @@ export function renderPending(s) {
         : `The session is ${status.replace("_", " ")}; this page follows it live.`));
   } else if (!mine) {
     s.els.pending.className = "pending not-yours";
-    s.els.pending.replaceChildren(title, notice, notYours(s.session));
+    s.els.pending.replaceChildren(title, notice, decide.notYours(s.session));
   } else {
     s.els.pending.className = "pending";
     s.els.pending.replaceChildren(title, notice, formFor(s, p));
@@ -136,8 +135,8 @@ function formFor(s, p) {
   if (p.kind !== "choose" && p.kind !== "form" && p.kind !== "message") {
     form.addEventListener("submit", (e) => e.preventDefault());
   }
-  form.append(prompt, (p.approvers || []).length ? forWhom(p) : "", approvalsLine(p),
-              digestLine(p), ...body.flat(2));
+  const named = (p.approvers || []).length ? decide.forWhom(p) : "";
+  form.append(prompt, named, decide.approvalsLine(p), decide.digestLine(p), ...body.flat(2));
   return form;
 }
 
@@ -161,7 +160,8 @@ async function submit(s, form, path, body) {
     // Refused (409: the request was answered or expired meanwhile, or the answer does
     // not fit): the API's words, in place; then the session as it is now.
     const error = await errorOf(r);
-    s.notice = { ok: false, text: refusedText(error), reload: error.code === "stale_digest" };
+    s.notice = { ok: false, text: decide.refusedText(error),
+                 reload: error.code === "stale_digest" };
     renderNotice(s);
     again(buttons, was);
     s.reread({});
