@@ -48,6 +48,8 @@ GATE_RUN_FINISHED = "GATE_RUN_FINISHED"
 RUN_STATE_CHANGED = "RUN_STATE_CHANGED"
 ISSUE_OPENED = "ISSUE_OPENED"  # a request to the person (seed 004's pending request)
 ISSUE_RESOLVED = "ISSUE_RESOLVED"  # ... answered, decided or withdrawn
+ISSUE_APPROVAL_RECORDED = "ISSUE_APPROVAL_RECORDED"  # one approval of several (issue 24)
+STANDING_DECISION_REVOKED = "STANDING_DECISION_REVOKED"  # "do not ask again" undone
 REPLY_REFUSED = "interaction.reply.refused"
 MESSAGE = "message"
 PROVIDER_WAITING = "provider.waiting"
@@ -63,6 +65,14 @@ INTERACTION_REQUESTED = SessionEvent.INTERACTION_REQUESTED.value  # a request op
 FCMP_INTERACTION_TYPES: tuple[str, ...] = tuple(
     e.value for e in SessionEvent if e.value.startswith("interaction."))
 FCMP_PREFIXES = ("conversation.", "interaction.")
+
+#: What a request says of who may answer it and on what (issue 24), on its ISSUE_OPENED;
+#: each only when the workflow set it, so older histories export to the same bytes.
+ISSUE_TERMS = ("asked", "digest", "approvers", "approvals_required", "rule", "separation_of_duties",
+               "editable", "input_schema")
+#: What a decision says of who made it and on what, on its ISSUE_RESOLVED.
+DECISION_TERMS = ("principal", "digest", "edited_digest", "edited_by", "edited_arguments",
+                  "approvals", "standing_decision")
 
 #: How a session's log ends (the last line of a closed session).
 END_TYPES = (RUN_COMPLETED, RUN_FAILED)
@@ -109,6 +119,8 @@ EVENT_TYPES: tuple[LogEventType, ...] = (
     _T(RUN_STATE_CHANGED, "journal", schema="RUN_STATE_CHANGED", seed=True),
     _T(ISSUE_OPENED, "journal", schema="ISSUE_OPENED", seed=True),
     _T(ISSUE_RESOLVED, "journal", schema="ISSUE_RESOLVED", seed=True),
+    _T(ISSUE_APPROVAL_RECORDED, "journal", schema="ISSUE_APPROVAL_RECORDED", sse=True),
+    _T(STANDING_DECISION_REVOKED, "journal", schema="STANDING_DECISION_REVOKED", sse=True),
     *(_T(t, "journal") for t in FCMP_INTERACTION_TYPES),
     _T(CONVERSATION_STATE_CHANGED, "journal", schema="conversation.state.changed", sse=True),
     _T(REPLY_REFUSED, "journal"),
@@ -155,6 +167,12 @@ def _a_reply(payload: dict[str, Any]) -> bool:
     return payload.get("resolution") in REPLY_RESOLUTIONS
 
 
+def _decided_without_asking(payload: dict[str, Any]) -> bool:
+    """The ISSUE_OPENED of a call a rule or a standing decision decided (the others
+    follow the RUN_STATE_CHANGED of their ``interaction.requested``)."""
+    return "auto_decision" in payload
+
+
 #: Every journal kind (``workflows/session_state.py``'s ``JournalKind``) -> its lead.
 JOURNAL_KINDS: Mapping[str, JournalLead] = {
     "session.status": JournalLead((RUN_STATE_CHANGED,)),
@@ -166,6 +184,9 @@ JOURNAL_KINDS: Mapping[str, JournalLead] = {
     "assistant.text": JournalLead((TEXT,)),
     "llm.waiting": JournalLead((PROVIDER_WAITING,)),
     "plan.event": JournalLead(PLAN_EVENT_TYPES),
+    "approval.recorded": JournalLead((ISSUE_APPROVAL_RECORDED,)),
+    "request.decided": JournalLead((ISSUE_OPENED,), _decided_without_asking),
+    "standing.revoked": JournalLead((STANDING_DECISION_REVOKED,)),
 }
 _LEAD_OF: dict[str, JournalLead] = {t: lead for lead in JOURNAL_KINDS.values()
                                     for t in lead.types}

@@ -229,6 +229,14 @@ class SessionLogView(LogFold):
             "output": p.get("output")}
         if p.get("reason_code"):  # "did it happen?" on a call that may have run
             self.pending["reason_code"] = p["reason_code"]
+        # who may answer and on what (issue 24): only when the request says
+        self.pending.update({k: p[k] for k in ev.ISSUE_TERMS if k in p})
+
+    @folds(ev.ISSUE_APPROVAL_RECORDED)
+    def _approved_once(self, p: dict[str, Any], _: dict[str, Any]) -> None:
+        """One approval of several: who has approved so far is part of the request."""
+        if self.pending is not None and self.pending["request_id"] == p.get("issue_id"):
+            self.pending["approvals"] = p["approvals"]
 
     @folds(ev.ISSUE_RESOLVED)
     def _resolved(self, p: dict[str, Any], _: dict[str, Any]) -> None:

@@ -15,6 +15,7 @@ from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     import workflows.agent as agent  # `from workflows import agent` is not passed through
+    import workflows.decisions as decisions
     from workflows.activity_calls import (
         AT_MOST_ONCE,
         LLM_HEARTBEAT,
@@ -150,10 +151,11 @@ class AgentTurn:
             self._close(E.RUN_FAILED, f"max_turns reached: {s.turn_llm_calls} LLM calls "
                         "in this turn without a final answer", Actor.SYSTEM)
             return None
-        for text in s.inbox:
+        for text, who in self._book.take_inbox():
             self._book.say(ChatMessage(role="user", content=text))
-            self._book.journal("message.accepted", workflow.now(), {"text": text})
-        s.inbox = []
+            self._book.journal("message.accepted", workflow.now(), {"text": text, **(
+                {"by": decisions.name_of(who), "principal": who.model_dump(mode="json")}
+                if who is not None else {})})
         v2, waits, attempt = self._loop_v2(), ProviderWaits(), 0
         while True:
             call_id = f"{s.session_id}-llm-{s.llm_calls}" + (f"-retry{attempt}" if attempt else "")
@@ -261,15 +263,47 @@ class AgentTurn:
                                   error_message=d.message)
             self._book.say(agent.consequence_message(c, call.id))
             return None
-        if d.kind == "approve_first":
+        asked = decisions.asked_tool_call(d.detail["server"], call.tool, call.arguments)
+        verdict = decisions.tool_verdict(s.config.rules, s.standing_decisions,
+                                         d.detail["server"], call.tool, call.arguments,
+                                         safety_asks=d.kind == "approve_first")
+        if verdict.kind in ("allow", "deny", "standing"):
+            return self._decided_without_asking(c, asked, verdict)
+        if d.kind == "approve_first" or verdict.kind == "ask":
             self._book.transition(c, Trigger.SUSPEND, Actor.TOOL_NODE, now)
+            what = "irreversible action" if d.kind == "approve_first" else "action"
             self._ask(PendingRequest(
                 request_id=c.execution_id, kind="approval", execution_id=c.execution_id,
-                prompt="Approve irreversible action: "
-                + summarize_action(c.action_type, c.action_detail),
-                created_at=now,
+                prompt=f"Approve {what}: " + summarize_action(c.action_type, c.action_detail),
+                created_at=now, **decisions.request_terms(s.config, asked, s.tool_catalog),
             ))
         return c
+
+    def _decided_without_asking(self, c: ExecutionContract, asked: dict[str, Any],
+                                verdict: decisions.ToolVerdict) -> ExecutionContract | None:
+        """A rule (``allow``, ``deny``) or a standing decision decided the call: the log
+        says so and by what (one ``request.decided`` entry); ``deny`` refuses it and the
+        model is told; otherwise it runs now (RUNNING)."""
+        now, sd = workflow.now(), verdict.standing
+        detail: dict[str, Any] = {
+            "request_id": c.execution_id, "kind": "approval", "execution_id": c.execution_id,
+            "prompt": summarize_action(c.action_type, c.action_detail),
+            "asked": asked, "digest": decisions.digest_of(asked),
+            "decision": "deny" if verdict.kind == "deny" else "allow",
+            "created_at": now.isoformat().replace("+00:00", "Z")}
+        if verdict.rule is not None:
+            detail["rule"] = verdict.rule
+        if sd is not None:
+            detail.update(standing_id=sd.standing_id,
+                          standing_set_by=sd.set_by.model_dump(mode="json"))
+        self._book.decided_without_asking(detail, now)
+        if verdict.kind != "deny":
+            return c
+        self._book.transition(c, Trigger.REJECT, Actor.TOOL_NODE, now,
+                              error_message=f"denied by rule {verdict.rule}: the session's "
+                              "rules do not allow this call")
+        self._book.say(agent.consequence_message(c, c.action_detail.get("tool_call_id")))
+        return None
 
     async def _execute(self, c: ExecutionContract) -> None:
         """The tool node: call the MCP tool once (or retried, if it is safe to).
@@ -329,9 +363,13 @@ class AgentTurn:
                         else output.text,
                     )
             break
-        self._book.say(agent.consequence_message(
+        said = agent.consequence_message(
             c, d.get("tool_call_id"), output,
-            max_chars=s.config.agent.context.max_tool_result_chars))  # type: ignore[union-attr]
+            max_chars=s.config.agent.context.max_tool_result_chars)  # type: ignore[union-attr]
+        if d.get("edited_by"):  # the model learns the person changed its call
+            said = said.model_copy(update={
+                "content": decisions.edited_note(d["arguments"]) + "\n\n" + said.content})
+        self._book.say(said)
 
     def _ask_outcome(self, c: ExecutionContract, cause: str) -> None:
         """An approved call that may have run: the person says whether it happened
@@ -344,28 +382,37 @@ class AgentTurn:
             request_id=outcome_request_id(c.execution_id, asked), kind="choose",
             execution_id=c.execution_id, options=list(OUTCOME_OPTIONS), created_at=now,
             prompt=outcome_question(summarize_action(c.action_type, c.action_detail), cause),
-            reason_code=OUTCOME_UNKNOWN,
+            reason_code=OUTCOME_UNKNOWN, **self._question_terms(
+                "choose", outcome_question(summarize_action(c.action_type, c.action_detail),
+                                           cause), list(OUTCOME_OPTIONS), []),
         ))
 
+    def _question_terms(self, kind: str, prompt: str, options: list[str],
+                        fields: list[dict[str, Any]]) -> dict[str, Any]:
+        return decisions.request_terms(
+            self._s.config, decisions.asked_question(kind, prompt, options, fields))
+
     def _settle_outcome(self, c: ExecutionContract, answer: dict[str, Any], by: str,
-                        actor: Actor) -> None:
+                        actor: Actor, decided: dict[str, Any] | None = None) -> None:
         """The person's answer on a call that may have run (the contract waits)."""
         now = workflow.now()
         said = outcome_answer(answer)
         if said == "try_again":  # RUNNING again: the tool node runs it at the turn start
-            self._book.transition(c, Trigger.RESUME, actor, now, reason_code=RETRIED)
+            self._book.transition(c, Trigger.RESUME, actor, now, reason_code=RETRIED,
+                                  decided=decided)
             return
-        self._book.transition(c, Trigger.RESUME, actor, now)
+        self._book.transition(c, Trigger.RESUME, actor, now, decided=decided)
         if said == "done":
             self._book.transition(
-                c, Trigger.SUCCEED, actor, now, reason_code=CONFIRMED_DONE,
+                c, Trigger.SUCCEED, actor, now, reason_code=CONFIRMED_DONE, decided=decided,
                 result=f"done: {by} says it happened (the tool's own answer never came back)")
         elif said == "not_done":
             self._book.transition(c, Trigger.FAIL, actor, now, reason_code=CONFIRMED_NOT_DONE,
-                                  error_message=f"not done: {by} says it did not happen")
+                                  error_message=f"not done: {by} says it did not happen",
+                                  decided=decided)
         else:
             self._book.transition(
-                c, Trigger.FAIL, actor, now, reason_code=OUTCOME_UNKNOWN,
+                c, Trigger.FAIL, actor, now, reason_code=OUTCOME_UNKNOWN, decided=decided,
                 error_message=f"outcome unknown: the call did not report back and nobody "
                 f"said whether it happened ({answer}); not retried")
         self._book.say(agent.consequence_message(c, c.action_detail.get("tool_call_id")))
@@ -379,4 +426,6 @@ class AgentTurn:
         self._ask(PendingRequest(
             request_id=c.execution_id, kind=req.kind, execution_id=c.execution_id,
             prompt=req.prompt, options=req.options, fields=req.fields, created_at=now,
+            **self._question_terms(req.kind, req.prompt, req.options,
+                                   [f.model_dump(mode="json") for f in req.fields]),
         ))

@@ -30,7 +30,7 @@ SIGNALS: dict[str, str] = {
     "submit_reply": 'answer the pending request: {"request_id": "<from the current '
                     'details>", "approve": true} (approval, confirm), "choice": "..." '
                     '(choose, plan steps), or "values": {...} (form); optional "comment", '
-                    '"by"',
+                    '"digest" (recorded as from whoever holds Temporal access)',
     "submit_message": 'a new message while the session waits for one: {"text": "..."}',
     "end_conversation": 'end the conversation while the session waits: {"reason": "..."}',
 }
@@ -136,6 +136,13 @@ def waiting_details(state: SessionState) -> str:
         text = f"Waiting for the person: {VERBS[p.kind]} — {p.prompt} (request {p.request_id})"
         if p.output:
             text += f"\n\nThe step's output:\n\n```\n{p.output}\n```"
+        if p.approvers or p.approvals_required > 1:  # a rule says who (issue 24)
+            who = ", ".join(p.approvers) or "the session's approvers"
+            text += f"\n\nFor {who} (rule {p.rule})"
+            if p.approvals_required > 1:
+                so_far = ", ".join(a.name or a.subject for a in p.approvals) or "nobody yet"
+                text += (f": {p.approvals_required} different approvers; approved so far "
+                         f"by {so_far}")
         return f"{text}\n\n{_answer_how(p)}"
     if state.status.value == "running":
         return "Running: the agent is working"

@@ -235,3 +235,6 @@ class StandingDecision(BaseModel):
 #: API answers with 403 (``details[0]``: ``{"rule": ...}``) and 409.
 ANSWER_FORBIDDEN = "AnswerForbidden"
 ANSWER_CONFLICT = "AnswerConflict"
+#: Edited arguments that do not meet the tool's input schema (422 at the API;
+#: ``details[0]``: ``{"code": "invalid_arguments", "errors": [...]}``).
+ANSWER_INVALID = "AnswerInvalid"

@@ -18,9 +18,11 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
+    import workflows.decisions as decisions
     from workflows.cancel import cancelled_in_flight
     from workflows.contract import ActionType, Actor, ExecutionContract, Trigger
     from workflows.io import CommandInput, CommandResult, ToolCallInput, ToolCallResult
+    from workflows.people import TEMPORAL_ACCESS
     from workflows.plan import (
         PlanEvent,
         PlanState,
@@ -204,7 +206,8 @@ class PlanTurn:
         self._s.pending = PendingRequest(
             request_id=c.execution_id, kind="window", execution_id=None,
             prompt=f"step {i} runs in a window; approve or skip to decide it now",
-            options=["approve", "skip"], created_at=workflow.now())
+            options=["approve", "skip"], created_at=workflow.now(),
+            **decisions.request_terms(self._s.config, decisions.asked_step(i, str(step.run))))
         try:
             await self._wait(lambda: run.done() or self._reply is not None)
         except asyncio.CancelledError:
@@ -216,13 +219,18 @@ class PlanTurn:
         # the same instant, the person's decision still wins and the exit is moot.
         if self._reply is not None:
             reply, self._reply = self._reply, None
-            self._book.accept_reply({"choice": reply.choice}, reply.by, workflow.now())
+            who = (decisions.decider(reply.principal, self._s.config) or TEMPORAL_ACCESS).ref()
+            by, digest = decisions.name_of(who), self._s.pending.digest
+            decided = {"principal": who.model_dump(mode="json"),
+                       **({"digest": digest} if digest else {})}
+            self._book.accept_reply({"choice": reply.choice}, by, workflow.now(),
+                                    principal=who, attribution=decided)
             run.cancel()
             with contextlib.suppress(ActivityError):  # its cancellation is expected
                 await run
-            self._record(person_command(self._plan_state(), reply.choice, None, reply.by))
+            self._record(person_command(self._plan_state(), reply.choice, None, by))
             trig = Trigger.SUCCEED if reply.choice == "approve" else Trigger.REJECT
-            self._book.transition(c, trig, Actor.USER, workflow.now())
+            self._book.transition(c, trig, Actor.USER, workflow.now(), decided=decided)
             return None, None
         self._s.pending = None  # the window ended first: nothing left to decide
         try:
@@ -237,14 +245,20 @@ class PlanTurn:
 
     def _ask_step(self, at: PlanState, reason: str, c: ExecutionContract | None,
                   prompt: str, output: str | None = None) -> None:
+        steps = self._s.config.plan.steps
+        step = steps[min(at.current_step, len(steps) - 1)]
+        run = step.run.model_dump(mode="json") if isinstance(step.run, ToolRun) else step.run
         self._ask(PendingRequest(
+            **decisions.request_terms(self._s.config, decisions.asked_step(at.current_step,
+                                                                           run)),
             output=output,
             request_id=c.execution_id if c else f"{self._s.session_id}.step{at.current_step}"
             f"-{len(self._s.plan_events)}", kind="step",
             execution_id=c.execution_id if c else None, prompt=f"{reason}: {prompt}",
             options=list(STEP_CHOICES), created_at=workflow.now()))
 
-    def _accept_step(self, pending: PendingRequest, answer: dict[str, Any], by: str) -> None:
+    def _accept_step(self, pending: PendingRequest, answer: dict[str, Any], by: str,
+                     decided: dict[str, Any] | None = None) -> None:
         """After the reply is recorded: the person's command becomes plan events."""
         choice = answer.get("choice")
         now = workflow.now()
@@ -255,9 +269,9 @@ class PlanTurn:
             self._record(person_command(self._plan_state(), choice, answer.get("values"), by))
         if pending.execution_id is not None:
             c = self._s.contract(pending.execution_id)
-            self._book.transition(c, Trigger.RESUME, Actor.USER, now)
+            self._book.transition(c, Trigger.RESUME, Actor.USER, now, decided=decided)
             trig = {"approve": Trigger.SUCCEED, "skip": Trigger.REJECT}.get(choice, Trigger.FAIL)
-            self._book.transition(c, trig, Actor.USER, now,
+            self._book.transition(c, trig, Actor.USER, now, decided=decided,
                                   error_message=None if trig == Trigger.SUCCEED
                                   else f"{choice} by {by}")
         if choice == "stop":

@@ -17,6 +17,7 @@ from temporalio.exceptions import ActivityError, is_cancelled_exception
 
 with workflow.unsafe.imports_passed_through():
     import workflows.agent as agent  # `from workflows import agent` is not passed through
+    import workflows.decisions as decisions
     from workflows.agent_turn import AgentTurn
     from workflows.cancel import (
         CANCELLED,
@@ -38,6 +39,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from workflows.operators import waiting_details
     from workflows.outcome import OUTCOME_UNKNOWN
+    from workflows.people import TEMPORAL_ACCESS, PrincipalRef
     from workflows.plan import TaskStopped
     from workflows.plan_turn import PlanTurn
     from workflows.search_attributes import WAITING_SINCE, WAITING_SINCE_UNSET, status_update
@@ -66,6 +68,7 @@ class SessionWorkflow(SessionHandlers, AgentTurn, PlanTurn):
         self._published: SessionStatus | None = None
         self._journal_for_activity: list[dict[str, Any]] | None = None
         self._published_since: Any = None
+        self._refusals_recorded = 0  # record_refusal signals recorded in this run
 
     @property
     def _s(self) -> SessionState:
@@ -186,7 +189,8 @@ class SessionWorkflow(SessionHandlers, AgentTurn, PlanTurn):
                 return change.at
         return None
 
-    def _close(self, event: SessionEvent, reason: str, actor: Actor) -> None:
+    def _close(self, event: SessionEvent, reason: str, actor: Actor,
+               principal: PrincipalRef | None = None) -> None:
         now = workflow.now()
         if self._s.config.plan is not None and self._s.plan_events and event in (
                 E.RUN_CANCELED, E.CONVERSATION_ENDED) and not self._plan_state().finished:
@@ -196,7 +200,8 @@ class SessionWorkflow(SessionHandlers, AgentTurn, PlanTurn):
         self._s.queued_actions = []
         if event in (E.RUN_FAILED, E.RESTART_RECONCILE_FAILED):
             self._s.failure_reason = reason
-        self._fire(event, {"reason": reason})
+        self._fire(event, {"reason": reason, **(
+            {"principal": principal.model_dump(mode="json")} if principal else {})})
 
     async def _maybe_continue_as_new(self) -> None:
         if self._s.status not in (S.WAITING_USER, S.QUEUED):
@@ -256,42 +261,85 @@ class SessionWorkflow(SessionHandlers, AgentTurn, PlanTurn):
             self._reconcile()
         elif self._end is not None:
             end, self._end = self._end, None
-            self._close(E.CONVERSATION_ENDED, end.reason or f"ended by {end.by}", Actor.USER)
+            who = (decisions.decider(end.principal, s.config) or TEMPORAL_ACCESS).ref()
+            self._close(E.CONVERSATION_ENDED,
+                        end.reason or f"ended by {decisions.name_of(who)}", Actor.USER, who)
         elif self._reply is not None:
             reply, self._reply = self._reply, None
             assert s.pending is not None
-            self._accept(agent.answer_of(s.pending, reply), reply.by, auto=False)
+            self._take_reply(s.pending, reply)
         elif waits_message and s.inbox:
             s.pending = None
             s.turn_llm_calls = 0
             self._fire(E.MESSAGE_ACCEPTED, {"text": s.inbox[0]})
 
-    def _accept(self, answer: dict[str, Any], by: str, *, auto: bool) -> None:
-        """Record the reply once, leave waiting_user, and settle the waiting contract."""
+    def _take_reply(self, pending: PendingRequest, reply: ReplyInput) -> None:
+        """A reply the validator let through: from whom (never the body's ``by``), one
+        approval of several (the request stays pending), or the decision, with what
+        it decided on (the digest; edited arguments; a standing decision it sets)."""
+        s, now = self._s, workflow.now()
+        who = (decisions.decider(reply.principal, s.config) or TEMPORAL_ACCESS).ref()
+        answer = agent.answer_of(pending, reply)
+        approved = pending.kind == "approval" and answer.get("approved") is True
+        if approved and len(pending.approvals) + 1 < pending.approvals_required:
+            self._book.record_approval(who, now)  # two-person rule: not yet
+            return
+        said: dict[str, Any] = {"principal": who.model_dump(mode="json")}
+        if pending.digest is not None:
+            said["digest"] = pending.digest
+        if approved and pending.approvals_required > 1:
+            said["approvals"] = [a.model_dump(mode="json") for a in [*pending.approvals, who]]
+        asked = pending.asked or {}
+        ran = asked.get("arguments")
+        if approved and reply.arguments is not None and pending.execution_id is not None:
+            c = s.contract(pending.execution_id)
+            ran = reply.arguments
+            c.action_detail = {**c.action_detail, "arguments": ran,
+                               "edited_by": decisions.name_of(who)}
+            said.update(edited_digest=decisions.digest_of(
+                decisions.asked_tool_call(asked.get("server"), asked["tool"], ran)),
+                edited_by=who.model_dump(mode="json"), edited_arguments=ran)
+        if approved and reply.remember is not None:
+            standing = decisions.standing_for(pending, reply.remember, ran or {}, who, now)
+            self._book.add_standing(standing, decisions.MAX_STANDING)
+            said["standing_decision"] = standing.model_dump(mode="json")
+        self._accept(answer, decisions.name_of(who), auto=False, principal=who,
+                     attribution=said)
+
+    def _accept(self, answer: dict[str, Any], by: str, *, auto: bool,
+                principal: PrincipalRef | None = None,
+                attribution: dict[str, Any] | None = None) -> None:
+        """Record the reply once, leave waiting_user, and settle the waiting contract
+        (its transitions say who decided and on what: ``principal``, ``digest``)."""
         s, now = self._s, workflow.now()
         pending = s.pending
         assert pending is not None
-        self._book.accept_reply(answer, by, now, auto=auto)
+        self._book.accept_reply(answer, by, now, auto=auto, principal=principal,
+                                attribution=attribution)
+        decided = None if principal is None else {
+            "principal": principal.model_dump(mode="json"),
+            **({"digest": pending.digest} if pending.digest else {})}
         self._fire(E.AUTO_DECIDE_TIMEOUT if auto else E.REPLY_ACCEPTED,
                    {"request_id": pending.request_id, "answer": answer, "by": by})
         if pending.kind == "step":
-            self._accept_step(pending, answer, by)
+            self._accept_step(pending, answer, by, decided)
             return
         if pending.execution_id is None:
             return
         c = s.contract(pending.execution_id)
         actor = Actor.TIMER if auto else Actor.USER
         if pending.reason_code == OUTCOME_UNKNOWN:  # "did it happen?" on a tool call
-            self._settle_outcome(c, answer, by, actor)
+            self._settle_outcome(c, answer, by, actor, decided)
             return
-        self._book.transition(c, Trigger.RESUME, actor, now)
+        self._book.transition(c, Trigger.RESUME, actor, now, decided=decided)
         if pending.kind == "approval":
             if answer.get("approved"):
                 return  # RUNNING: the tool node executes it at the start of the turn
-            self._book.transition(c, Trigger.REJECT, actor, now,
+            self._book.transition(c, Trigger.REJECT, actor, now, decided=decided,
                                   error_message=f"rejected by {by}: {answer}")
         else:
-            self._book.transition(c, Trigger.SUCCEED, Actor.ECS_NODE, now, result=answer)
+            self._book.transition(c, Trigger.SUCCEED, Actor.ECS_NODE, now, result=answer,
+                                  decided=decided)
         self._book.say(agent.consequence_message(c, c.action_detail.get("tool_call_id")))
 
     def _on_reply_timeout(self) -> None:
@@ -299,7 +347,8 @@ class SessionWorkflow(SessionHandlers, AgentTurn, PlanTurn):
         assert s.pending is not None
         pending, now = s.pending, workflow.now()
         if not s.config.interactive_require_user_reply:
-            answer = agent.auto_answer(pending, s.config)
+            answer = decisions.auto_answer_within(pending,
+                                                  agent.auto_answer(pending, s.config))
             self._book.record_unanswered(pending, "auto_decided", now, answer)
             self._accept(answer, "auto_decide", auto=True)
             return

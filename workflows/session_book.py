@@ -22,6 +22,7 @@ from workflows.contract import (
 )
 from workflows.execution_views import execution_fact
 from workflows.io import ChatMessage
+from workflows.people import PrincipalRef, StandingDecision
 from workflows.session_state import (
     RECENT,
     UNANSWERED_KEPT,
@@ -107,7 +108,10 @@ class SessionBook:
         result: Any = None,
         error_message: str | None = None,
         reason_code: str | None = None,
+        decided: dict[str, Any] | None = None,
     ) -> TransitionRecord:
+        """``decided``: who decided it and on what (``principal``, ``digest``), for a
+        transition a person's reply makes; in the journal only when given."""
         record = contract.transition(
             trigger, actor=actor, timestamp=now, result=result, error_message=error_message,
             reason_code=reason_code,
@@ -119,7 +123,8 @@ class SessionBook:
                        "error_message": contract.error_message}
         if contract.reason_code is not None and (reason_code or contract.is_terminal):
             outcome["reason_code"] = contract.reason_code  # only when set: older journals
-        self.journal("contract.transition", now, {**record.model_dump(mode="json"), **outcome})
+        self.journal("contract.transition", now,
+                     {**record.model_dump(mode="json"), **outcome, **(decided or {})})
         if contract.is_terminal:
             self._closed(contract, now)
         return record
@@ -178,22 +183,75 @@ class SessionBook:
         self.state.unanswered = [*self.state.unanswered, record][-UNANSWERED_KEPT:]
 
     def accept_reply(
-        self, answer: dict[str, Any], by: str, now: datetime, *, auto: bool = False
+        self, answer: dict[str, Any], by: str, now: datetime, *, auto: bool = False,
+        principal: PrincipalRef | None = None, attribution: dict[str, Any] | None = None,
     ) -> ReplyRecord:
+        """``attribution``: what the log says of the decision besides who made it
+        (``digest``, ``edited_digest``, ``approvals``, ``standing_decision``...)."""
         pending = self.state.pending
         if pending is None:
             raise ValueError("no request is pending")
         record = ReplyRecord(
             request_id=pending.request_id, kind=pending.kind, answer=answer, by=by, at=now,
-            auto=auto,
+            auto=auto, principal=principal,
         )
         _append(self.state.replies, record, RECENT)
         self.state.replies_total += 1
         if not auto:  # max_turns bounds the agent alone; a person's answer resets it
             self.state.turn_llm_calls = 0
         self.state.pending = None
-        self.journal("reply.accepted", now, record.model_dump(mode="json", exclude={"at"}))
+        self.journal("reply.accepted", now, {**record.model_dump(mode="json", exclude={"at"}),
+                                             **(attribution or {})})
         return record
+
+    def record_approval(self, principal: PrincipalRef, now: datetime) -> None:
+        """One approval of several (``approvals_required``): the request stays pending
+        with its tally (which continue-as-new carries, in the request)."""
+        pending = self.state.pending
+        if pending is None:
+            raise ValueError("no request is pending")
+        pending.approvals = [*pending.approvals, principal]
+        self.journal("approval.recorded", now, {
+            "request_id": pending.request_id, "kind": pending.kind,
+            "principal": principal.model_dump(mode="json"), "digest": pending.digest,
+            "approvals": [a.model_dump(mode="json") for a in pending.approvals],
+            "approvals_required": pending.approvals_required,
+            "execution_id": pending.execution_id})
+
+    def decided_without_asking(self, detail: dict[str, Any], now: datetime) -> None:
+        """A tool call a rule or a standing decision decided (no request to a person):
+        ``detail`` names the request it stands for, what was asked, its digest, the
+        decision and what made it."""
+        self.journal("request.decided", now, detail)
+
+    def add_standing(self, standing: StandingDecision, limit: int) -> None:
+        s = self.state
+        s.standing_decisions = [*s.standing_decisions, standing][-limit:]
+
+    def revoke_standing(self, standing_id: str, by: PrincipalRef, now: datetime) -> None:
+        s = self.state
+        gone = next(sd for sd in s.standing_decisions if sd.standing_id == standing_id)
+        s.standing_decisions = [sd for sd in s.standing_decisions
+                                if sd.standing_id != standing_id]
+        self.journal("standing.revoked", now, {
+            "standing_id": standing_id, "tool": gone.tool, "server": gone.server,
+            "arguments": gone.arguments, "set_by": gone.set_by.model_dump(mode="json"),
+            "revoked_by": by.model_dump(mode="json")})
+
+    def take_message(self, text: str, principal: PrincipalRef | None) -> None:
+        """A message from the person, into the inbox, with who sent it."""
+        s = self.state
+        senders = s.inbox_from[:len(s.inbox)]
+        s.inbox_from = [*senders, *[None] * (len(s.inbox) - len(senders)), principal]
+        s.inbox.append(text)
+
+    def take_inbox(self) -> list[tuple[str, PrincipalRef | None]]:
+        """The inbox's messages with their senders, emptied."""
+        s = self.state
+        out = [(text, s.inbox_from[i] if i < len(s.inbox_from) else None)
+               for i, text in enumerate(s.inbox)]
+        s.inbox, s.inbox_from = [], []
+        return out
 
 
 def context_window(messages: list[ChatMessage], max_messages: int,

@@ -13,6 +13,7 @@ from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     import workflows.agent as agent  # `from workflows import agent` is not passed through
+    import workflows.decisions as decisions
     from workflows.cancel import late_reply_problem
     from workflows.execution_views import (
         ExecutionConsequenceView,
@@ -31,10 +32,13 @@ with workflow.unsafe.imports_passed_through():
         LiveSession,
         MessageInput,
         RecoverInput,
+        RefusalInput,
         ReplyInput,
+        RevokeInput,
         SessionInput,
     )
     from workflows.operators import SIGNALS, refusal, signal_input
+    from workflows.people import Principal, StandingDecision
     from workflows.plan_dispatch import step_command_problem
     from workflows.session_state import PendingRequest, SessionState
     from workflows.statechart import SessionStatus, is_terminal
@@ -52,19 +56,51 @@ class SessionHandlers:
     _reply: ReplyInput | None
     _end: EndInput | None
     _recover: bool
+    _refusals_recorded: int
 
     # -- signals and updates (operators can send the signals from the Temporal UI) --
 
-    def _refuse(self, signal: str, args: tuple[Any, ...], reason: str) -> None:
-        """A stale or malformed signal: one log line, and (``REFUSALS_RECORDED``) an
-        ``interaction.reply.refused`` event in the log and the stream. The session
-        is unchanged; the workflow task does not fail."""
+    def _refuse(self, signal: str, args: tuple[Any, ...], reason: str,
+                why: decisions.AnswerProblem | None = None,
+                principal: Principal | None = None) -> None:
+        """A stale, malformed or unauthorised signal: one log line, and
+        (``REFUSALS_RECORDED``) an ``interaction.reply.refused`` event in the log and
+        the stream (with the rule or code and the principal when it is about who may
+        answer). The session is unchanged; the workflow task does not fail."""
         workflow.logger.warning("session %s: signal %s refused: %s", self._s.session_id,
                                 signal, reason)
         if is_terminal(self._s.status) or not self._input.does(Behaviour.REFUSALS_RECORDED):
             return
-        self._book.refuse(refusal(signal, args, reason), workflow.now())
+        data = refusal(signal, args, reason)
+        if why is not None:
+            data.update({k: v for k, v in why.details.items() if k in ("rule", "code")})
+        if principal is not None:
+            data["principal"] = principal.ref().model_dump(mode="json")
+        self._book.refuse(data, workflow.now())
         self._flush()  # the main coroutine may wait on: write it into history now
+
+    def _answer_problem(self, reply: ReplyInput) -> decisions.AnswerProblem | None:
+        """Who may answer, and whether the answer is for what is asked now
+        (``workflows.decisions``): after ``_reply_problem`` found the reply fits."""
+        pending = self._s.pending
+        if pending is None:
+            return None
+        approve = reply.approve if pending.kind in ("approval", "confirm") else (
+            reply.choice == "approve" if pending.kind in ("step", "window") else None)
+        return decisions.answer_problem(
+            reply.principal, self._s.config, pending, approve=approve, digest=reply.digest,
+            arguments=reply.arguments, remember=reply.remember,
+            standing_count=len(self._s.standing_decisions))
+
+    def _from_temporal_refused(self, principal: Principal | None
+                               ) -> decisions.AnswerProblem | None:
+        return decisions.source_refusal(principal, self._s.config)
+
+    @staticmethod
+    def _raise(problem: decisions.AnswerProblem) -> None:
+        """A validator's refusal, typed for the API (403, 409, 422: ``details[0]``)."""
+        raise ApplicationError(problem.message, problem.details, type=problem.type,
+                               non_retryable=True)
 
     # Signals take their payload raw and validate it here: the SDK would drop a payload
     # that does not convert to the input type (with a traceback, and nothing recorded).
@@ -76,6 +112,10 @@ class SessionHandlers:
             problem = self._reply_problem(reply)
         if problem or reply is None:
             self._refuse("submit_reply", args, problem or "no reply")
+            return
+        why = self._answer_problem(reply)
+        if why is not None:
+            self._refuse("submit_reply", args, why.message, why, reply.principal)
             return
         self._reply = reply
 
@@ -93,6 +133,9 @@ class SessionHandlers:
         problem = self._reply_problem(reply)
         if problem:
             raise ValueError(problem)
+        why = self._answer_problem(reply)
+        if why is not None:  # 403, 409 or 422 at the API (details[0])
+            self._raise(why)
 
     def _reply_problem(self, reply: ReplyInput) -> str | None:
         if self._reply is not None:
@@ -123,17 +166,28 @@ class SessionHandlers:
         if problem or message is None:
             self._refuse("submit_message", args, problem or "no message")
             return
-        self._s.inbox.append(message.text)
+        why = self._from_temporal_refused(message.principal)
+        if why is not None:
+            self._refuse("submit_message", args, why.message, why)
+            return
+        self._take_message(message)
+
+    def _take_message(self, message: MessageInput) -> None:
+        who = decisions.decider(message.principal, self._s.config)
+        self._book.take_message(message.text, who.ref() if who is not None else None)
 
     @workflow.update(name="send_message")
     def send_message(self, message: MessageInput) -> Ack:
-        self._s.inbox.append(message.text)
+        self._take_message(message)
         return Ack(status=self._s.status, journal_seq=self._s.journal_seq + 1)
 
     @send_message.validator
     def _validate_message(self, message: MessageInput) -> None:
         if is_terminal(self._s.status):
             raise ValueError(f"the session is {self._s.status.value}: it takes no messages")
+        refused = self._from_temporal_refused(message.principal)
+        if refused:
+            self._raise(refused)
 
     @workflow.signal(name="end_conversation", description=SIGNALS["end_conversation"])
     def end_conversation_signal(self, *args: Any) -> None:
@@ -141,6 +195,10 @@ class SessionHandlers:
         problem = problem or self._end_problem()
         if problem or end is None:
             self._refuse("end_conversation", args, problem or "no input")
+            return
+        why = self._from_temporal_refused(end.principal)
+        if why is not None:
+            self._refuse("end_conversation", args, why.message, why)
             return
         self._end = end
 
@@ -160,6 +218,49 @@ class SessionHandlers:
         problem = self._end_problem()
         if problem:
             raise ValueError(problem)
+        refused = self._from_temporal_refused(end.principal)
+        if refused:
+            self._raise(refused)
+
+    @workflow.signal(name="record_refusal")
+    def record_refusal(self, *args: Any) -> None:
+        """The API refused a principal (403): one ``interaction.reply.refused`` line
+        (who, what, which rule); nothing else changes. At most
+        ``MAX_RECORDED_REFUSALS`` per run are recorded (a flood cannot fill history)."""
+        refused, problem = signal_input(RefusalInput, args)
+        if refused is None or is_terminal(self._s.status):
+            workflow.logger.warning("session %s: record_refusal ignored: %s",
+                                    self._s.session_id, problem or "the session is over")
+            return
+        if self._refusals_recorded >= decisions.MAX_RECORDED_REFUSALS:
+            return
+        self._refusals_recorded += 1
+        p = refused.principal
+        self._book.refuse({
+            "signal": "record_refusal", "action": refused.action, "rule": refused.rule,
+            "code": "forbidden", "reason": refused.message, "message": refused.message,
+            "request_id": refused.request_id, "by": decisions.name_of(p),
+            "principal": p.ref().model_dump(mode="json")}, workflow.now())
+        self._flush()
+
+    @workflow.update(name="revoke_standing")
+    def revoke_standing(self, revoke: RevokeInput) -> Ack:
+        who = decisions.decider(revoke.principal, self._s.config)
+        assert who is not None  # the validator refused it otherwise
+        self._book.revoke_standing(revoke.standing_id, who.ref(), workflow.now())
+        self._flush()
+        return Ack(status=self._s.status, journal_seq=self._s.journal_seq)
+
+    @revoke_standing.validator
+    def _validate_revoke(self, revoke: RevokeInput) -> None:
+        problem = decisions.revoke_problem(revoke.principal, self._s.config,
+                                           self._s.standing_decisions, revoke.standing_id)
+        if problem:
+            self._raise(problem)
+
+    @workflow.query(name="standing_decisions")
+    def standing_decisions(self) -> list[StandingDecision]:
+        return self._s.standing_decisions
 
     @workflow.signal(name="recover")
     def recover(self, input: RecoverInput) -> None:

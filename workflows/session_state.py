@@ -33,7 +33,7 @@ from workflows.contract import (
 )
 from workflows.execution_views import ExecutionFact
 from workflows.io import ChatMessage, ToolSpec
-from workflows.people import PrincipalRef
+from workflows.people import PrincipalRef, StandingDecision
 from workflows.plan import PlanEvent
 from workflows.safety import SafetyClass
 from workflows.statechart import FcmpEvent, SessionEvent, SessionStatus
@@ -106,6 +106,16 @@ class ReplyRecord(BaseModel):
     by: str
     at: datetime
     auto: bool = False
+    # Who decided (issue 24): the principal the API set, or Temporal access. Left out
+    # of the JSON while None (replies recorded before it).
+    principal: PrincipalRef | None = None
+
+    @model_serializer(mode="wrap")
+    def _compact(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data = handler(self)
+        if data.get("principal") is None:
+            data.pop("principal", None)
+        return data
 
 
 class UnansweredRequest(BaseModel):
@@ -131,6 +141,9 @@ class QueuedAction(BaseModel):
 JournalKind = Literal[
     "session.status", "contract.created", "contract.transition", "reply.accepted",
     "message.accepted", "assistant.text", "plan.event", "llm.waiting", "reply.refused",
+    # issue 24: one approval of several (two-person rule); a tool call decided without
+    # a request (a rule, a standing decision); a standing decision revoked
+    "approval.recorded", "request.decided", "standing.revoked",
 ]
 
 
@@ -198,6 +211,10 @@ class SessionState(BaseModel):
     journal_seq: int = 0
     # The last UNANSWERED_KEPT requests that ended without a reply (newest last).
     unanswered: list[UnansweredRequest] = Field(default_factory=list)
+    # "Approve, and do not ask again" (workflows.decisions; at most MAX_STANDING).
+    standing_decisions: list[StandingDecision] = Field(default_factory=list)
+    # Who sent each message of ``inbox`` (same order; None or missing: not known).
+    inbox_from: list[PrincipalRef | None] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _upgrade(self) -> SessionState:

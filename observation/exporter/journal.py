@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from observation import event_types as ev
-from observation.event_types import JOURNAL_KINDS, is_journal_lead
+from observation.event_types import DECISION_TERMS, ISSUE_TERMS, JOURNAL_KINDS, is_journal_lead
 from observation.exporter import ids
 from observation.exporter.decode import MappingError
 from observation.exporter.model import MappedEvent
@@ -85,7 +85,8 @@ class JournalMapper:
                 # what the person must look at (a plan step's output); only when set,
                 # so older histories export to the same bytes
                 **({"output": detail["output"]} if detail.get("output") else {}),
-                **({"reason_code": detail["reason_code"]} if detail.get("reason_code") else {})},
+                **({"reason_code": detail["reason_code"]} if detail.get("reason_code") else {}),
+                **_present(detail, ISSUE_TERMS)},
                 *self._work_span(detail.get("execution_id")))
         elif (self.pending_request is not None and d["from_status"] == "waiting_user"
               and d["to_status"] != "waiting_user"):
@@ -108,15 +109,51 @@ class JournalMapper:
             "issue_id": d["request_id"], "kind": d["kind"],
             "resolution": "auto_decided" if d.get("auto") else "answered",
             "answer": d["answer"], "by": d["by"], "auto": bool(d.get("auto")),
-            "detail": {}, "resolved_at": at},
+            "detail": {}, "resolved_at": at, **_present(d, DECISION_TERMS)},
             *self._work_span(issue.get("execution_id")))
+
+    def _j_approval_recorded(self, d: dict[str, Any], at: str) -> None:
+        """One approval of several (two-person rule): the request stays open."""
+        issue = self.pending_request
+        if issue is None or issue["request_id"] != d["request_id"]:
+            raise MappingError(f"approval of {d['request_id']!r} recorded, but that request "
+                               "is not open in the journal")
+        self.emit(ev.ISSUE_APPROVAL_RECORDED, {
+            "issue_id": d["request_id"], "kind": d["kind"], "principal": d["principal"],
+            "by": d["principal"].get("name") or d["principal"]["subject"],
+            "approvals": d["approvals"], "approvals_required": d["approvals_required"],
+            **_present(d, ("digest",)), "approved_at": at},
+            *self._work_span(d.get("execution_id")))
+
+    def _j_request_decided(self, d: dict[str, Any], at: str) -> None:
+        """A tool call a rule or a standing decision decided without asking: the request
+        it stands for, opened and resolved at once, naming what decided it."""
+        span = self._work_span(d.get("execution_id"))
+        self.emit(ev.ISSUE_OPENED, {
+            "issue_id": d["request_id"], "kind": d["kind"], "prompt": d.get("prompt", ""),
+            "work_item_id": d.get("execution_id"), "options": [], "fields": [],
+            "opened_at": d.get("created_at", at), "auto_decision": d["decision"],
+            **_present(d, ("digest", "rule"))}, *span)
+        set_by = d.get("standing_set_by")
+        by = f"rule {d['rule']}" if d.get("rule") else \
+            f"standing decision {d.get('standing_id')} of " \
+            f"{(set_by or {}).get('name') or (set_by or {}).get('subject')}"
+        self.emit(ev.ISSUE_RESOLVED, {
+            "issue_id": d["request_id"], "kind": d["kind"],
+            "resolution": "decided_by_rule" if d.get("rule") else "decided_by_standing",
+            "answer": {"approved": d["decision"] == "allow", "auto": True}, "by": by,
+            "auto": True, "detail": {}, "resolved_at": at,
+            **_present(d, ("digest", "rule", "standing_id", "standing_set_by"))}, *span)
+
+    def _j_standing_revoked(self, d: dict[str, Any], at: str) -> None:
+        self.emit(ev.STANDING_DECISION_REVOKED, {**d, "at": at})
 
     def _j_reply_refused(self, d: dict[str, Any], at: str) -> None:
         """A stale or malformed signal the workflow refused (the session unchanged)."""
         self.emit(ev.REPLY_REFUSED, {**d, "at": at})
 
     def _j_message_accepted(self, d: dict[str, Any], at: str) -> None:
-        self.emit(ev.MESSAGE, {"text": d["text"], "at": at})
+        self.emit(ev.MESSAGE, {"text": d["text"], "at": at, **_present(d, ("by", "principal"))})
 
     def _j_llm_waiting(self, d: dict[str, Any], at: str) -> None:
         # The session waits for the model provider (rate limited, or an error that
@@ -147,7 +184,8 @@ class JournalMapper:
             {k: d[k] for k in TransitionRecord.model_fields})
         c.status = record.to_status
         span = self._work_span(c.execution_id)
-        state = execution_state_event(c, record).model_dump(mode="json")
+        state = {**execution_state_event(c, record).model_dump(mode="json"),
+                 **_present(d, ("principal", "digest"))}  # a person's decision: who, on what
         self.emit(ev.EXECUTION_STATE, state, *span)
         who = {"trigger": d["trigger"], "actor": d["actor"],
                "actor_category": d["actor_category"]}
@@ -168,6 +206,10 @@ class JournalMapper:
         if kind not in PLAN_EVENT_TYPES:
             raise MappingError(f"plan event of unknown type {kind!r}")
         self.emit(kind, {**d, "at": at})
+
+
+def _present(d: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
+    return {k: d[k] for k in keys if d.get(k) not in (None, [], {})}
 
 
 def handler_name(kind: str) -> str:

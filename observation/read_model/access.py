@@ -29,9 +29,8 @@ _PENDING_EXTRAS = ("digest", "approvers", "approvals_required", "rule",
 
 
 def _is_approval(kind: str) -> bool:
-    """The line that records one approval of a two-person request (its type is the
-    workflow side's: any ``interaction.*approval*`` line naming the request)."""
-    return kind.startswith("interaction.") and "approval" in kind
+    """The line that records one approval of a two-person request."""
+    return kind == ev.ISSUE_APPROVAL_RECORDED
 
 
 @dataclass

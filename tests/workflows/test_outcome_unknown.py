@@ -37,6 +37,7 @@ from workflows.outcome import (
     failed_call_outcome,
     outcome_answer,
 )
+from workflows.people import Principal
 from workflows.session_state import SessionState
 from workflows.statechart import SessionStatus
 
@@ -179,7 +180,9 @@ async def test_the_person_says_whether_a_maybe_sent_call_happened(
         with pytest.raises(WorkflowUpdateFailedError):
             await h.execute_update("reply", bad)
     assert (await until_status(h, W)).pending == snap.pending  # unchanged
-    await h.execute_update("reply", ReplyInput(request_id=rid, choice=answer, by="ann"))
+    ann = Principal(issuer="local", subject="ann", name="ann", role="operator")
+    await h.execute_update("reply", ReplyInput(request_id=rid, choice=answer, by="bob",
+                                               principal=ann))
     assert (await h.result()).status is SessionStatus.SUCCEEDED
     state = await h.query("state", result_type=SessionState)
     (c,) = state.contracts
