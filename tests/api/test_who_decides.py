@@ -24,30 +24,37 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 import pytest
+from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 from typer.testing import CliRunner
 
 from api.cli.main import app as cli
 from api.http.app import create_app
+from api.settings import HitlflowSettings
+from observation.exporter.keys import load_or_create_signer
 from tests.api.http.test_http_inbox import EXPECT_MS, Pages
 from tests.api.http_support import (
     HttpStack,
     demo_body,
     error_of,
     eventually,
-    running_stack,
+    serve,
     stack_settings,
     waiting,
 )
 from tests.support.browser_origin import chromium_path
+from tests.support.sessions import running_exporter, running_worker
 
 TOKEN = "who-decides-api-token"
 RULE = {"name": "note-deletes", "tool": "delete_*", "approvers": ["ann"]}
+TWO = {"name": "two-person", "tool": "delete_*", "approvers": ["ann", "bob"],
+       "approvals_required": 2}
 PROMPT = "Approve irreversible action: Call tool delete_note(name='old-draft') on notes"
 
 
@@ -57,7 +64,8 @@ class People:
 
     stack: HttpStack
     issuer: str
-    credential: dict[str, str]  # "ann" / "vic" -> their key or ID token
+    credential: dict[str, str]  # "ann" / "bob" / "vic" -> their key or ID token
+    names: dict[str, str]  # -> their display name
 
     def as_(self, who: str) -> dict[str, str]:
         return {"authorization": f"Bearer {self.credential[who]}"}
@@ -65,13 +73,28 @@ class People:
 
 def people_added_with_the_cli(data_dir: Path) -> dict[str, str]:
     keys = {}
-    for name, role in (("ann", "approver"), ("vic", "viewer")):
+    for name, role in (("ann", "approver"), ("bob", "approver"), ("vic", "viewer")):
         out = CliRunner().invoke(cli, ["people", "add", name, "--role", role,
                                        "--data-dir", str(data_dir)])
         assert out.exit_code == 0, out.output
         keys[name] = out.stdout.strip().splitlines()[-1]
         assert keys[name].startswith("hfk_"), out.stdout
     return keys
+
+
+@asynccontextmanager
+async def up_like_stack(client: Client, settings: HitlflowSettings, port: int
+                        ) -> AsyncIterator[HttpStack]:
+    """``running_stack``, wired as ``hitlflow up`` wires it: the API wakes the exporter
+    for every write it accepted (a session waiting for a second approval changes no
+    status the exporter's discovery would see)."""
+    signer = load_or_create_signer(settings.data_dir)
+    async with running_worker(client, settings.task_queue), \
+            running_exporter(client, settings.data_dir, settings.task_queue,
+                             signer=signer) as exporter, \
+            serve(create_app(settings, on_change=exporter.wake), port) as server, \
+            httpx.AsyncClient(base_url=server.url, timeout=30) as http:
+        yield HttpStack(http=http, url=server.url, client=client, settings=settings)
 
 
 @pytest.fixture(scope="module")
@@ -96,6 +119,7 @@ async def people(request: pytest.FixtureRequest, dev_env: WorkflowEnvironment,
     with pytest.MonkeyPatch.context() as env:
         if mode == "local":
             issuer, credential = "local", people_added_with_the_cli(data_dir)
+            names = {who: who for who in credential}
         else:
             from tests.api.identity.oidc_support import CLIENT, SECRET
 
@@ -104,12 +128,12 @@ async def people(request: pytest.FixtureRequest, dev_env: WorkflowEnvironment,
                                 "CLIENT_SECRET": SECRET}.items():
                 env.setenv(f"HITLFLOW_OIDC_{name}", value)
             issuer = provider.issuer
-            credential = {"ann": provider.person("ann", name="Ann", groups=["approvers"]),
-                          "vic": provider.person("vic", name="Vic", groups=["staff"])}
-        async with running_stack(dev_env.client, settings, free_port(),
-                                 app=create_app(settings)) as stack:
-            found = People(stack=stack, issuer=issuer, credential=credential)
-            for who, role in (("ann", "approver"), ("vic", "viewer")):
+            names = {"ann": "Ann", "bob": "Bob", "vic": "Vic"}
+            credential = {who: provider.person(who, name=names[who], groups=[
+                "staff" if who == "vic" else "approvers"]) for who in names}
+        async with up_like_stack(dev_env.client, settings, free_port()) as stack:
+            found = People(stack=stack, issuer=issuer, credential=credential, names=names)
+            for who, role in (("ann", "approver"), ("bob", "approver"), ("vic", "viewer")):
                 me = await stack.http.get("/api/whoami", headers=found.as_(who))
                 assert me.status_code == 200, me.text
                 assert (me.json()["issuer"], me.json()["subject"], me.json()["role"]) == \
@@ -117,11 +141,12 @@ async def people(request: pytest.FixtureRequest, dev_env: WorkflowEnvironment,
             yield found
 
 
-async def started(people: People, notes: Path) -> str:
-    """The demo session, started by Ann, its deletes addressed to her by a rule; Vic
-    may watch."""
+async def started(people: People, notes: Path, rule: dict = RULE,
+                  viewers: tuple[str, ...] = ("vic",)) -> str:
+    """The demo session, started by Ann, its deletes addressed by ``rule`` (default: to
+    her); Vic may watch."""
     r = await people.stack.http.post("/api/sessions", headers=people.as_("ann"), json={
-        **demo_body(notes), "people": {"viewers": ["vic"]}, "rules": [RULE]})
+        **demo_body(notes), "people": {"viewers": list(viewers)}, "rules": [rule]})
     assert r.status_code == 201, r.text
     return r.json()["session_id"]
 
@@ -328,3 +353,66 @@ async def test_the_inbox_says_who_decides(people: People, pages: Pages, tmp_path
         "Shall I read the groceries list back to you?")
     await expect(viewer.locator("#pending button")).to_have_count(0)
     assert not (notes / "old-draft.note").exists()
+
+
+@pytest.mark.browser
+async def test_the_inbox_shows_who_has_approved_so_far(people: People, pages: Pages,
+                                                       tmp_path: Path):
+    """Two approvals needed: after Ann's, the request says so to Bob (with his button)
+    and to Ann (who may not approve twice: no button, and why); Bob's approval runs it."""
+    from playwright.async_api import expect
+
+    url = people.stack.url
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    # A rule's approvers do not make a person one of the session's: Bob is named a
+    # viewer so that he may see it (the rule lets him answer).
+    sid = await started(people, notes, TWO, viewers=("vic", "bob"))
+    pending = (await waiting_approval(people, sid))["pending"]
+    assert pending["approvals_required"] == 2
+    r = await people.stack.http.post(f"/api/sessions/{sid}/reply", headers=people.as_("ann"),
+                                     json={"request_id": pending["request_id"],
+                                           "digest": pending["digest"], "approve": True})
+    assert r.status_code == 202, r.text
+    ann, bob = people.names["ann"], people.names["bob"]
+
+    # Read your write: the read model shows her approval once it has the reply's line.
+    now = await session_as(people, "bob", sid, min_journal_seq=str(r.json()["journal_seq"]))
+    assert now["stale"] is False
+    assert [(a["issuer"], a["subject"]) for a in now["pending"]["approvals"]] == [
+        (people.issuer, "ann")]
+    assert now["you"]["may_answer"] is True
+    mine = await session_as(people, "ann", sid)
+    assert (mine["you"]["may_answer"], mine["you"]["refusal"]["rule"]) == (
+        False, "already_approved")
+
+    first = await pages.new("first")
+    await first.goto(f"{url}/#key={people.credential['ann']}")
+    await expect(first.locator("#who")).to_contain_text("(approver)")
+    await first.goto(f"{url}/#/s/{sid}")
+    await expect(first.get_by_role("heading", name="Waiting for someone else")).to_be_visible()
+    await expect(first.locator("#approvals")).to_have_text(
+        f"Needs 2 approvals from different people; approved so far by {ann} (1 of 2).")
+    await expect(first.locator("#why-not")).to_contain_text("(rule already_approved)")
+    await expect(first.locator("#pending button")).to_have_count(0)
+
+    second = await pages.new("second")
+    await second.goto(f"{url}/#key={people.credential['bob']}")
+    card = second.locator(f'[data-session="{sid}"]')  # waiting for him
+    await expect(card).to_contain_text("1 of 2 approvals")
+    await card.get_by_role("link", name=sid).click()
+    await expect(second.get_by_role("heading", name="Waiting for you")).to_be_visible()
+    await expect(second.locator("#for-whom")).to_have_text(
+        "For ann and bob (rule two-person).")
+    await expect(second.locator("#approvals")).to_have_text(
+        f"Needs 2 approvals from different people; approved so far by {ann} (1 of 2).")
+    await second.get_by_role("button", name="Approve").click()
+    await expect(second.locator("#prompt")).to_have_text(
+        "Shall I read the groceries list back to you?")
+    await expect(first.locator("#prompt")).to_have_text(
+        "Shall I read the groceries list back to you?")
+    assert not (notes / "old-draft.note").exists()
+    resolved = [e["payload"] for e in await log_lines(people, sid)
+                if e["type"] == "ISSUE_RESOLVED"]
+    assert resolved[0]["principal"]["subject"] == "bob"
+    assert resolved[0]["principal"]["name"] == bob
