@@ -341,6 +341,27 @@ async def test_the_inbox_says_who_decides(people: People, pages: Pages, tmp_path
     await expect(digest).to_have_text(pending["digest"][len("sha256:"):][:12] + "…")
     if shoot:
         await pages.picture(approver, "inbox-approver")
+
+    # What she was shown changed under her (here: her answer names another digest):
+    # the API's 409 `stale_digest` says so in place, with a reload; nothing was sent on.
+    async def stale(route) -> None:
+        body = {**json.loads(route.request.post_data or "{}"), "digest": "sha256:" + "0" * 64}
+        await route.continue_(post_data=json.dumps(body))
+    await approver.route("**/reply", stale)
+    async with approver.expect_response(lambda r: r.url.endswith("/reply")) as answer:
+        await approver.get_by_role("button", name="Approve").click()
+    assert (await answer.value).status == 409
+    assert (await (await answer.value).json())["error"]["code"] == "stale_digest"
+    alert = approver.get_by_role("alert")
+    await expect(alert).to_contain_text(
+        "Not sent: what you were asked changed since this page showed it: reload.")
+    await expect(alert.get_by_role("button", name="Reload")).to_be_visible()
+    assert (await session_as(people, "ann", sid))["replies"] == 0
+    await approver.unroute("**/reply", stale)
+    await alert.get_by_role("button", name="Reload").click()  # the request as it is now
+    await expect(approver.get_by_role("alert")).to_have_count(0)
+    await expect(approver.locator("#digest")).to_have_attribute("title", pending["digest"])
+
     async with approver.expect_request(lambda q: q.url.endswith("/reply")) as sent:
         await approver.get_by_role("button", name="Approve").click()
     body = json.loads((await sent.value).post_data or "{}")
