@@ -44,6 +44,17 @@ export async function api(path, { method = "GET", body, headers = {}, signal } =
   return r;
 }
 
+// The API's error body ({code, message, rule?}); one of its own for an answer not JSON.
+export async function errorOf(r) {
+  try {
+    const body = await r.json();
+    if (body.error && typeof body.error.message === "string") return body.error;
+    return { code: `http_${r.status}`, message: JSON.stringify(body) };
+  } catch {
+    return { code: `http_${r.status}`, message: `HTTP ${r.status}` };
+  }
+}
+
 export async function messageOf(r) {
   try {
     const body = await r.json();

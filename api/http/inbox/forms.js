@@ -1,11 +1,13 @@
 // What the session waits for: the form that fits the request's kind, and the answer
-// sent from it (refused answers show the API's words in place).
+// sent from it (refused answers show the API's words in place). A request the person
+// may not answer shows who it is for and why it is not theirs instead (decide.js).
 import { enc, h } from "./dom.js";
-import { TERMINAL, Unauthorized, api, messageOf } from "./api.js";
+import { TERMINAL, Unauthorized, api, errorOf } from "./api.js";
+import * as decide from "./decide.js";
 
 export function renderPending(s) {
   const p = s.session.pending;
-  const key = p ? `request ${p.request_id}` : `status ${s.session.status}`;
+  const key = decide.formKey(s.session);
   if (key === s.formFor) {
     renderNotice(s);
     return; // the same request: keep what the person is typing
@@ -14,8 +16,10 @@ export function renderPending(s) {
   if (s.notice && s.notice.ok) s.notice = null; // "sent" is said; a refusal stays
   // A keyboard in the old form moves on to the new one's heading, not to the page's top.
   const hadFocus = s.els.pending.contains(document.activeElement);
+  const mine = decide.mayAnswer(s.session);
   const title = h("h2", { id: "pending-title", tabindex: "-1" },
-                  p ? "Waiting for you" : "Nothing waits for you");
+                  !p ? "Nothing waits for you" : mine ? "Waiting for you"
+                    : "Waiting for someone else");
   const notice = h("div", { id: "notice" });
   if (!p) {
     s.els.pending.className = "";
@@ -23,6 +27,9 @@ export function renderPending(s) {
     s.els.pending.replaceChildren(title, notice, h("p", { class: "meta" },
       TERMINAL.has(status) ? `The session has ended: it ${status}.`
         : `The session is ${status.replace("_", " ")}; this page follows it live.`));
+  } else if (!mine) {
+    s.els.pending.className = "pending not-yours";
+    s.els.pending.replaceChildren(title, notice, decide.notYours(s.session));
   } else {
     s.els.pending.className = "pending";
     s.els.pending.replaceChildren(title, notice, formFor(s, p));
@@ -40,7 +47,9 @@ function renderNotice(s) {
   if (!s.notice) { el.replaceChildren(); return; }
   el.replaceChildren(s.notice.ok
     ? h("p", { class: "sent", role: "status" }, s.notice.text)
-    : h("p", { class: "notice", role: "alert" }, s.notice.text));
+    : h("p", { class: "notice", role: "alert" }, s.notice.text, s.notice.reload
+      ? [" ", h("button", { type: "button", onclick: () => location.reload() }, "Reload")]
+      : ""));
 }
 
 // The form that fits the request's kind; every answer goes to the reply endpoint
@@ -52,7 +61,8 @@ function formFor(s, p) {
   const form = h("form", { "aria-labelledby": "pending-title", "aria-describedby": "prompt" });
   const send = (path, body) => submit(s, form, path, body);
   const reply = (extra) => send("reply", {
-    request_id: p.request_id, ...extra, ...(comment.value.trim() ? { comment: comment.value } : {}),
+    request_id: p.request_id, ...(p.digest ? { digest: p.digest } : {}), ...extra,
+    ...(comment.value.trim() ? { comment: comment.value } : {}),
   });
   const button = (label, cls, onclick) => h("button", { type: "button", class: cls, onclick },
                                              label);
@@ -125,7 +135,8 @@ function formFor(s, p) {
   if (p.kind !== "choose" && p.kind !== "form" && p.kind !== "message") {
     form.addEventListener("submit", (e) => e.preventDefault());
   }
-  form.append(prompt, ...body.flat(2));
+  const named = (p.approvers || []).length ? decide.forWhom(p) : "";
+  form.append(prompt, named, decide.approvalsLine(p), decide.digestLine(p), ...body.flat(2));
   return form;
 }
 
@@ -148,7 +159,9 @@ async function submit(s, form, path, body) {
     }
     // Refused (409: the request was answered or expired meanwhile, or the answer does
     // not fit): the API's words, in place; then the session as it is now.
-    s.notice = { ok: false, text: `Not sent: ${await messageOf(r)}` };
+    const error = await errorOf(r);
+    s.notice = { ok: false, text: decide.refusedText(error),
+                 reload: error.code === "stale_digest" };
     renderNotice(s);
     again(buttons, was);
     s.reread({});

@@ -12,9 +12,9 @@
 // This module is the page's entry: it routes the hash to a view and asks for a key or
 // token when the API wants one, or takes it from a sign-in link (#key=... or #token=...,
 // printed by `up`); the header says who is signed in. The views: list.js (the list),
-// session.js (one session, with
-// forms.js for what it waits for, conversation.js and contracts.js); api.js calls the
-// API, dom.js builds elements.
+// session.js (one session, with forms.js for what it waits for, decide.js for who may
+// answer it, conversation.js and contracts.js); api.js calls the API, dom.js builds
+// elements.
 import { $, h, page, setLive } from "./dom.js";
 import { TOKEN_KEY, onUnauthorized, token, whoami } from "./api.js";
 import { showList } from "./list.js";
