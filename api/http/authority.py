@@ -118,12 +118,26 @@ async def session_access(request: Request, session_id: str, *,
         rule=(pending or {}).get("rule"))
 
 
+async def seen_people(request: Request, principal: Principal, session_id: str, *,
+                      memo: bool = True) -> People:
+    """The session's people; 403 unless the principal may see it: operators, the people
+    it names, and those its pending request is addressed to (a rule's approvers)."""
+    store = store_of(request.app.state)
+    named = await store_call(store, store.access, session_id)
+    people = await session_people(request, session_id, memo=memo, named=named)
+    if principal.at_least("operator"):
+        return people
+    refusal = may_see(principal, people)
+    if refusal is not None and not principal.named_by_any(named.get(ANSWER) or []):
+        raise forbidden(refusal)
+    return people
+
+
 async def require_see(request: Request, principal: Principal, session_id: str) -> None:
     """403 unless the principal may see the session (operators see all, unasked)."""
     if principal.at_least("operator"):
         return
-    if refusal := may_see(principal, await session_people(request, session_id)):
-        raise forbidden(refusal)
+    await seen_people(request, principal, session_id)
 
 
 async def seen_session(session_id: SessionIdDep, principal: PrincipalDep,

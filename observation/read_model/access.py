@@ -20,8 +20,9 @@ from typing import Any
 from observation import event_types as ev
 
 #: The rows' roles: the session's people, and the pending request's approvers.
-SEE_ROLES = ("owner", "approver", "viewer")
-ANSWER = "answer"
+#: Who sees a session in lists: its people, and whom its pending request asks.
+SEE_ROLES = ("owner", "approver", "viewer", "answer")
+ANSWER = "answer"  # the pending request's own approvers (a rule's)
 #: What an ISSUE_OPENED line may carry about who decides (issue 24), copied into the
 #: pending request the read model serves when present.
 _PENDING_EXTRAS = ("digest", "approvers", "approvals_required", "rule",

@@ -89,8 +89,8 @@ def test_each_principal_lists_what_it_may_see(store: ReadStore):
     assert _ids(store, _who("carol", email="carol@example.ORG")) == {"s-sec"}
     assert _ids(store, _who("Ann")) == set()
     assert _ids(store, _who("nobody")) == set()
-    # A request's own approvers are not the session's viewers (may_see: its people).
-    assert _ids(store, _who("sam", "group:security")) == set()
+    # Whom the pending request asks (a rule's approvers) see the session while it asks.
+    assert _ids(store, _who("sam", "group:security")) == {"s-sec"}
     # The status filter and the audience together.
     assert _ids(store, _who("ann"), "waiting_user") == {"s-ann"}
     assert _ids(store, _who("ann"), "succeeded") == set()

@@ -31,8 +31,8 @@ from api.http.authority import (
     forbidden,
     refuse,
     require_see,
+    seen_people,
     session_access,
-    session_people,
     you,
 )
 from api.http.command_policy import refusal_message, refused_commands
@@ -97,7 +97,6 @@ from workflows.people import (
     Refusal,
     StandingDecision,
     may_answer,
-    may_see,
     may_start,
 )
 from workflows.plan import replay
@@ -237,10 +236,8 @@ async def get_session(session_id: SessionIdDep, client: ClientDep, tuning: Tunin
     record of it (`seq` 0). `consistency=live`: the workflow's query (`live` true;
     `stuck` when its workflow task keeps failing). `you`: what the principal may do
     to it now; 403 `forbidden` for a session they may not see."""
-    operator = principal.at_least("operator")
-    people = await session_people(request, session_id, memo=not operator)
-    if not operator and (refusal := may_see(principal, people)):
-        raise forbidden(refusal)
+    people = await seen_people(request, principal, session_id,
+                               memo=not principal.at_least("operator"))
     view = await _session_view(session_id, client, tuning, logs, request, response, paged)
     pending = view.pending.model_dump(mode="json") if view.pending is not None else None
     return view.model_copy(update={"you": you(principal, people, pending)})
