@@ -32,21 +32,25 @@ digits, and a lone surrogate (not Unicode; UTF-8 cannot carry it) becomes U+FFFD
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import re
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from observation.exporter.lines import (  # re-exported: the names of a line
+    GENESIS,
+    HASH_PREFIX,
+    LINE_PREFIX,
+    LOG_VERSION,
+    LOG_VERSIONS,
+    read_json,
+)
 from observation.exporter.model import LogEvent, MappedEvent
 from workflows.canonical import MAX_SAFE_INT, jcs
 
-HASH_PREFIX = b"hitlflow-log-v1\n"  # v1's event_hash
-LINE_PREFIX = b"hitlflow-log-v2\n"  # v2's line_hash
-GENESIS = "0" * 64
-#: The format new logs are written in; a log already on disk is continued in its own.
-LOG_VERSION = 2
-LOG_VERSIONS = (1, 2)
+__all__ = ["GENESIS", "HASH_PREFIX", "LINE_PREFIX", "LOG_VERSION", "LOG_VERSIONS", "Chain",
+           "hash_body", "jsonable", "line_bytes", "line_hash", "read_json", "seed_hash"]
+
 #: JCS (I-JSON) numbers: integers beyond this lose precision, so they become strings.
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
@@ -80,26 +84,6 @@ def jsonable(value: Any) -> Any:
             return str(value)
         return int(value) if value.is_integer() and abs(value) <= MAX_SAFE_INT else value
     return _text(str(value))
-
-
-def _number(text: str) -> int | float:
-    """A JSON integer token as the double it denotes (an ``int`` while that is exact)."""
-    if len(text) < 16:  # at most 15 digits: below 2**53
-        return int(text)
-    value = float(text)
-    return int(text) if abs(value) <= MAX_SAFE_INT else value
-
-
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
-def read_json(data: bytes | str) -> Any:
-    """A line (or any JSON text of the log) with every number read as a double, as
-    RFC 8785 reads it: an integer token beyond +-(2**53 - 1) is a ``float``
-    (``10000000000000000`` is the double 1e16 that JCS wrote), one within stays an
-    ``int`` (the same number). ``NaN``/``Infinity`` are refused (``ValueError``)."""
-    return json.loads(data, parse_int=_number, parse_constant=_no_constant)
 
 
 def hash_body(body: dict[str, Any]) -> str:

@@ -23,9 +23,9 @@ import re
 from datetime import datetime
 from typing import Any
 
-from observation import event_types as ev
 from observation.exporter import ids
-from observation.exporter.model import LLM_OUTPUT_SCHEMA
+from observation.exporter import lines as ev
+from observation.exporter.lines import LLM_OUTPUT_SCHEMA
 
 TS_RE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{6}Z")
 EVENT_ID_RE = re.compile(r"([^:]+):([1-9][0-9]*):(0|[1-9][0-9]*)")
