@@ -155,25 +155,33 @@ def parse_line(line: bytes, number: int, decode: Any = None) -> dict[str, Any]:
     return obj
 
 
-def _no_float(value: Any) -> bool:
-    """No float anywhere in ``value`` (orjson's types: dict, list, str, int, bool,
-    None, float)."""
-    t = type(value)
-    if t is dict:
-        return all(map(_no_float, value.values()))
-    if t is list:
-        return all(map(_no_float, value))
-    return t is not float
+def _no_float(value: dict[str, Any] | list[Any]) -> bool:
+    """No float anywhere in a container orjson read (its types: dict, list, str, int,
+    bool, None, float)."""
+    for v in value.values() if type(value) is dict else value:
+        t = type(v)
+        if t is dict or t is list:
+            if not _no_float(v):
+                return False
+        elif t is float:
+            return False
+    return True
 
 
-def _plain_keys(value: Any) -> bool:
-    """No float and only ASCII keys anywhere in ``value``."""
-    t = type(value)
-    if t is dict:
-        return all(k.isascii() and _plain_keys(v) for k, v in value.items())
-    if t is list:
-        return all(map(_plain_keys, value))
-    return t is not float
+def _plain_keys(value: dict[str, Any] | list[Any]) -> bool:
+    """No float and only ASCII keys anywhere in a container orjson read."""
+    if type(value) is dict:
+        if not all(k.isascii() for k in value):
+            return False
+        value = list(value.values())
+    for v in value:
+        t = type(v)
+        if t is dict or t is list:
+            if not _plain_keys(v):
+                return False
+        elif t is float:
+            return False
+    return True
 
 
 def fast_line(line: bytes) -> dict[str, Any] | None:
