@@ -164,7 +164,7 @@ class SessionExport:
         if self.chain.seq < w.last_seq:
             raise LogDivergedError(f"{w.run_dir}: the log has {w.last_seq} events, the "
                                    f"history maps to {self.chain.seq}")
-        w.commit()
+        w.commit(snapshot=True)
         return ExportResult(w.run_dir.name, w.last_seq - self.start, w.last_seq, w.finished)
 
 
@@ -215,6 +215,10 @@ async def export_session(
         refused: tuple[str, int] | None = None
         while True:
             nxt = asyncio.ensure_future(events.__anext__())
+            if w.snapshot_stale:  # snapshot.json when no event comes for a moment
+                done, _ = await asyncio.wait({nxt}, timeout=SNAPSHOT_IDLE_S)
+                if not done:
+                    await _in_thread(w.write_snapshot)
             if refused is not None and park is not None \
                     and await _park_while_quiet(nxt, park, *refused):
                 return replace(await _in_thread(export.finish), parked=True)
@@ -228,6 +232,8 @@ async def export_session(
                 await _in_thread(export.feed_page, page)
                 page = []
                 run_id = export.mapper.run_id
+                if export.mapper.pending_request is not None:  # a wait for the person
+                    await _in_thread(w.write_snapshot)
                 if park is not None and export.mapper.pending_request is not None \
                         and run_id is not None:
                     if await park(run_id, event.event_id):
@@ -238,6 +244,11 @@ async def export_session(
     finally:
         w.close()
 
+
+#: A follower writes ``snapshot.json`` when no history event came for this long
+#: after a commit that left it behind the head (``LogWriter``: at most every
+#: ``SNAPSHOT_EVERY_S`` otherwise, at a wait, at the end, on close).
+SNAPSHOT_IDLE_S = 0.5
 
 #: Parking refused at a page end is asked again after this long, doubling up to
 #: ``PARK_RETRY_MAX_S``, while no new event comes.
