@@ -5,7 +5,7 @@ Run by hand (not a test), from the repository root::
     .venv/bin/python bench/exporter_bench.py                      # 200 sessions, 1M events
     .venv/bin/python bench/exporter_bench.py -n 50 --verify-events 100000   # quicker
 
-Three figures, in this one process, on one tuned dev server (as ``hitlflow up``
+Four figures, in this one process, on one tuned dev server (as ``hitlflow up``
 starts it, SQLite file):
 
 1. **Exporter lag** while N sessions run at once (the real worker, scripted LLM, each
@@ -21,6 +21,11 @@ starts it, SQLite file):
    are the rest. Lines whose ``ts`` is an activity's start (``LLM_CALL_STARTED``,
    ``TOOL_CALL_STARTED``, ``GATE_RUN_STARTED``: Temporal writes the start when the
    attempt ends) include the activity's run time.
+   Then **where the exporter's CPU goes**: each stage's CPU time per history event
+   (map, chain and hash, canonical line, append, snapshot fold/serialise/write, head,
+   fsync, checkpoint, read model, telemetry, SSE feed; ``Stages``), against the
+   fetch-and-decode floor: the CPU of fetching the same histories again, nothing
+   else running (what any follower must pay).
 2. **Export throughput**: the same N sessions exported again from Temporal into a
    fresh directory (history fetched over gRPC, mapped, chained, one write per line,
    one fsync, snapshot and head per page), 8 sessions at a time; then offline
@@ -44,9 +49,11 @@ import shutil
 import statistics
 import sys
 import tempfile
+import threading
 import time
 import uuid
-from collections.abc import Iterable
+from collections import defaultdict
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 from unittest import mock
@@ -63,21 +70,29 @@ from api.runtime.worker import build_worker
 from observation.exporter import (
     Chain,
     Exporter,
+    LogSnapshot,
+    LogWriter,
     MappedEvent,
+    SessionMapper,
     Wakeups,
     export_history,
     export_session,
+    files,
     map_history,
     run_exporter,
     service,
 )
+from observation.exporter import feed as feed_mod
+from observation.exporter import log as log_mod
 from observation.exporter.chain import line_bytes
 from observation.exporter.decode import load_history
 from observation.exporter.feed import LogFeed
 from observation.exporter.log import LogObserver
 from observation.exporter.note import Signer
 from observation.exporter.verify import read_lines, verify_lines
+from observation.read_model.sync import ReadModelObserver, Tee
 from observation.telemetry import STORE_NAME, TelemetryStore
+from observation.telemetry.hook import SessionTelemetry
 from observation.telemetry.otel import time_ns
 from workflows.messages import CURRENT_BEHAVIOUR, ReplyInput, SessionInput
 from workflows.session_state import PendingRequest
@@ -91,6 +106,72 @@ def q(samples: list[float], p: int) -> float:
     if len(samples) < 2:
         return samples[0] if samples else float("nan")
     return statistics.quantiles(samples, n=100, method="inclusive")[p - 1]
+
+
+# -- 0. where the exporter's CPU goes ---------------------------------------------------
+
+
+class Stages:
+    """CPU time (of the calling thread: ``time.thread_time``) spent in each stage of
+    the exporter, each exclusive of the stages it calls (a stage inside a stage is
+    counted once, in the inner one). What no stage covers (the follower's event loop
+    work: fetching and decoding history, scheduling) is not here: the fetch-and-decode
+    floor measures it apart."""
+
+    def __init__(self) -> None:
+        self.cpu: dict[str, float] = defaultdict(float)
+        self._local = threading.local()
+
+    def timed(self, real: Callable[..., Any], label: str | Callable[..., str]
+              ) -> Callable[..., Any]:
+        stages = self
+
+        def run(*args: Any, **kw: Any) -> Any:
+            stack = stages._local.__dict__.setdefault("stack", [])
+            stack.append(0.0)
+            t0 = time.thread_time()
+            try:
+                return real(*args, **kw)
+            finally:
+                spent = time.thread_time() - t0
+                inner = stack.pop()
+                stages.cpu[label(*args, **kw) if callable(label) else label] += spent - inner
+                if stack:
+                    stack[-1] += spent
+        return run
+
+    def patches(self) -> contextlib.ExitStack:
+        """Every stage timed, for as long as the returned context is open."""
+        stack = contextlib.ExitStack()
+        for owner, attr, label in (
+            (SessionMapper, "feed", "map (history event -> log events)"),
+            (Chain, "link", "chain and hash"),
+            (log_mod, "line_bytes", "canonical line (JCS)"),
+            (LogWriter, "append", "append (write the line)"),
+            (log_mod, "read_json", "re-read the line"),
+            (LogSnapshot, "apply", "snapshot fold"),
+            (LogSnapshot, "to_bytes", "snapshot serialise"),
+            (LogWriter, "commit", "commit (rest)"),
+            (files, "fsync", "fsync (CPU)"),
+            (log_mod, "atomic_write", lambda path, data: "write " + (
+                path.name if path.name in ("snapshot.json", "head", "checkpoint")
+                else "artifact")),
+            (log_mod, "checkpoint_bytes", "checkpoint (sign)"),
+            (ReadModelObserver, "event", "read model"),
+            (ReadModelObserver, "commit", "read model"),
+            (SessionTelemetry, "event", "telemetry"),
+            (SessionTelemetry, "commit", "telemetry"),
+            (TelemetryStore, "upsert", "telemetry (store, its thread)"),
+            (feed_mod._FeedObserver, "event", "SSE feed"),
+            (feed_mod._FeedObserver, "commit", "SSE feed"),
+            (Tee, "event", "observers (Tee)"),
+            (Tee, "commit", "observers (Tee)"),
+            (TimedObserver, "event", "bench (lag timing)"),
+            (TimedObserver, "commit", "bench (lag timing)"),
+        ):
+            stack.enter_context(mock.patch.object(owner, attr, self.timed(
+                getattr(owner, attr), label)))
+        return stack
 
 
 # -- 1. lag while sessions run -------------------------------------------------------
@@ -185,6 +266,9 @@ async def live(client: Client, data: Path, n: int, turns: int, poll_s: float
 
     data.mkdir(parents=True)
     stop, wakeups = asyncio.Event(), Wakeups()
+    stages = Stages()
+    timing = stages.patches()
+    timing.__enter__()
     with mock.patch.object(service, "Exporter", Timed):
         task = asyncio.create_task(run_exporter(  # as `up` runs it
             client, data, stop, wakeups=wakeups, feed=LogFeed(data / "runs"),
@@ -205,13 +289,14 @@ async def live(client: Client, data: Path, n: int, turns: int, poll_s: float
     all_s = time.perf_counter() - t0
     stop.set()
     await task
+    timing.close()
     await pool.aclose()
     lines = sum(len(v) for k, v in lag.items() if "(" not in k)
     store = TelemetryStore.open(data / STORE_NAME)
     runs = len(store.runs())
     store.close()
     return {"sids": sids, "lag": lag, "lines": lines, "sessions_s": sessions_s,
-            "all_s": all_s, "telemetry_runs": runs}
+            "all_s": all_s, "telemetry_runs": runs, "stages": dict(stages.cpu)}
 
 
 # -- 2. export throughput ----------------------------------------------------------
@@ -230,9 +315,16 @@ async def reexport(client: Client, sids: list[str], out: Path, concurrency: int 
     return sum(written), time.perf_counter() - t0
 
 
-async def histories(client: Client, sids: list[str]) -> list[tuple[str, list[HistoryEvent]]]:
-    return [(s, list((await client.get_workflow_handle(s).fetch_history()).events))
-            for s in sids]
+async def histories(client: Client, sids: list[str]
+                    ) -> tuple[list[tuple[str, list[HistoryEvent]]], float]:
+    """Every session's history, fetched and decoded as any follower must (one page
+    after another, each event a protobuf message), and the CPU time that took (this
+    process: the client's core included); nothing else runs meanwhile."""
+    t0 = time.process_time()
+    out = []
+    for s in sids:
+        out.append((s, [e async for e in client.get_workflow_handle(s).fetch_history_events()]))
+    return out, time.process_time() - t0
 
 
 def offline(hists: list[tuple[str, list[HistoryEvent]]], out: Path) -> tuple[int, float, float]:
@@ -315,6 +407,19 @@ def report_lag(lag: dict[str, list[float]]) -> None:
           f"{max(every):9.1f}")
 
 
+def report_cpu(stages: dict[str, float], events: int, fetch_s: float) -> None:
+    """The exporter's CPU per history event by stage, against the floor: fetching and
+    decoding the same histories (what any follower pays)."""
+    floor = fetch_s / events * 1e6
+    own = {k: v for k, v in stages.items() if not k.startswith("bench")}
+    total = sum(own.values()) / events * 1e6
+    print(f"  exporter CPU per history event ({events} events): {total + floor:.0f} us = "
+          f"fetch-and-decode floor {floor:.0f} us (measured apart, same histories) + stages "
+          f"{total:.0f} us; {(total + floor) / floor:.2f}x the floor (target <= 2x)")
+    for k, v in sorted(stages.items(), key=lambda kv: -kv[1]):
+        print(f"    {k:34} {v / events * 1e6:8.1f} us/event")
+
+
 def parse(argv: Iterable[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("-n", type=int, default=200, help="concurrent sessions")
@@ -353,7 +458,8 @@ async def main(argv: Iterable[str]) -> None:
                 same = all((tmpd / "again" / s / "events.ndjson").read_bytes()
                            == (tmpd / "data" / "runs" / s / "events.ndjson").read_bytes()
                            for s in r["sids"])
-                hists = await histories(client, r["sids"])
+                hists, fetch_s = await histories(client, r["sids"])
+            report_cpu(r["stages"], sum(len(evs) for _, evs in hists), fetch_s)
             print("2. export throughput")
             print(f"  from Temporal (fetch + map + write + fsync, 8 at a time): {events} events "
                   f"in {secs:.2f} s = {events / secs:,.0f} events/s (same bytes as live: {same})")

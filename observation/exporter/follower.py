@@ -213,12 +213,14 @@ async def export_session(
         # again while no event comes, or the follower would hold its long-poll until
         # the person answers.
         refused: tuple[str, int] | None = None
+        committed = False  # a page was just committed (the next event may be far off)
         while True:
             nxt = asyncio.ensure_future(events.__anext__())
-            if w.snapshot_stale:  # snapshot.json when no event comes for a moment
+            if committed and w.snapshot_stale:  # snapshot.json once no event comes a while
                 done, _ = await asyncio.wait({nxt}, timeout=SNAPSHOT_IDLE_S)
                 if not done:
                     await _in_thread(w.write_snapshot)
+            committed = False
             if refused is not None and park is not None \
                     and await _park_while_quiet(nxt, park, *refused):
                 return replace(await _in_thread(export.finish), parked=True)
@@ -230,7 +232,7 @@ async def export_session(
             page.append(event)
             if page_end:
                 await _in_thread(export.feed_page, page)
-                page = []
+                page, committed = [], True
                 run_id = export.mapper.run_id
                 if export.mapper.pending_request is not None:  # a wait for the person
                     await _in_thread(w.write_snapshot)
