@@ -46,7 +46,7 @@ from observation.exporter.lines import (  # re-exported: the names of a line
     read_json,
 )
 from observation.exporter.model import LogEvent, MappedEvent
-from workflows.canonical import MAX_SAFE_INT, jcs
+from workflows.canonical import MAX_SAFE_INT, canonical_text, jcs, plain
 
 __all__ = ["GENESIS", "HASH_PREFIX", "LINE_PREFIX", "LOG_VERSION", "LOG_VERSIONS", "Chain",
            "hash_body", "jsonable", "line_bytes", "line_hash", "read_json", "seed_hash"]
@@ -119,20 +119,50 @@ class Chain:
         if version not in LOG_VERSIONS:
             raise ValueError(f"unknown log format version {version!r}")
         self.seq, self.head, self.version, self.line_head = seq, head, version, line_head
+        self.line: bytes | None = None  # the last linked line's bytes (v2)
+        self.exact = False  # ... which read back as the very values (see link)
 
     def link(self, event: MappedEvent) -> LogEvent:
-        body = {**event.envelope(), "seq": self.seq + 1, "prev_hash": self.head}
+        """The next line. In v2 its canonical bytes are made once, the payload's JCS
+        text spliced into the envelope's, both hashes taken over those bytes; they are
+        left in :attr:`line` (and :attr:`exact`: the line holds no float, no integer
+        beyond 2^53 - 1 and only ASCII keys, so any JSON reader reads it back as the
+        same values) for the writer, which then neither re-encodes nor re-reads it."""
         if self.version == 1:
+            body = {**event.envelope(), "seq": self.seq + 1, "prev_hash": self.head}
             digest = hash_body(body)
             linked = LogEvent(**body, event_hash=digest, log_version=1)
+            self.line, self.exact = None, False
         else:
-            digest = seed_hash(body)
-            full = {**body, "event_hash": digest, "log_version": self.version}
-            self.line_head = line_hash(full, self.line_head)
-            linked = LogEvent(**full, line_hash=self.line_head)
+            linked = self._link_v2(event)
+            digest = linked.event_hash
         self.seq += 1
         self.head = digest
         return linked
+
+    def _link_v2(self, event: MappedEvent) -> LogEvent:
+        full = dict(event)  # the fields as they are (validated when mapped)
+        del full["artifact"]
+        payload = full["payload"]
+        self.exact = exact = plain(payload)
+        try:  # jcs(payload), its plain() walk done once
+            text = canonical_text(payload).encode() if exact else jcs(payload)
+        except UnicodeEncodeError:  # a lone surrogate: rfc8785 refuses it as before
+            text = jcs(payload)
+        digest = hashlib.sha256((full["event_id"] + full["ts"] + full["type"]).encode() + text
+                                + self.head.encode()).hexdigest()
+        full.update(seq=self.seq + 1, prev_hash=self.head, event_hash=digest,
+                    log_version=self.version)
+        rest = jcs({**full, "payload": 0})  # the envelope: strings, integers, null
+        # Top-level markers: a raw '"' is never inside a JSON string (it is escaped).
+        i = rest.index(b',"payload":0,')
+        body = b"".join((rest[:i], b',"payload":', text, rest[i + 12:]))
+        self.line_head = lhash = hashlib.sha256(
+            b"".join((LINE_PREFIX, self.line_head.encode(), b"\n", body))).hexdigest()
+        j = body.index(b',"log_version":')  # "line_hash" sorts before it
+        self.line = b"".join((body[:j], b',"line_hash":"', lhash.encode(), b'"', body[j:],
+                              b"\n"))
+        return LogEvent.model_construct(**full, line_hash=lhash)
 
     def link_all(self, events: Iterable[MappedEvent]) -> Iterator[LogEvent]:
         for e in events:

@@ -134,7 +134,7 @@ class SessionExport:
         for m in self.mapper.feed(event):
             e = self.chain.link(m)
             if e.seq > w.last_seq:
-                w.append(e, m.artifact)
+                w.append(e, m.artifact, self.chain.line, self.chain.exact)
                 self.dirty = True
                 continue
             if e.seq == w.last_seq and (e.event_hash, e.line_hash) != (

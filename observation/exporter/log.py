@@ -42,6 +42,8 @@ import time
 from pathlib import Path
 from typing import Any, Protocol
 
+import orjson
+
 from observation.event_types import END_TYPES
 from observation.exporter import files
 from observation.exporter.chain import GENESIS, LOG_VERSION, Chain, line_bytes, read_json
@@ -254,7 +256,12 @@ class LogWriter:
         if self._log_fd is None:
             raise LogError(f"{self.run_dir}: the writer is not open")
 
-    def append(self, event: LogEvent, artifact: Artifact | None = None) -> None:
+    def append(self, event: LogEvent, artifact: Artifact | None = None,
+               data: bytes | None = None, exact: bool = False) -> None:
+        """Append ``event``'s line. ``data``: its bytes as :class:`Chain` made them
+        (else encoded here); ``exact``: they read back as the very values (no float,
+        no integer beyond 2^53 - 1, ASCII keys), so orjson reads them for the
+        snapshot and the observers (else :func:`read_json`, numbers as doubles)."""
         self._guard()
         if self.last_seq == 0:  # an empty log takes the version of its first line
             self.log_version = event.log_version
@@ -269,7 +276,8 @@ class LogWriter:
                 raise LogCorruptError(f"{self.run_dir}: line {event.seq} re-exported from "
                                       "history does not hash to the head written before")
             self.lost_head = None
-        data = line_bytes(event)
+        if data is None:
+            data = line_bytes(event)
         try:
             if artifact is not None:
                 self._put_artifact(artifact)
@@ -280,7 +288,7 @@ class LogWriter:
             self._failed = err
             raise LogWriteError(f"{self.run_dir}: writing line {event.seq} failed: {err}"
                                 ) from err
-        parsed = read_json(data)  # as replay sees it: numbers as doubles
+        parsed = orjson.loads(data) if exact else read_json(data)  # as replay reads it
         self.snapshot.apply(parsed)
         if self.observer is not None:
             self.observer.event(parsed, False)

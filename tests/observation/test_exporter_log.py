@@ -65,10 +65,10 @@ def run_until_killed(runs: Path, lines: int | None, page_every: int) -> None:
     w = LogWriter(runs / SID).open()
     real_append = w.append
 
-    def append(event, artifact=None):
+    def append(event, artifact=None, *line):
         if lines is not None and w.last_seq >= lines:
             raise Killed
-        real_append(event, artifact)
+        real_append(event, artifact, *line)
 
     w.append = append  # type: ignore[method-assign]
     try:
