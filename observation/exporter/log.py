@@ -2,9 +2,11 @@
 
 ``runs/<session_id>/`` holds ``events.ndjson`` (one line per event, each appended
 with one ``write``; a commit fsyncs them, once per batch), ``artifacts/`` (written
-before the line that names them), ``head`` (``last_seq``, ``last_hash``; at each
-commit) and ``snapshot.json`` (each written to a temporary file, fsynced, renamed
-over the old one, then the directory fsynced, after the lines they cover are). The
+before the line that names them, each durable with its directory entry), ``head``
+(``last_seq``, ``last_hash``; at each commit) and ``snapshot.json`` (each written to
+a temporary file, fsynced, renamed over the old one, after the lines they cover
+are; the rename is not fsynced: a crash may leave the previous one, whole, which
+open repairs from the log, as it does a head a crash kept from being written). The
 head never points past a line on disk; lines after it that a crash lost or tore are
 cut on open and re-exported from history, which is where they come from. One writer
 per directory, enforced by ``flock`` on ``.lock``.
@@ -212,7 +214,7 @@ class LogWriter:
                                 ) from err
 
     def _put(self, name: str, data: bytes) -> None:
-        atomic_write(self.run_dir / name, data)
+        atomic_write(self.run_dir / name, data, sync_dir=False)  # see the docstring
         self._on_disk_seq[name] = self.last_seq
         if name == SNAPSHOT_NAME:
             self._snapshot_at = time.monotonic()
@@ -353,7 +355,7 @@ class LogWriter:
                 self._put(HEAD_NAME, self._head_bytes())
             checkpoint = self._checkpoint_bytes() if sign else None
             if checkpoint is not None and not self._on_disk(CHECKPOINT_NAME, checkpoint):
-                atomic_write(self.run_dir / CHECKPOINT_NAME, checkpoint)
+                atomic_write(self.run_dir / CHECKPOINT_NAME, checkpoint, sync_dir=False)
         except OSError as err:
             self._failed = err
             raise LogWriteError(f"{self.run_dir}: writing the head failed: {err}") from err
