@@ -153,7 +153,7 @@ class Stages:
             (LogSnapshot, "to_bytes", "snapshot serialise"),
             (LogWriter, "commit", "commit (rest)"),
             (files, "fsync", "fsync (CPU)"),
-            (log_mod, "atomic_write", lambda path, data: "write " + (
+            (log_mod, "atomic_write", lambda path, data, **_: "write " + (
                 path.name if path.name in ("snapshot.json", "head", "checkpoint")
                 else "artifact")),
             (log_mod, "checkpoint_bytes", "checkpoint (sign)"),
