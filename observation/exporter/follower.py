@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -111,6 +111,10 @@ class ExportResult:
     last_seq: int
     finished: bool
     parked: bool = False  # stopped at a wait for the person (``park`` said so)
+    #: A parked export's state (writer closed, mapper and chain as they were): given
+    #: back to ``export_session(resume=...)`` it carries on without re-reading the log
+    #: or re-mapping the history events it saw.
+    state: SessionExport | None = field(default=None, compare=False, repr=False)
 
 
 #: ``park(run_id, last_event_id)``: asked at a page end while the log says the session
@@ -128,8 +132,20 @@ class SessionExport:
         self.w, self.start = writer, writer.last_seq
         self.mapper, self.dirty = SessionMapper(session_id), False
         self.chain = writer.chain()  # the log's own format version (v1 stays v1)
+        self.fed = 0  # history events fed so far
+        self.skip = 0  # history events to pass over (fed before a resume)
+
+    def resumed(self) -> SessionExport:
+        """Carry on after :meth:`LogWriter.resume`: the history comes again from its
+        start, and the events fed before are passed over (not mapped again)."""
+        self.skip, self.start = self.fed, self.w.last_seq
+        return self
 
     def feed(self, event: HistoryEvent, page_end: bool = False) -> None:
+        if self.skip:  # seen before the park: the history is fetched again from its start
+            self.skip -= 1
+            return
+        self.fed += 1
         w = self.w
         for m in self.mapper.feed(event):
             e = self.chain.link(m)
@@ -194,20 +210,26 @@ async def _in_thread(fn: Callable[..., T], *args: object) -> T:
 async def export_session(
     client: Client, session_id: str, runs_dir: Path, *, follow: bool = False,
     observer: LogObserver | None = None, park: Park | None = None,
-    signer: Signer | None = None,
+    signer: Signer | None = None, resume: SessionExport | None = None,
 ) -> ExportResult:
     """Mirror a session's history into ``runs_dir/<session_id>/`` (until its last
     run closes when ``follow``), resuming after the lines already there;
     ``observer`` (telemetry) is told each line and commit. With ``park``, a
     follower stops once everything up to a wait for the person is written and
     ``park`` agrees (the result says ``parked``). With ``signer``, each commit signs
-    the head (``checkpoint``); a finished log without one is re-mapped and signed."""
-    w = LogWriter(runs_dir / session_id, observer, signer)
-    await _in_thread(w.open)
+    the head (``checkpoint``); a finished log without one is re-mapped and signed.
+    ``resume``: a parked result's ``state`` whose writer the caller resumed
+    (:meth:`LogWriter.resume`), carried on from where it stopped."""
+    export: SessionExport | None = None
+    if resume is not None:
+        export, w = resume.resumed(), resume.w
+    else:
+        w = LogWriter(runs_dir / session_id, observer, signer)
+        await _in_thread(w.open)
     try:
         if w.finished and not w.checkpoint_due:
             return ExportResult(session_id, 0, w.last_seq, True)
-        export, page = SessionExport(w, session_id), []
+        export, page = export or SessionExport(w, session_id), []
         events = history_events(client, session_id, follow=follow).__aiter__()
         # Where parking was refused (visibility not there yet, a task pending): asked
         # again while no event comes, or the follower would hold its long-poll until
@@ -223,7 +245,7 @@ async def export_session(
             committed = False
             if refused is not None and park is not None \
                     and await _park_while_quiet(nxt, park, *refused):
-                return replace(await _in_thread(export.finish), parked=True)
+                return replace(await _in_thread(export.finish), parked=True, state=export)
             try:
                 event, page_end = await nxt
             except StopAsyncIteration:
@@ -239,7 +261,8 @@ async def export_session(
                 if park is not None and export.mapper.pending_request is not None \
                         and run_id is not None:
                     if await park(run_id, event.event_id):
-                        return replace(await _in_thread(export.finish), parked=True)
+                        return replace(await _in_thread(export.finish), parked=True,
+                                       state=export)
                     refused = (run_id, event.event_id)
         await _in_thread(export.feed_page, page)
         return await _in_thread(export.finish)

@@ -120,6 +120,8 @@ class LogWriter:
         self.snapshot_every_s = SNAPSHOT_EVERY_S
         self._snapshot_at = -float("inf")  # when snapshot.json was last written (monotonic)
         self._on_disk_seq: dict[str, int | None] = {HEAD_NAME: None, SNAPSHOT_NAME: None}
+        self._size = 0  # bytes of events.ndjson this writer knows of
+        self._left: tuple[int, int, int] | None = None  # the log's (inode, size, mtime) at close
 
     # -- open / close -------------------------------------------------------------------
 
@@ -171,6 +173,7 @@ class LogWriter:
                                       ) from None
         self._find_lost_tail()
         self._log_fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self._size = os.fstat(self._log_fd).st_size
         fsync_dir(self.run_dir)
         for name, data in ((HEAD_NAME, self._head_bytes()),
                            (SNAPSHOT_NAME, self.snapshot.to_bytes())):
@@ -178,6 +181,29 @@ class LogWriter:
                 self._on_disk_seq[name] = self.last_seq
         if None in self._on_disk_seq.values():  # stale after a crash: rebuilt from the log
             self.commit(sign=False, snapshot=True)  # lines not yet checked: unsigned
+
+    def resume(self) -> LogWriter:
+        """Open again after :meth:`close`, keeping the state in memory (no re-read, no
+        re-verification, the observer not told the lines again) when the directory is
+        as this writer left it: the log the same file, size and mtime, ``head`` and
+        ``snapshot.json`` the ones it wrote. Else :class:`LogError`, and nothing is
+        held: the caller opens a new writer (which reads and checks it all)."""
+        if self._failed is not None or self._left is None or self._log_fd is not None:
+            raise LogError(f"{self.run_dir}: this writer cannot resume")
+        self._lock()
+        try:
+            path = self.run_dir / LOG_NAME
+            st = path.stat()
+            if (st.st_ino, st.st_size, st.st_mtime_ns) != self._left or not self._on_disk(
+                    HEAD_NAME, self._head_bytes()) or self.snapshot_stale or not (
+                    self.run_dir / SNAPSHOT_NAME).is_file():
+                raise LogError(f"{self.run_dir}: changed since this writer closed it")
+            self._log_fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+        except BaseException:
+            self.close()
+            raise
+        self._left = None
+        return self
 
     def _find_lost_tail(self) -> None:
         """A head beyond the log means lines were lost: they are re-exported from
@@ -228,6 +254,10 @@ class LogWriter:
                 self.write_snapshot()
             except LogWriteError as err:
                 log.warning("%s", err)
+        if self._log_fd is not None and self._failed is None and not self._unsynced:
+            with contextlib.suppress(OSError):
+                st = os.fstat(self._log_fd)
+                self._left = (st.st_ino, st.st_size, st.st_mtime_ns)
         for fd in (self._log_fd, self._lock_fd):
             if fd is not None:
                 with contextlib.suppress(OSError):
