@@ -273,7 +273,7 @@ async def export_session(
 #: A follower writes ``snapshot.json`` when no history event came for this long
 #: after a commit that left it behind the head (``LogWriter``: at most every
 #: ``SNAPSHOT_EVERY_S`` otherwise, at a wait, at the end, on close).
-SNAPSHOT_IDLE_S = 0.5
+SNAPSHOT_IDLE_S = 2.0
 
 #: Parking refused at a page end is asked again after this long, doubling up to
 #: ``PARK_RETRY_MAX_S``, while no new event comes.
