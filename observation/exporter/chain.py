@@ -32,21 +32,25 @@ digits, and a lone surrogate (not Unicode; UTF-8 cannot carry it) becomes U+FFFD
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import re
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from observation.exporter.lines import (  # re-exported: the names of a line
+    GENESIS,
+    HASH_PREFIX,
+    LINE_PREFIX,
+    LOG_VERSION,
+    LOG_VERSIONS,
+    read_json,
+)
 from observation.exporter.model import LogEvent, MappedEvent
-from workflows.canonical import MAX_SAFE_INT, jcs
+from workflows.canonical import MAX_SAFE_INT, canonical_text, jcs, plain
 
-HASH_PREFIX = b"hitlflow-log-v1\n"  # v1's event_hash
-LINE_PREFIX = b"hitlflow-log-v2\n"  # v2's line_hash
-GENESIS = "0" * 64
-#: The format new logs are written in; a log already on disk is continued in its own.
-LOG_VERSION = 2
-LOG_VERSIONS = (1, 2)
+__all__ = ["GENESIS", "HASH_PREFIX", "LINE_PREFIX", "LOG_VERSION", "LOG_VERSIONS", "Chain",
+           "hash_body", "jsonable", "line_bytes", "line_hash", "read_json", "seed_hash"]
+
 #: JCS (I-JSON) numbers: integers beyond this lose precision, so they become strings.
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
@@ -82,26 +86,6 @@ def jsonable(value: Any) -> Any:
     return _text(str(value))
 
 
-def _number(text: str) -> int | float:
-    """A JSON integer token as the double it denotes (an ``int`` while that is exact)."""
-    if len(text) < 16:  # at most 15 digits: below 2**53
-        return int(text)
-    value = float(text)
-    return int(text) if abs(value) <= MAX_SAFE_INT else value
-
-
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
-def read_json(data: bytes | str) -> Any:
-    """A line (or any JSON text of the log) with every number read as a double, as
-    RFC 8785 reads it: an integer token beyond +-(2**53 - 1) is a ``float``
-    (``10000000000000000`` is the double 1e16 that JCS wrote), one within stays an
-    ``int`` (the same number). ``NaN``/``Infinity`` are refused (``ValueError``)."""
-    return json.loads(data, parse_int=_number, parse_constant=_no_constant)
-
-
 def hash_body(body: dict[str, Any]) -> str:
     """v1's ``event_hash`` of an envelope given without its ``event_hash``."""
     return hashlib.sha256(HASH_PREFIX + jcs(body)).hexdigest()
@@ -135,20 +119,50 @@ class Chain:
         if version not in LOG_VERSIONS:
             raise ValueError(f"unknown log format version {version!r}")
         self.seq, self.head, self.version, self.line_head = seq, head, version, line_head
+        self.line: bytes | None = None  # the last linked line's bytes (v2)
+        self.exact = False  # ... which read back as the very values (see link)
 
     def link(self, event: MappedEvent) -> LogEvent:
-        body = {**event.envelope(), "seq": self.seq + 1, "prev_hash": self.head}
+        """The next line. In v2 its canonical bytes are made once, the payload's JCS
+        text spliced into the envelope's, both hashes taken over those bytes; they are
+        left in :attr:`line` (and :attr:`exact`: the line holds no float, no integer
+        beyond 2^53 - 1 and only ASCII keys, so any JSON reader reads it back as the
+        same values) for the writer, which then neither re-encodes nor re-reads it."""
         if self.version == 1:
+            body = {**event.envelope(), "seq": self.seq + 1, "prev_hash": self.head}
             digest = hash_body(body)
             linked = LogEvent(**body, event_hash=digest, log_version=1)
+            self.line, self.exact = None, False
         else:
-            digest = seed_hash(body)
-            full = {**body, "event_hash": digest, "log_version": self.version}
-            self.line_head = line_hash(full, self.line_head)
-            linked = LogEvent(**full, line_hash=self.line_head)
+            linked = self._link_v2(event)
+            digest = linked.event_hash
         self.seq += 1
         self.head = digest
         return linked
+
+    def _link_v2(self, event: MappedEvent) -> LogEvent:
+        full = dict(event)  # the fields as they are (validated when mapped)
+        del full["artifact"]
+        payload = full["payload"]
+        self.exact = exact = plain(payload)
+        try:  # jcs(payload), its plain() walk done once
+            text = canonical_text(payload).encode() if exact else jcs(payload)
+        except UnicodeEncodeError:  # a lone surrogate: rfc8785 refuses it as before
+            text = jcs(payload)
+        digest = hashlib.sha256((full["event_id"] + full["ts"] + full["type"]).encode() + text
+                                + self.head.encode()).hexdigest()
+        full.update(seq=self.seq + 1, prev_hash=self.head, event_hash=digest,
+                    log_version=self.version)
+        rest = jcs({**full, "payload": 0})  # the envelope: strings, integers, null
+        # Top-level markers: a raw '"' is never inside a JSON string (it is escaped).
+        i = rest.index(b',"payload":0,')
+        body = b"".join((rest[:i], b',"payload":', text, rest[i + 12:]))
+        self.line_head = lhash = hashlib.sha256(
+            b"".join((LINE_PREFIX, self.line_head.encode(), b"\n", body))).hexdigest()
+        j = body.index(b',"log_version":')  # "line_hash" sorts before it
+        self.line = b"".join((body[:j], b',"line_hash":"', lhash.encode(), b'"', body[j:],
+                              b"\n"))
+        return LogEvent.model_construct(**full, line_hash=lhash)
 
     def link_all(self, events: Iterable[MappedEvent]) -> Iterator[LogEvent]:
         for e in events:

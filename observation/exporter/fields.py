@@ -23,9 +23,9 @@ import re
 from datetime import datetime
 from typing import Any
 
-from observation import event_types as ev
 from observation.exporter import ids
-from observation.exporter.model import LLM_OUTPUT_SCHEMA
+from observation.exporter import lines as ev
+from observation.exporter.lines import LLM_OUTPUT_SCHEMA
 
 TS_RE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{6}Z")
 EVENT_ID_RE = re.compile(r"([^:]+):([1-9][0-9]*):(0|[1-9][0-9]*)")
@@ -52,6 +52,7 @@ class LineFields:
         self.outputs: dict[Any, tuple[Any, int]] = {}  # call_id -> (output_hash, line)
         self.spans: set[str] = set()  # span ids seen well-formed
         self.ts = ""  # the last ts seen well-formed
+        self.next_id: str | None = None  # the next line's event_id if of the same history event
 
     def _session(self, obj: dict[str, Any], n: int) -> None:
         if self.session is None:
@@ -105,6 +106,13 @@ class LineFields:
 
     def _event_id(self, obj: dict[str, Any], n: int) -> None:
         eid = obj["event_id"]
+        if eid == self.next_id:  # the next line of the same history event: n + 1
+            hev, k, _ = self.last
+            self.last = (hev, k + 1, n)
+            self.next_id = f"{self.run}:{hev}:{k + 2}"
+            if obj["type"] == ev.RUN_CONTINUED_AS_NEW:
+                self.continued_to = obj["payload"].get("new_temporal_run_id")
+            return
         m = EVENT_ID_RE.fullmatch(eid)
         if m is None:
             raise FieldError(n, f"event_id {eid!r} is not <Temporal run id>:"
@@ -130,6 +138,7 @@ class LineFields:
             raise FieldError(n, f"event_id {eid!r}: n counts 0, 1, ... per history "
                              "event (a line is missing or added)")
         self.last = (hev, k, n)
+        self.next_id = f"{run}:{hev}:{k + 1}"  # what the check above takes at once
         if obj["type"] == ev.RUN_CONTINUED_AS_NEW:
             self.continued_to = obj["payload"].get("new_temporal_run_id")
 

@@ -20,8 +20,9 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def atomic_write(path: Path, data: bytes) -> None:
-    """Write-temp, fsync, rename, fsync the directory."""
+def atomic_write(path: Path, data: bytes, *, sync_dir: bool = True) -> None:
+    """Write-temp, fsync, rename, fsync the directory (``sync_dir``; without it a crash
+    may leave the previous file whole: for what is rebuilt from the log on open)."""
     tmp = path.with_name(f".{path.name}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
@@ -32,7 +33,8 @@ def atomic_write(path: Path, data: bytes) -> None:
     finally:
         os.close(fd)
     os.replace(tmp, path)
-    fsync_dir(path.parent)
+    if sync_dir:
+        fsync_dir(path.parent)
 
 
 def _is_json(data: bytes) -> bool:

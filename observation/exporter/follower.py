@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -111,6 +111,10 @@ class ExportResult:
     last_seq: int
     finished: bool
     parked: bool = False  # stopped at a wait for the person (``park`` said so)
+    #: A parked export's state (writer closed, mapper and chain as they were): given
+    #: back to ``export_session(resume=...)`` it carries on without re-reading the log
+    #: or re-mapping the history events it saw.
+    state: SessionExport | None = field(default=None, compare=False, repr=False)
 
 
 #: ``park(run_id, last_event_id)``: asked at a page end while the log says the session
@@ -128,13 +132,25 @@ class SessionExport:
         self.w, self.start = writer, writer.last_seq
         self.mapper, self.dirty = SessionMapper(session_id), False
         self.chain = writer.chain()  # the log's own format version (v1 stays v1)
+        self.fed = 0  # history events fed so far
+        self.skip = 0  # history events to pass over (fed before a resume)
+
+    def resumed(self) -> SessionExport:
+        """Carry on after :meth:`LogWriter.resume`: the history comes again from its
+        start, and the events fed before are passed over (not mapped again)."""
+        self.skip, self.start = self.fed, self.w.last_seq
+        return self
 
     def feed(self, event: HistoryEvent, page_end: bool = False) -> None:
+        if self.skip:  # seen before the park: the history is fetched again from its start
+            self.skip -= 1
+            return
+        self.fed += 1
         w = self.w
         for m in self.mapper.feed(event):
             e = self.chain.link(m)
             if e.seq > w.last_seq:
-                w.append(e, m.artifact)
+                w.append(e, m.artifact, self.chain.line, self.chain.exact)
                 self.dirty = True
                 continue
             if e.seq == w.last_seq and (e.event_hash, e.line_hash) != (
@@ -164,7 +180,7 @@ class SessionExport:
         if self.chain.seq < w.last_seq:
             raise LogDivergedError(f"{w.run_dir}: the log has {w.last_seq} events, the "
                                    f"history maps to {self.chain.seq}")
-        w.commit()
+        w.commit(snapshot=True)
         return ExportResult(w.run_dir.name, w.last_seq - self.start, w.last_seq, w.finished)
 
 
@@ -194,30 +210,42 @@ async def _in_thread(fn: Callable[..., T], *args: object) -> T:
 async def export_session(
     client: Client, session_id: str, runs_dir: Path, *, follow: bool = False,
     observer: LogObserver | None = None, park: Park | None = None,
-    signer: Signer | None = None,
+    signer: Signer | None = None, resume: SessionExport | None = None,
 ) -> ExportResult:
     """Mirror a session's history into ``runs_dir/<session_id>/`` (until its last
     run closes when ``follow``), resuming after the lines already there;
     ``observer`` (telemetry) is told each line and commit. With ``park``, a
     follower stops once everything up to a wait for the person is written and
     ``park`` agrees (the result says ``parked``). With ``signer``, each commit signs
-    the head (``checkpoint``); a finished log without one is re-mapped and signed."""
-    w = LogWriter(runs_dir / session_id, observer, signer)
-    await _in_thread(w.open)
+    the head (``checkpoint``); a finished log without one is re-mapped and signed.
+    ``resume``: a parked result's ``state`` whose writer the caller resumed
+    (:meth:`LogWriter.resume`), carried on from where it stopped."""
+    export: SessionExport | None = None
+    if resume is not None:
+        export, w = resume.resumed(), resume.w
+    else:
+        w = LogWriter(runs_dir / session_id, observer, signer)
+        await _in_thread(w.open)
     try:
         if w.finished and not w.checkpoint_due:
             return ExportResult(session_id, 0, w.last_seq, True)
-        export, page = SessionExport(w, session_id), []
+        export, page = export or SessionExport(w, session_id), []
         events = history_events(client, session_id, follow=follow).__aiter__()
         # Where parking was refused (visibility not there yet, a task pending): asked
         # again while no event comes, or the follower would hold its long-poll until
         # the person answers.
         refused: tuple[str, int] | None = None
+        committed = False  # a page was just committed (the next event may be far off)
         while True:
             nxt = asyncio.ensure_future(events.__anext__())
+            if committed and w.snapshot_stale:  # snapshot.json once no event comes a while
+                done, _ = await asyncio.wait({nxt}, timeout=SNAPSHOT_IDLE_S)
+                if not done:
+                    await _in_thread(w.write_snapshot)
+            committed = False
             if refused is not None and park is not None \
                     and await _park_while_quiet(nxt, park, *refused):
-                return replace(await _in_thread(export.finish), parked=True)
+                return replace(await _in_thread(export.finish), parked=True, state=export)
             try:
                 event, page_end = await nxt
             except StopAsyncIteration:
@@ -226,18 +254,26 @@ async def export_session(
             page.append(event)
             if page_end:
                 await _in_thread(export.feed_page, page)
-                page = []
+                page, committed = [], True
                 run_id = export.mapper.run_id
+                if export.mapper.pending_request is not None:  # a wait for the person
+                    await _in_thread(w.write_snapshot)
                 if park is not None and export.mapper.pending_request is not None \
                         and run_id is not None:
                     if await park(run_id, event.event_id):
-                        return replace(await _in_thread(export.finish), parked=True)
+                        return replace(await _in_thread(export.finish), parked=True,
+                                       state=export)
                     refused = (run_id, event.event_id)
         await _in_thread(export.feed_page, page)
         return await _in_thread(export.finish)
     finally:
         w.close()
 
+
+#: A follower writes ``snapshot.json`` when no history event came for this long
+#: after a commit that left it behind the head (``LogWriter``: at most every
+#: ``SNAPSHOT_EVERY_S`` otherwise, at a wait, at the end, on close).
+SNAPSHOT_IDLE_S = 2.0
 
 #: Parking refused at a page end is asked again after this long, doubling up to
 #: ``PARK_RETRY_MAX_S``, while no new event comes.

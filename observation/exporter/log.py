@@ -2,12 +2,23 @@
 
 ``runs/<session_id>/`` holds ``events.ndjson`` (one line per event, each appended
 with one ``write``; a commit fsyncs them, once per batch), ``artifacts/`` (written
-before the line that names them), ``snapshot.json`` and ``head`` (``last_seq``,
-``last_hash``; each written to a temporary file, fsynced, renamed over the old one,
-then the directory fsynced, after the lines they cover are). The head never points
-past a line on disk; lines after it that a crash lost or tore are cut on open and
-re-exported from history, which is where they come from. One writer per
-directory, enforced by ``flock`` on ``.lock``.
+before the line that names them, each durable with its directory entry), ``head``
+(``last_seq``, ``last_hash``; at each commit) and ``snapshot.json`` (each written to
+a temporary file, fsynced, renamed over the old one, after the lines they cover
+are; the rename is not fsynced: a crash may leave the previous one, whole, which
+open repairs from the log, as it does a head a crash kept from being written). The
+head never points past a line on disk; lines after it that a crash lost or tore are
+cut on open and re-exported from history, which is where they come from. One writer
+per directory, enforced by ``flock`` on ``.lock``.
+
+``snapshot.json`` is not rewritten at every commit (its size grows with the session):
+a commit writes it when ``snapshot_every_s`` passed since it was last written, and
+:meth:`LogWriter.write_snapshot` when the caller asks (the follower: when no event
+comes for a moment, at a wait for the person, at the end), and :meth:`LogWriter.close`
+when it lags the head. So at rest it is the fold of the whole log, the same bytes as
+ever (``hitlflow log replay``); while a session is followed it may lag the head by a
+few seconds (``verify --live`` does not compare it), and after a crash it is rebuilt
+from the log on open (the log is the truth).
 
 On open a torn last line (no newline, or not JSON) is cut off, the rest of the
 log is verified and folded into the snapshot, and a lagging head is rewritten.
@@ -29,8 +40,11 @@ import fcntl
 import json
 import logging
 import os
+import time
 from pathlib import Path
 from typing import Any, Protocol
+
+import orjson
 
 from observation.event_types import END_TYPES
 from observation.exporter import files
@@ -53,6 +67,9 @@ from observation.exporter.verify import (
 
 log = logging.getLogger("hitlflow.exporter")
 LOCK_NAME = ".lock"
+#: A commit rewrites ``snapshot.json`` when it was last written this long ago (else
+#: it is written on idle, at a wait, at the end and on close; see the docstring).
+SNAPSHOT_EVERY_S = 5.0
 
 
 class LogError(Exception):
@@ -100,6 +117,11 @@ class LogWriter:
         self._failed: BaseException | None = None
         self._unsynced = False  # lines written since the last fsync
         self.lost_head: tuple[int, str] | None = None  # (last_seq, last_hash) beyond the log
+        self.snapshot_every_s = SNAPSHOT_EVERY_S
+        self._snapshot_at = -float("inf")  # when snapshot.json was last written (monotonic)
+        self._on_disk_seq: dict[str, int | None] = {HEAD_NAME: None, SNAPSHOT_NAME: None}
+        self._size = 0  # bytes of events.ndjson this writer knows of
+        self._left: tuple[int, int, int] | None = None  # the log's (inode, size, mtime) at close
 
     # -- open / close -------------------------------------------------------------------
 
@@ -129,6 +151,9 @@ class LogWriter:
         self._lock_fd = fd
 
     def _load(self) -> None:
+        for name in (SNAPSHOT_NAME, HEAD_NAME, CHECKPOINT_NAME):  # a write a crash cut short
+            with contextlib.suppress(FileNotFoundError):
+                (self.run_dir / f".{name}.tmp").unlink()
         path = self.run_dir / LOG_NAME
         if path.exists():
             cut = cut_torn_tail(path)
@@ -148,10 +173,37 @@ class LogWriter:
                                       ) from None
         self._find_lost_tail()
         self._log_fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self._size = os.fstat(self._log_fd).st_size
         fsync_dir(self.run_dir)
-        if not self._on_disk(HEAD_NAME, self._head_bytes()) or not self._on_disk(
-                SNAPSHOT_NAME, self.snapshot.to_bytes()):
-            self.commit(sign=False)  # lines not yet checked against history: unsigned
+        for name, data in ((HEAD_NAME, self._head_bytes()),
+                           (SNAPSHOT_NAME, self.snapshot.to_bytes())):
+            if self._on_disk(name, data):
+                self._on_disk_seq[name] = self.last_seq
+        if None in self._on_disk_seq.values():  # stale after a crash: rebuilt from the log
+            self.commit(sign=False, snapshot=True)  # lines not yet checked: unsigned
+
+    def resume(self) -> LogWriter:
+        """Open again after :meth:`close`, keeping the state in memory (no re-read, no
+        re-verification, the observer not told the lines again) when the directory is
+        as this writer left it: the log the same file, size and mtime, ``head`` and
+        ``snapshot.json`` the ones it wrote. Else :class:`LogError`, and nothing is
+        held: the caller opens a new writer (which reads and checks it all)."""
+        if self._failed is not None or self._left is None or self._log_fd is not None:
+            raise LogError(f"{self.run_dir}: this writer cannot resume")
+        self._lock()
+        try:
+            path = self.run_dir / LOG_NAME
+            st = path.stat()
+            if (st.st_ino, st.st_size, st.st_mtime_ns) != self._left or not self._on_disk(
+                    HEAD_NAME, self._head_bytes()) or self.snapshot_stale or not (
+                    self.run_dir / SNAPSHOT_NAME).is_file():
+                raise LogError(f"{self.run_dir}: changed since this writer closed it")
+            self._log_fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+        except BaseException:
+            self.close()
+            raise
+        self._left = None
+        return self
 
     def _find_lost_tail(self) -> None:
         """A head beyond the log means lines were lost: they are re-exported from
@@ -169,7 +221,43 @@ class LogWriter:
         path = self.run_dir / name
         return path.is_file() and path.read_bytes() == data
 
+    @property
+    def snapshot_stale(self) -> bool:
+        """``snapshot.json`` on disk is behind the committed head."""
+        return self._on_disk_seq[SNAPSHOT_NAME] != self.last_seq
+
+    def write_snapshot(self) -> None:
+        """Write ``snapshot.json`` now if it lags the committed head (the follower calls
+        it on idle and at a wait); nothing while lines wait for their commit."""
+        self._guard()
+        if self._unsynced or not self.snapshot_stale:
+            return
+        try:
+            self._put(SNAPSHOT_NAME, self.snapshot.to_bytes())
+        except OSError as err:
+            self._failed = err
+            raise LogWriteError(f"{self.run_dir}: writing the snapshot failed: {err}"
+                                ) from err
+
+    def _put(self, name: str, data: bytes) -> None:
+        atomic_write(self.run_dir / name, data, sync_dir=False)  # see the docstring
+        self._on_disk_seq[name] = self.last_seq
+        if name == SNAPSHOT_NAME:
+            self._snapshot_at = time.monotonic()
+
     def close(self) -> None:
+        """Release the log; ``snapshot.json`` is brought up to the head first when every
+        line is committed (a failed writer leaves it: it is rebuilt on open)."""
+        if self._log_fd is not None and self._failed is None and not self._unsynced \
+                and self.snapshot_stale:
+            try:
+                self.write_snapshot()
+            except LogWriteError as err:
+                log.warning("%s", err)
+        if self._log_fd is not None and self._failed is None and not self._unsynced:
+            with contextlib.suppress(OSError):
+                st = os.fstat(self._log_fd)
+                self._left = (st.st_ino, st.st_size, st.st_mtime_ns)
         for fd in (self._log_fd, self._lock_fd):
             if fd is not None:
                 with contextlib.suppress(OSError):
@@ -200,7 +288,12 @@ class LogWriter:
         if self._log_fd is None:
             raise LogError(f"{self.run_dir}: the writer is not open")
 
-    def append(self, event: LogEvent, artifact: Artifact | None = None) -> None:
+    def append(self, event: LogEvent, artifact: Artifact | None = None,
+               data: bytes | None = None, exact: bool = False) -> None:
+        """Append ``event``'s line. ``data``: its bytes as :class:`Chain` made them
+        (else encoded here); ``exact``: they read back as the very values (no float,
+        no integer beyond 2^53 - 1, ASCII keys), so orjson reads them for the
+        snapshot and the observers (else :func:`read_json`, numbers as doubles)."""
         self._guard()
         if self.last_seq == 0:  # an empty log takes the version of its first line
             self.log_version = event.log_version
@@ -215,7 +308,8 @@ class LogWriter:
                 raise LogCorruptError(f"{self.run_dir}: line {event.seq} re-exported from "
                                       "history does not hash to the head written before")
             self.lost_head = None
-        data = line_bytes(event)
+        if data is None:
+            data = line_bytes(event)
         try:
             if artifact is not None:
                 self._put_artifact(artifact)
@@ -226,7 +320,7 @@ class LogWriter:
             self._failed = err
             raise LogWriteError(f"{self.run_dir}: writing line {event.seq} failed: {err}"
                                 ) from err
-        parsed = read_json(data)  # as replay sees it: numbers as doubles
+        parsed = orjson.loads(data) if exact else read_json(data)  # as replay reads it
         self.snapshot.apply(parsed)
         if self.observer is not None:
             self.observer.event(parsed, False)
@@ -272,20 +366,26 @@ class LogWriter:
         data = self._checkpoint_bytes()
         return data is not None and not self._on_disk(CHECKPOINT_NAME, data)
 
-    def commit(self, sign: bool = True) -> None:
-        """Make the new lines durable (one fsync), then write ``snapshot.json``, then
-        ``head``, then (``sign`` and a signer given) ``checkpoint``, each atomically.
-        The caller signs only lines it checked against history."""
+    def commit(self, sign: bool = True, snapshot: bool | None = None) -> None:
+        """Make the new lines durable (one fsync), then write ``snapshot.json`` (when
+        ``snapshot``; None: when it lags and was last written ``snapshot_every_s``
+        ago), then ``head``, then (``sign`` and a signer given) ``checkpoint``, each
+        atomically and each only when it changed. The caller signs only lines it
+        checked against history."""
         self._guard()
+        if snapshot is None:
+            snapshot = time.monotonic() - self._snapshot_at >= self.snapshot_every_s
         try:
             if self._unsynced:
                 files.fsync(self._log_fd)  # type: ignore[arg-type]
                 self._unsynced = False
-            atomic_write(self.run_dir / SNAPSHOT_NAME, self.snapshot.to_bytes())
-            atomic_write(self.run_dir / HEAD_NAME, self._head_bytes())
+            if snapshot and self.snapshot_stale:
+                self._put(SNAPSHOT_NAME, self.snapshot.to_bytes())
+            if self._on_disk_seq[HEAD_NAME] != self.last_seq:
+                self._put(HEAD_NAME, self._head_bytes())
             checkpoint = self._checkpoint_bytes() if sign else None
             if checkpoint is not None and not self._on_disk(CHECKPOINT_NAME, checkpoint):
-                atomic_write(self.run_dir / CHECKPOINT_NAME, checkpoint)
+                atomic_write(self.run_dir / CHECKPOINT_NAME, checkpoint, sync_dir=False)
         except OSError as err:
             self._failed = err
             raise LogWriteError(f"{self.run_dir}: writing the head failed: {err}") from err

@@ -9,9 +9,9 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from observation.event_types import is_sse
+from observation.exporter.lines import LLM_OUTPUT_SCHEMA as LLM_OUTPUT_SCHEMA  # its home
 
 #: The ``schema_id`` of an artifact: an LLM answer, a tool's output (``activities.py``).
-LLM_OUTPUT_SCHEMA = "hitlflow/llm_output/v1"
 TOOL_RESULT_SCHEMA = "hitlflow/tool_result/v1"
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -27,7 +28,7 @@ from observation.exporter import follower
 from observation.exporter.feed import LogFeed
 from observation.exporter.follower import SESSION_QUERY, finished_on_disk
 from observation.exporter.keys import publish_verifier
-from observation.exporter.log import LogLockedError, LogObserver, LogWriteError
+from observation.exporter.log import LogError, LogLockedError, LogObserver, LogWriteError
 from observation.exporter.note import Signer
 from observation.read_model import ReadModelError, ReadStore, open_store
 from observation.read_model.sync import ReadModelObserver, Tee, sync_store
@@ -38,6 +39,8 @@ log = logging.getLogger("hitlflow.exporter")
 WAITING = "waiting_user"
 
 
+#: Parked sessions whose export state is kept in memory (the rest reopen their log).
+KEEP_PARKED = 1000
 #: How far before the last poll each poll looks (visibility shows a change late).
 POLL_OVERLAP = timedelta(seconds=5)
 #: How far before the last rescan a rescan looks (a change visibility showed later).
@@ -84,7 +87,7 @@ class Exporter:
     def __init__(self, client: Client, runs_dir: Path, *, query: str = SESSION_QUERY,
                  discover_every_s: float = 1.0, retry_after_s: float = 5.0,
                  rescan_every: int = 60, sweep_every_s: float = 1800.0, park: bool = True,
-                 max_followers: int = 400,
+                 max_followers: int = 400, keep_parked: int = KEEP_PARKED,
                  observers: Callable[[str], LogObserver | None] | None = None,
                  signer: Signer | None = None) -> None:
         self.client, self.runs_dir, self.query = client, runs_dir, query
@@ -97,6 +100,11 @@ class Exporter:
         # namespace; past the cap every poll fails, SSE and workers' included).
         self._slots = asyncio.Semaphore(max_followers)
         self.parked: dict[str, Parked] = {}
+        # The state of the last `keep_parked` parked sessions (closed writer, mapper,
+        # chain, observer): a wake carries on from it instead of re-reading the log and
+        # re-mapping the history (work per session, not per batch).
+        self.keep_parked = keep_parked
+        self.kept: OrderedDict[str, follower.SessionExport] = OrderedDict()
         self.done: set[str] = set()
         self.errors: dict[str, str] = {}
         self.fatal: BaseException | None = None
@@ -233,15 +241,29 @@ class Exporter:
                     self.done.add(session_id)
                     return
                 try:
-                    hook = {"observer": self.observers(session_id)} if self.observers else {}
+                    resume = self.kept.pop(session_id, None)
+                    if resume is not None:
+                        try:
+                            await follower._in_thread(resume.w.resume)
+                        except LogLockedError:
+                            raise
+                        except LogError as err:  # changed meanwhile: read and checked anew
+                            log.info("exporter: %s", err)
+                            resume = None
+                    hook = {"observer": self.observers(session_id)} \
+                        if self.observers and resume is None else {}
                     async with self._slots:
                         result = await follower.export_session(
                             self.client, session_id, self.runs_dir, follow=True, park=park,
-                            signer=self.signer, **hook)
+                            signer=self.signer, resume=resume, **hook)
                     self.errors.pop(session_id, None)
                     if not result.parked:
                         self.done.add(session_id)
                         return
+                    if result.state is not None and self.keep_parked > 0:
+                        self.kept[session_id] = result.state  # its next wake resumes it
+                        while len(self.kept) > self.keep_parked:
+                            self.kept.popitem(last=False)
                     if session_id not in self._woken:
                         return  # parked: this task ends, wake() starts another
                     self._woken.discard(session_id)

@@ -18,11 +18,16 @@ Any failure raises :class:`ChainBrokenError`, whose text starts with
 content of a file makes it raise anything else.
 ``verify_lines`` and ``check_head`` are pure; ``verify_dir`` only reads files.
 
-Speed: each line is parsed once (C ``json``, one decoder per log); its canonical
-form is checked with one C ``json.dumps`` where that is exactly RFC 8785 (no float
-that prints differently, no integer beyond 2^53 - 1, no character at or above U+E000
-whose key order could differ, no lone surrogate), else with ``chain.jcs``; both
-hashes are taken over slices of the canonical line itself (no re-serialisation).
+Speed: each line is parsed once. The fast path (:func:`fast_line`, format v2) reads
+it with ``orjson`` and proves it canonical by writing it back with ``orjson`` (sorted
+keys, integers within +-(2^53 - 1)) and comparing the bytes: for values of strings,
+booleans, null, safe integers and ASCII keys, nested, orjson writes exactly what RFC
+8785 does (``tests/observation/test_verify_fast.py`` checks it over generated values);
+a line holding a float or a non-ASCII key, or whose envelope is not as it must be,
+takes the reference path instead: C ``json`` with every number read as a double,
+checked with C ``json.dumps`` where that is exactly RFC 8785, else with ``rfc8785``
+(``chain.jcs``), and that path gives every error. Both hashes are taken over slices
+of the canonical line itself (no re-serialisation).
 """
 
 from __future__ import annotations
@@ -32,16 +37,24 @@ import json
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from hashlib import sha256 as _sha256
 from itertools import islice
+from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
+import orjson
 import rfc8785
 
-from observation.event_types import ARTIFACT_WRITTEN
-from observation.exporter.chain import GENESIS, HASH_PREFIX, LINE_PREFIX, read_json
-from observation.exporter.chain import _number as double
 from observation.exporter.fields import FieldError, LineFields
+from observation.exporter.lines import (
+    ARTIFACT_WRITTEN,
+    GENESIS,
+    HASH_PREFIX,
+    LINE_PREFIX,
+    read_json,
+)
+from observation.exporter.lines import number as double
 from workflows.canonical import canonical_text, jcs
 
 LOG_NAME, HEAD_NAME, SNAPSHOT_NAME = "events.ndjson", "head", "snapshot.json"
@@ -61,6 +74,14 @@ FIELD_TYPES: dict[str, type | tuple[type, ...]] = {
 _SLOW_BYTES = re.compile(rb"[\xee-\xf4]")
 #: ``json.dumps`` as JCS writes the values the fast path lets through.
 _fast_jcs = canonical_text
+#: orjson's options on the fast path: sorted keys, and an integer beyond
+#: +-(2^53 - 1) refused (JCS would write it as the double it rounds to).
+_ORJSON_JCS = orjson.OPT_SORT_KEYS | orjson.OPT_STRICT_INTEGER
+_V2_FIELDS = tuple(sorted(ENVELOPE_V2))
+_v2_values = itemgetter(*_V2_FIELDS)
+#: The types of a v2 line's fields in key order (``parent_span_id``: str or None).
+_V2_TYPES = frozenset(tuple(parent if f == "parent_span_id" else FIELD_TYPES[f]
+                            for f in _V2_FIELDS) for parent in (str, type(None)))
 
 
 class ChainBrokenError(ValueError):
@@ -134,6 +155,63 @@ def parse_line(line: bytes, number: int, decode: Any = None) -> dict[str, Any]:
     return obj
 
 
+def _no_float(value: dict[str, Any] | list[Any]) -> bool:
+    """No float anywhere in a container orjson read (its types: dict, list, str, int,
+    bool, None, float)."""
+    for v in value.values() if type(value) is dict else value:
+        t = type(v)
+        if t is dict or t is list:
+            if not _no_float(v):
+                return False
+        elif t is float:
+            return False
+    return True
+
+
+def _plain_keys(value: dict[str, Any] | list[Any]) -> bool:
+    """No float and only ASCII keys anywhere in a container orjson read."""
+    if type(value) is dict:
+        if not all(k.isascii() for k in value):
+            return False
+        value = list(value.values())
+    for v in value:
+        t = type(v)
+        if t is dict or t is list:
+            if not _plain_keys(v):
+                return False
+        elif t is float:
+            return False
+    return True
+
+
+def fast_line(line: bytes) -> dict[str, Any] | None:
+    """A newline-terminated v2 line, parsed, when ``orjson`` proves it is the RFC 8785
+    form of what it holds and its envelope is as it must be (the 13 fields of their
+    JSON types, ``log_version`` 2); None when it cannot (the reference path then
+    decides, and explains).
+
+    The proof: orjson reads the line and writes it back with sorted keys and no
+    integer beyond +-(2^53 - 1), byte for byte the line; and the line holds no float
+    and no non-ASCII key. For such values orjson writes what RFC 8785 does (the same
+    escapes, code point key order is UTF-16 order for ASCII keys) and reads what
+    :func:`read_json` reads (every integer within the doubles' exact range)."""
+    if line[-1:] != b"\n":  # a torn line, whatever orjson makes of it
+        return None
+    try:
+        obj = orjson.loads(line)
+        if type(obj) is not dict or len(obj) != 13 or \
+                orjson.dumps(obj, option=_ORJSON_JCS) != line[:-1]:
+            return None
+        values = _v2_values(obj)
+    except (orjson.JSONDecodeError, orjson.JSONEncodeError, KeyError):
+        return None
+    if tuple(map(type, values)) not in _V2_TYPES or obj["log_version"] != 2:
+        return None
+    if not (_no_float(obj["payload"]) if line.isascii() else _plain_keys(obj["payload"])):
+        return None
+    return obj
+
+
 def canonical(obj: Any, number: int) -> bytes:
     """``jcs(obj)``; a number JCS cannot write (``1e400`` reads as infinity) is a broken
     line, not a crash."""
@@ -180,31 +258,52 @@ def _slice_hashes(obj: dict[str, Any], line: bytes, version: int, prev_line: str
                                 ).hexdigest()
 
 
-def verify_lines(lines: Iterable[bytes], session_id: str | None = None
-                 ) -> Iterator[dict[str, Any]]:
+def _v2_hashes(obj: dict[str, Any], line: bytes, prev_line: bytes) -> tuple[str, str]:
+    """``(event_hash, line_hash)`` of a canonical v2 line, from its own bytes (as
+    :func:`_slice_hashes`; ``prev_line``: the ``line_hash`` before, as bytes)."""
+    i = line.find(b',"payload":', 150) + 11  # after the three hashes' fields
+    seed = _sha256(b"".join((obj["event_id"].encode(), obj["ts"].encode(),
+                             obj["type"].encode(), line[i:line.rfind(b',"prev_hash":"')],
+                             obj["prev_hash"].encode()))).hexdigest()
+    j = line.find(b',"line_hash":"', 79)
+    h = _sha256(b"".join((LINE_PREFIX, prev_line, b"\n", line[:j])))
+    h.update(line[j + 79:-1])
+    return seed, h.hexdigest()
+
+
+def verify_lines(lines: Iterable[bytes], session_id: str | None = None, *,
+                 fast: bool = True) -> Iterator[dict[str, Any]]:
     """Yield each verified event; raise on the first line that breaks the chain.
-    ``session_id``: the session the log must be of (default: line 1's ``run_id``)."""
+    ``session_id``: the session the log must be of (default: line 1's ``run_id``).
+    ``fast=False``: every line on the reference path (what the fast one must equal)."""
     prev, prev_line, version = GENESIS, GENESIS, None
     fields = LineFields(session_id, session_id is not None)
+    check_fields = fields.check
     nums = _Numbers()
     decode = nums.decoder().decode
     for n, line in enumerate(lines, 1):
-        nums.exact = True
-        obj = parse_line(line, n, decode)
-        if version is None:
-            version = line_version(obj)
-        elif line_version(obj) != version:
-            raise ChainBrokenError(n, f"a log format v{line_version(obj)} line in a v{version} "
-                                   "log: a log is one version from its first line to its last")
-        _canonical(obj, line, n, nums)
-        event_hash, lhash = _slice_hashes(obj, line, version, prev_line)
-        if version == 1:
-            if event_hash != obj["event_hash"]:
-                raise ChainBrokenError(n, "event_hash does not match the event's content")
+        obj = fast_line(line) if fast else None
+        if obj is None:  # the reference path: it names what is wrong
+            nums.exact = True
+            obj = parse_line(line, n, decode)
+            line_v = line_version(obj)
+            if version is not None and line_v != version:
+                raise ChainBrokenError(n, f"a log format v{line_v} line in a v{version} log: "
+                                       "a log is one version from its first line to its last")
+            _canonical(obj, line, n, nums)
+            event_hash, lhash = _slice_hashes(obj, line, line_v, prev_line)
         else:
-            if event_hash != obj["event_hash"]:
-                raise ChainBrokenError(n, "event_hash does not match sha256(event_id + ts + "
-                                       "type + payload + prev_hash) (seed 003)")
+            line_v = 2
+            if version is not None and version != 2:
+                raise ChainBrokenError(n, f"a log format v2 line in a v{version} log: "
+                                       "a log is one version from its first line to its last")
+            event_hash, lhash = _v2_hashes(obj, line, prev_line.encode())
+        version = line_v
+        if event_hash != obj["event_hash"]:
+            raise ChainBrokenError(n, "event_hash does not match the event's content"
+                                   if line_v == 1 else "event_hash does not match sha256("
+                                   "event_id + ts + type + payload + prev_hash) (seed 003)")
+        if line_v != 1:
             if lhash != obj["line_hash"]:
                 raise ChainBrokenError(n, "line_hash does not match the line's content and "
                                        "the line_hash before it (an envelope field changed)")
@@ -215,7 +314,7 @@ def verify_lines(lines: Iterable[bytes], session_id: str | None = None
         if obj["prev_hash"] != prev:
             raise ChainBrokenError(n, "prev_hash is not the event_hash of the line before")
         try:
-            fields.check(obj, n)
+            check_fields(obj, n)
         except FieldError as err:
             raise ChainBrokenError(err.line, err.reason, err.code) from None
         prev = event_hash

@@ -65,10 +65,10 @@ def run_until_killed(runs: Path, lines: int | None, page_every: int) -> None:
     w = LogWriter(runs / SID).open()
     real_append = w.append
 
-    def append(event, artifact=None):
+    def append(event, artifact=None, *line):
         if lines is not None and w.last_seq >= lines:
             raise Killed
-        real_append(event, artifact)
+        real_append(event, artifact, *line)
 
     w.append = append  # type: ignore[method-assign]
     try:
@@ -171,20 +171,46 @@ def test_a_log_from_another_history_is_refused(tmp_path):
 
 
 def test_a_batch_is_fsynced_once_and_before_the_head_names_it(tmp_path):
+    """Issue 28: snapshot.json is not rewritten per batch. Within its period each batch
+    makes the log durable once, then the head; snapshot.json comes at the end."""
     synced: list[str] = []  # what each fsync made durable, in order
 
     def record(fd):
         synced.append(Path(f"/proc/self/fd/{fd}").readlink().name)
 
     with LogWriter(tmp_path / SID) as w, mock.patch.object(files_mod, "fsync", record):
+        w.snapshot_every_s = float("inf")  # every batch within the snapshot's period
         export = SessionExport(w, SID)
         pages = [EVENTS[:len(EVENTS) // 2], EVENTS[len(EVENTS) // 2:]]
         for page in pages:
             export.feed_page(page)
+            assert w.snapshot_stale
+        export.finish()
+        assert not w.snapshot_stale
     assert w.last_seq > 2 * len(pages)  # several lines per batch
-    # Per batch: the log once, then snapshot.json and head (artifacts come before).
     files = [n for n in synced if n in ("events.ndjson", ".snapshot.json.tmp", ".head.tmp")]
-    assert files == ["events.ndjson", ".snapshot.json.tmp", ".head.tmp"] * len(pages)
+    assert files == ["events.ndjson", ".head.tmp"] * len(pages) + [".snapshot.json.tmp"]
+    verify_dir(tmp_path / SID)
+
+
+def test_the_snapshot_is_written_when_its_period_passed(tmp_path):
+    """A commit writes snapshot.json when it was last written snapshot_every_s ago
+    (0: at every commit, as before issue 28)."""
+    with LogWriter(tmp_path / SID) as w:
+        w.snapshot_every_s = 0.0
+        export = SessionExport(w, SID)
+        export.feed_page(EVENTS[:30])
+        assert not w.snapshot_stale
+        assert (tmp_path / SID / "snapshot.json").read_bytes() == w.snapshot.to_bytes()
+
+
+def test_closing_brings_a_lagging_snapshot_up_to_the_head(tmp_path, reference):
+    with LogWriter(tmp_path / SID) as w:
+        w.snapshot_every_s = float("inf")
+        export = SessionExport(w, SID)
+        export.feed_page(EVENTS)
+        assert w.snapshot_stale
+    assert tree(tmp_path / SID) == reference  # the same bytes at rest
 
 
 def test_an_fsync_error_stops_the_writer_for_good(tmp_path):
