@@ -300,6 +300,11 @@ def answer_problem(principal: Principal | None, config: SessionConfig,
                                          digest=None)
     if problem is not None:
         return problem
+    if remember is not None and not approve:
+        return AnswerProblem(type=ANSWER_INVALID, message="`remember` comes with an "
+                             "approval (`approve`: true): a rejection is not remembered",
+                             details={"code": "invalid_remember",
+                                      "errors": ["remember without approve: true"]})
     if arguments is not None:
         if not approve:
             return AnswerProblem(type=ANSWER_INVALID, message="edited arguments come with "

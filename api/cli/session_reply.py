@@ -102,7 +102,7 @@ def send_reply(stack: Stack, session_id: str, body: dict[str, Any],
         if pending and pending["request_id"] == body["request_id"] and pending.get("digest"):
             # What was shown is what is answered: a request that changed since is a 409.
             body.setdefault("digest", pending["digest"])
-            typer.echo(f"answering {pending['request_id']} ({pending['digest']})")
+            typer.echo(f"answering {pending['request_id']} ({pending['digest']})", err=True)
         ack = api.post(f"/api/sessions/{session_id}/reply", body)
         readable(api, session_id, ack)
     typer.echo(f"reply to {ack['request_id']} accepted")

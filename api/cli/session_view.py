@@ -91,8 +91,9 @@ def render_pending(session_id: str, pending: dict, stack: Stack | None = None) -
     if pending.get("fields"):
         console.print("    fields: " + ", ".join(f["name"] for f in pending["fields"]))
     if pending.get("digest"):
-        console.print(f"    digest: {pending['digest']}", soft_wrap=True, markup=False,
-                      highlight=False)
+        # On a line of its own: within 80 columns, whole (the log's digest, to compare).
+        console.print(f"    digest:\n      {pending['digest']}", soft_wrap=True,
+                      markup=False, highlight=False)
     if pending.get("approvers"):
         rule = f" (rule {pending['rule']})" if pending.get("rule") else ""
         console.print(f"    for: {', '.join(pending['approvers'])}{rule}", markup=False,

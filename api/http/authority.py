@@ -174,8 +174,9 @@ async def record_refusal(client: Client, session_id: str, principal: Principal,
         if changed is not None:
             changed(session_id)
     except Exception as err:
-        log.warning("session %s: the refusal of %s's %s was not recorded: %s",
-                    session_id, principal.subject, action, type(err).__name__)
+        log.warning("session %s: the refusal of %s's %s was not recorded: %s: %s",
+                    session_id, principal.subject, action, type(err).__name__,
+                    str(err)[:200])
 
 
 async def refuse(client: Client, session_id: str, principal: Principal, action: str,

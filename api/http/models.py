@@ -173,9 +173,12 @@ class PendingRequestView(BaseModel):
         "that may have run happened (options done / not done / try again)."))
     output: str | None = Field(default=None, description=(
         "What the person must look at to decide: a `verify: human` plan step's output."))
+    asked: dict[str, Any] | None = Field(default=None, description=(
+        "Exactly what is asked: a tool call's `{server, tool, arguments}`, a plan step's "
+        "`{step, command}`, a question's `{kind, prompt, options, fields}`."))
     digest: str | None = Field(default=None, description=(
-        "The digest of exactly what is asked (a tool call: server, tool and canonical "
-        "arguments); send it back with the reply."))
+        "The digest of exactly what is asked (`sha256:` and the sha256 of `asked` in "
+        "canonical JSON); send it back with the reply."))
     approvers: list[str] = Field(default_factory=list, description=(
         "Who may answer, from the rule that matched (empty: the session's owner and "
         "approvers, or an operator)."))

@@ -25,7 +25,7 @@ SEE_ROLES = ("owner", "approver", "viewer", "answer")
 ANSWER = "answer"  # the pending request's own approvers (a rule's)
 #: What an ISSUE_OPENED line may carry about who decides (issue 24), copied into the
 #: pending request the read model serves when present.
-_PENDING_EXTRAS = ("digest", "approvers", "approvals_required", "rule",
+_PENDING_EXTRAS = ("asked", "digest", "approvers", "approvals_required", "rule",
                    "separation_of_duties", "editable")
 
 

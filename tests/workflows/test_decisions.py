@@ -295,6 +295,10 @@ def test_answer_problem_puts_each_check_in_order():
     assert problem(BOB, editable, arguments={"name": 1}) == (ANSWER_INVALID, {
         "code": "invalid_arguments", "errors": ["name: 1 is not of type 'string'"]})
     assert problem(BOB, editable, arguments={"name": "x"}, approve=False)[0] == ANSWER_INVALID
+    # a rejection is not remembered (422, not a silent drop)
+    assert problem(BOB, pending(), remember="tool", approve=False) == (ANSWER_INVALID, {
+        "code": "invalid_remember", "errors": ["remember without approve: true"]})
+    assert problem(BOB, pending(), remember="tool") is None
     # a stale digest first, then who, then a second approval, then the schema
     assert problem(VIC, editable, digest="sha256:0", arguments={"name": 1})[1]["code"] == (
         "stale_digest")

@@ -148,7 +148,8 @@ async def list_sessions(
     exporter has written its first lines, a moment after it started): those the
     principal may see (operators: all). With `stuck`, through Temporal visibility
     instead (the read model does not know whether a workflow task keeps failing;
-    operators only, 403 otherwise)."""
+    operators only, 403 otherwise). With `waiting_for`, `stuck=true` lists nothing (a
+    stuck session takes no answers) and `stuck=false` is left out."""
     who = audience(principal, waiting_for == "me")
     param = "cursor" if cursor or not page_token else "page_token"
     given = cursor or page_token
@@ -156,9 +157,8 @@ async def list_sessions(
     if wanted is None and status is not None:  # a seed 003 state no session is ever in
         return SessionList(sessions=[])
     if stuck is None or waiting_for is not None:
-        if stuck is not None:
-            raise ApiError(422, "validation_error", "stuck and waiting_for do not go "
-                           "together (a stuck session takes no answers)")
+        if stuck:  # a stuck session takes no answers: none waits for anyone
+            return SessionList(sessions=[])
         return await _listed_from_read_model(store_of(request.app.state), wanted, limit,
                                              given, param, who)
     if not principal.at_least("operator"):

@@ -65,7 +65,10 @@ async def test_the_demo_driven_from_the_command_line(http_stack: HttpStack, tmp_
     short = s["pending"]["execution_id"].partition(".")[2][:8]
     assert f"\n    hitlflow session approve {sid} {short}\n" in shown
     out = ok(await hitlflow(http_stack, "session", "approve", sid, s["pending"]["execution_id"]))
-    assert out.strip() == f"reply to {s['pending']['request_id']} accepted"
+    # stderr says what is answered (the request and the digest it was shown with)
+    rid, digest = s["pending"]["request_id"], s["pending"]["digest"]
+    assert out.strip().splitlines() == [f"answering {rid} ({digest})",
+                                        f"reply to {rid} accepted"]
 
     s = await session_until(http_stack.http, sid, waiting("confirm"))
     stale = await hitlflow(http_stack, "session", "reply", sid, "--request-id", "old", "--approve")
@@ -209,7 +212,8 @@ async def test_hints_work_when_pasted_and_contracts_go_by_prefix(http_stack: Htt
     assert "error: no contract of this session starts with 'zzzz'" in none.output
     assert (await http_stack.http.get(f"/api/sessions/{sid}")).json()["replies"] == 0
 
-    assert ok(await hitlflow(None, *approve)).strip() == f"reply to {eid} accepted"
+    assert ok(await hitlflow(None, *approve)).strip().splitlines()[-1] == \
+        f"reply to {eid} accepted"
     waited = ok(await hitlflow(http_stack, "session", "wait", sid))
     assert "waiting for you (confirm): Shall I read the groceries list back to you?" \
         in waited

@@ -163,11 +163,13 @@ async def test_a_viewer_cannot_answer_and_the_refusal_is_recorded(stack):
     assert after["status"] == "waiting_user" and after["pending"] == before["pending"]
     assert after["replies"] == 0
     # The API told the session who was refused, what and by which rule.
-    history = await stack.client.get_workflow_handle(sid).fetch_history()
-    signals = [e.workflow_execution_signaled_event_attributes for e in history.events
-               if e.HasField("workflow_execution_signaled_event_attributes")]
-    refused = [json.loads(s.input.payloads[0].data) for s in signals
-               if s.signal_name == "record_refusal"]
+    async def recorded() -> list[dict]:
+        history = await stack.client.get_workflow_handle(sid).fetch_history()
+        signals = [e.workflow_execution_signaled_event_attributes for e in history.events
+                   if e.HasField("workflow_execution_signaled_event_attributes")]
+        return [json.loads(s.input.payloads[0].data) for s in signals
+                if s.signal_name == "record_refusal"]
+    refused = await eventually(recorded, lambda r: len(r) >= 4, what="four refusals")
     assert [(x["principal"]["subject"], x["action"], x["rule"]) for x in refused] == [
         ("vic", "reply", "role.approver"), ("vic", "cancel", "role.approver"),
         ("vic", "end", "role.approver"), ("vic", "message", "role.approver")]

@@ -27,6 +27,9 @@ NO_TEMPORAL = "127.0.0.1:9"
 
 
 def settings_of(data_dir: Path, **extra: object) -> HitlflowSettings:
+    """Settings of these tests alone: a HITLFLOW_API_TOKEN another test left in the
+    environment (the benchmarks' helpers set one at import) is not theirs."""
+    extra.setdefault("api_token", None)
     return HitlflowSettings(data_dir=data_dir, temporal_address=NO_TEMPORAL, **extra)
 
 
