@@ -266,7 +266,8 @@ class AgentTurn:
         asked = decisions.asked_tool_call(d.detail["server"], call.tool, call.arguments)
         verdict = decisions.tool_verdict(s.config.rules, s.standing_decisions,
                                          d.detail["server"], call.tool, call.arguments,
-                                         safety_asks=d.kind == "approve_first")
+                                         safety_asks=d.kind == "approve_first",
+                                         safety=d.safety.value)
         if verdict.kind in ("allow", "deny", "standing"):
             return self._decided_without_asking(c, asked, verdict)
         if d.kind == "approve_first" or verdict.kind == "ask":
@@ -275,7 +276,8 @@ class AgentTurn:
             self._ask(PendingRequest(
                 request_id=c.execution_id, kind="approval", execution_id=c.execution_id,
                 prompt=f"Approve {what}: " + summarize_action(c.action_type, c.action_detail),
-                created_at=now, **decisions.request_terms(s.config, asked, s.tool_catalog),
+                created_at=now, **decisions.request_terms(s.config, asked, s.tool_catalog,
+                                                          d.safety.value),
             ))
         return c
 

@@ -39,6 +39,7 @@ from workflows.people import (
     digest_of,
     may_answer,
     rule_for,
+    rule_for_kind,
 )
 from workflows.session_state import PendingRequest
 
@@ -70,15 +71,23 @@ def asked_question(kind: str, prompt: str, options: list[str],
 
 
 def request_terms(config: SessionConfig, asked: dict[str, Any],
-                  catalog: list[ToolSpec] | None = None) -> dict[str, Any]:
+                  catalog: list[ToolSpec] | None = None,
+                  safety: str | None = None) -> dict[str, Any]:
     """The fields of a :class:`PendingRequest` that bind it: ``asked`` and its
     ``digest``, and for a tool call those of the first rule that matches it (who may
     answer, how many approvals, separation of duties, editable with the tool's input
     schema). Unset fields are left out (their defaults)."""
     terms: dict[str, Any] = {"asked": asked, "digest": digest_of(asked)}
     if "tool" not in asked:
+        found = rule_for_kind(config.rules, "step" if "step" in asked else "question")
+        if found is not None:
+            label, rule = found
+            terms.update(rule=label, approvers=list(rule.approvers),
+                         approvals_required=rule.approvals_required,
+                         separation_of_duties=rule.separation_of_duties)
         return terms
-    found = rule_for(config.rules, asked.get("server"), asked["tool"], asked["arguments"])
+    found = rule_for(config.rules, asked.get("server"), asked["tool"], asked["arguments"],
+                     safety)
     if found is None:
         return terms
     label, rule = found
@@ -109,13 +118,13 @@ class ToolVerdict(BaseModel):
 
 def tool_verdict(rules: list[DecisionRule], standing: list[StandingDecision],
                  server: str | None, tool: str, arguments: dict[str, Any], *,
-                 safety_asks: bool = True) -> ToolVerdict:
+                 safety_asks: bool = True, safety: str | None = None) -> ToolVerdict:
     """The first matching rule decides; a ``deny`` rule beats a standing decision, which
     beats ``ask`` and the safety class; ``allow`` runs it. ``safety_asks``: whether its
     safety class asks (an irreversible tool): where nothing would ask, ``allow`` and a
     standing decision change nothing and the verdict is ``default`` (no log line for a
     call that runs as it always would)."""
-    found = rule_for(rules, server, tool, arguments)
+    found = rule_for(rules, server, tool, arguments, safety)
     if found is not None and found[1].decision == "deny":
         return ToolVerdict(kind="deny", rule=found[0])
     if not safety_asks and (found is None or found[1].decision != "ask"):

@@ -20,7 +20,7 @@ from datetime import datetime
 from fnmatch import fnmatchcase
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from workflows.canonical import canonical_json
 
@@ -92,13 +92,23 @@ class People(_Strict):
         return [*([self.owner] if self.owner else []), *self.approvers, *self.viewers]
 
 
+RuleKind = Literal["tool_call", "step", "question"]
+SafetyName = Literal["read_only", "irreversible", "at_most_once", "reversible"]
+
+
 class DecisionRule(_Strict):
-    """One row of a session's decision rules (and the server's): the first row whose
-    ``tool``, ``server`` and ``arguments`` patterns match what is asked decides how
-    it is decided. ``allow`` runs it without asking, ``deny`` refuses it without
-    asking, ``ask`` asks ``approvers`` (empty: the session's approvers and owner)."""
+    """One row of a session's decision rules (and the server's): the first row that
+    matches what is asked decides how it is decided. A ``tool_call`` row matches by
+    ``tool``, ``server``, ``arguments`` patterns and ``safety`` class: ``allow`` runs
+    the call without asking, ``deny`` refuses it without asking, ``ask`` asks
+    ``approvers`` (empty: the session's approvers and owner). A ``step`` row (a plan
+    step's approval) or a ``question`` row (the agent's confirm, choose and form
+    requests) only says who answers: ``approvers``, ``approvals_required``,
+    ``separation_of_duties``."""
 
     name: str = Field(default="", max_length=200)
+    kind: RuleKind = "tool_call"
+    safety: SafetyName | None = None  # tool calls of this safety class only
     tool: str = Field(default="*", min_length=1, max_length=200)  # fnmatch, case-sensitive
     server: str = Field(default="*", min_length=1, max_length=200)
     # argument name -> fnmatch pattern of its value (a string, or canonical JSON).
@@ -109,10 +119,26 @@ class DecisionRule(_Strict):
     separation_of_duties: bool = False  # the owner may not approve their own agent's call
     editable: bool = False  # an approver may answer with edited arguments
 
+    @model_validator(mode="after")
+    def _fits_its_kind(self) -> DecisionRule:
+        if self.kind != "tool_call" and (
+                self.decision != "ask" or self.editable or self.safety is not None
+                or self.arguments or (self.tool, self.server) != ("*", "*")):
+            raise ValueError(f"a {self.kind} rule only says who answers (approvers, "
+                             "approvals_required, separation_of_duties): tool, server, "
+                             "arguments, safety, editable and allow/deny are for tool_call "
+                             "rules")
+        return self
+
     def label(self, index: int) -> str:
         return self.name or f"rules[{index}]"
 
-    def matches(self, server: str | None, tool: str, arguments: dict[str, Any]) -> bool:
+    def matches(self, server: str | None, tool: str, arguments: dict[str, Any],
+                safety: str | None = None) -> bool:
+        if self.kind != "tool_call":
+            return False
+        if self.safety is not None and safety != self.safety:
+            return False
         if not fnmatchcase(tool, self.tool) or not fnmatchcase(server or "", self.server):
             return False
         for name, pattern in self.arguments.items():
@@ -126,10 +152,19 @@ class DecisionRule(_Strict):
 
 
 def rule_for(rules: list[DecisionRule], server: str | None, tool: str,
-             arguments: dict[str, Any]) -> tuple[str, DecisionRule] | None:
+             arguments: dict[str, Any], safety: str | None = None
+             ) -> tuple[str, DecisionRule] | None:
     """The first rule that matches a tool call, with its label, or None."""
     for index, rule in enumerate(rules):
-        if rule.matches(server, tool, arguments):
+        if rule.matches(server, tool, arguments, safety):
+            return rule.label(index), rule
+    return None
+
+
+def rule_for_kind(rules: list[DecisionRule], kind: RuleKind) -> tuple[str, DecisionRule] | None:
+    """The first ``step`` or ``question`` rule, with its label, or None."""
+    for index, rule in enumerate(rules):
+        if rule.kind == kind:
             return rule.label(index), rule
     return None
 

@@ -14,6 +14,7 @@ import json
 import sys
 import time
 from collections.abc import Callable
+from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -162,6 +163,26 @@ def show(session_id: SessionArg, as_json: AsJson = False, *, stack: Stack) -> No
         render_pending(session_id, s["pending"], stack)
 
 
+class Remember(StrEnum):
+    tool = "tool"
+    arguments = "arguments"
+
+
+def json_object(option: str, field: str, text: str) -> dict[str, Any]:
+    """An option's JSON object, held to what any server takes before Python's parser
+    (which recurses) reads it; exit 2 otherwise."""
+    beyond = scan_json_text('{"' + field + '":' + text + "}", MAX_DEPTH_CEILING)
+    if beyond is not None:
+        error(f"{option}: {beyond.message}", 2)
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as err:
+        error(f"{option} is not JSON: {err}", 2)
+    if not isinstance(value, dict):
+        error(f"{option} must be a JSON object", 2)
+    return value
+
+
 @session_app.command("reply")
 @stack_options
 def reply(
@@ -175,6 +196,12 @@ def reply(
     values: Annotated[str | None, typer.Option(
         "--values", help="For form requests: a JSON object.")] = None,
     comment: Annotated[str | None, typer.Option("--comment")] = None,
+    arguments: Annotated[str | None, typer.Option("--arguments", help=(
+        "Approve with these arguments instead (a JSON object; tools a rule marks "
+        "editable)."))] = None,
+    remember: Annotated[Remember | None, typer.Option("--remember", help=(
+        "Approve, and do not ask again in this session for this tool (any arguments) or "
+        "for these arguments."))] = None,
     by: Annotated[str, typer.Option("--by", help=(
         "Kept for old scripts; the log names who you are signed in as."))] = "user",
     *, stack: Stack,
@@ -187,19 +214,15 @@ def reply(
     if choice is not None:
         body["choice"] = choice
     if values is not None:
-        # Held to what any server takes before Python's parser, which recurses.
-        beyond = scan_json_text('{"values":' + values + "}", MAX_DEPTH_CEILING)
-        if beyond is not None:
-            error(f"--values: {beyond.message}", 2)
-        try:
-            body["values"] = json.loads(values)
-        except json.JSONDecodeError as err:
-            error(f"--values is not JSON: {err}", 2)
-        if not isinstance(body["values"], dict):
-            error("--values must be a JSON object", 2)
+        body["values"] = json_object("--values", "values", values)
+    if arguments is not None:
+        body["arguments"] = json_object("--arguments", "arguments", arguments)
+    if remember is not None:
+        body["remember"] = remember.value
     if comment is not None:
         body["comment"] = comment
     send_reply(stack, session_id, body)
+
 
 
 def _decide(approved: bool) -> Callable[..., None]:

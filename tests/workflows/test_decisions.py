@@ -428,3 +428,37 @@ def test_the_temporal_ui_says_who_a_request_is_for_and_who_approved_so_far():
     text = details(approvals_required=2, rule="two", approvals=[BOB.ref()])
     assert ("For the session's approvers (rule two): 2 different approvers; approved so "
             "far by Bob") in text
+
+
+def test_step_and_question_rules_say_who_answers_and_nothing_else():
+    rules = [{"kind": "step", "approvers": ["group:ops"], "approvals_required": 2},
+             {"kind": "question", "name": "questions", "approvers": ["bob"],
+              "separation_of_duties": True}]
+    cfg = config(rules=rules)
+    step = d.request_terms(cfg, d.asked_step(0, "make deploy"))
+    assert (step["approvers"], step["approvals_required"], step["rule"]) == (
+        ["group:ops"], 2, "rules[0]")
+    question = d.request_terms(cfg, d.asked_question("confirm", "ok?", [], []))
+    assert (question["approvers"], question["rule"], question["separation_of_duties"]) == (
+        ["bob"], "questions", True)
+    # A tool call matches only tool_call rules.
+    call = d.request_terms(cfg, d.asked_tool_call("notes", "delete_note", {"name": "x"}))
+    assert "rule" not in call and "approvers" not in call
+    for bad in ({"kind": "step", "decision": "allow"}, {"kind": "question", "tool": "x*"},
+                {"kind": "step", "editable": True}, {"kind": "question", "safety": "irreversible"},
+                {"kind": "step", "arguments": {"a": "*"}}, {"kind": "nope"}):
+        with pytest.raises(ValueError):
+            DecisionRule.model_validate(bad)
+
+
+def test_a_rule_may_match_a_safety_class():
+    rules = [DecisionRule(tool="delete_*", safety="irreversible", approvers=["group:security"])]
+    assert d.tool_verdict(rules, [], "notes", "delete_note", {}, safety="irreversible",
+                          ).rule == "rules[0]"
+    assert d.tool_verdict(rules, [], "notes", "delete_note", {}, safety="reversible",
+                          ).kind == "default"
+    cfg = config(rules=[r.model_dump() for r in rules])
+    asked = d.asked_tool_call("notes", "delete_note", {})
+    assert d.request_terms(cfg, asked, CATALOG, "irreversible")["approvers"] == [
+        "group:security"]
+    assert "approvers" not in d.request_terms(cfg, asked, CATALOG, "at_most_once")

@@ -154,6 +154,13 @@ async def test_clear_errors_and_exit_codes(http_stack: HttpStack, tmp_path: Path
     assert r.exit_code == 1 and "error: validation_error:" in r.output
     r = await hitlflow(http_stack, "session", "reply", "abc", "--values", "[1, 2]")
     assert r.exit_code == 2 and "--values must be a JSON object" in r.output
+    r = await hitlflow(http_stack, "session", "reply", "abc", "--arguments", "{nope")
+    assert r.exit_code == 2 and "--arguments is not JSON" in r.output
+    r = await hitlflow(http_stack, "session", "reply", "abc", "--arguments",
+                       "[" * 300 + "]" * 300)
+    assert r.exit_code == 2 and "--arguments:" in r.output
+    r = await hitlflow(http_stack, "session", "reply", "abc", "--remember", "forever")
+    assert r.exit_code == 2 and "--remember" in r.output
     r = await hitlflow(http_stack, "session", "list", "--api-url",
                        f"http://127.0.0.1:{free_port()}")
     assert r.exit_code == 1 and "error: unreachable: cannot reach the API" in r.output
