@@ -169,7 +169,7 @@ async def unchanged(up: Stack, sid: str, pending: dict, notes: Path,
     assert calls(notes) == ran
 
 
-def ref(up: Stack, who: str) -> dict:
+def ref(who: str) -> dict:
     return {"issuer": "local", "subject": who, "name": who}
 
 
@@ -238,7 +238,7 @@ async def test_the_edited_call_runs_once_and_the_log_has_both_digests(up: Stack,
     edited = asked_tool_call("notes", "delete_note", {"name": "draft-edited"})
     assert (approved["issue_id"], approved["digest"], approved["edited_digest"]) == (
         pending["request_id"], pending["digest"], digest_of(edited))
-    assert approved["edited_by"] == approved["principal"] == ref(up, "ann")
+    assert approved["edited_by"] == approved["principal"] == ref("ann")
     assert "mallory" not in json.dumps(approved)
     started = [e for e in of(lines, "TOOL_CALL_STARTED") if e.get("tool") == "delete_note"]
     assert [e["arguments"] for e in started] == [{"name": "draft-edited"}]
@@ -336,7 +336,7 @@ async def test_a_standing_decision_decides_until_an_operator_revokes_it(up: Stac
     lines = await log_of(up, sid)
     resolved = of(lines, "ISSUE_RESOLVED")
     unasked = [r for r in resolved if r["resolution"] == "decided_by_standing"]
-    ann = ref(up, "ann")
+    ann = ref("ann")
     assert [(r["standing_id"], r["standing_set_by"], r["by"]) for r in unasked] == [
         (held[0]["standing_id"], ann, f"standing decision {held[0]['standing_id']} of ann"),
         (by_arguments, ann, f"standing decision {by_arguments} of ann"),
@@ -381,7 +381,7 @@ async def test_the_cli_replies_remember_tool(up: Stack, tmp_path: Path):
         f"{pending['request_id']} at ")
     [unasked] = [r for r in of(await log_of(up, sid), "ISSUE_RESOLVED")
                  if r["resolution"] == "decided_by_standing"]
-    assert unasked["standing_set_by"] == ref(up, "ann")
+    assert unasked["standing_set_by"] == ref("ann")
 
 
 async def test_the_cli_replies_with_edited_arguments(up: Stack, tmp_path: Path):
@@ -499,7 +499,7 @@ async def test_the_inbox_edits_before_approving(up: Stack, pages: Pages, tmp_pat
     (resolved,) = of(await log_of(up, sid), "ISSUE_RESOLVED")
     edited = asked_tool_call("notes", "delete_note", {"name": "draft-edited"})
     assert (resolved["digest"], resolved["edited_digest"], resolved["edited_by"]) == (
-        pending["digest"], digest_of(edited), ref(up, "ann"))
+        pending["digest"], digest_of(edited), ref("ann"))
 
 
 @pytest.mark.browser

@@ -112,6 +112,7 @@ export function canonical(value) {
 // The arguments the person typed: `{edited: object | null}` (null: unchanged, send
 // none), or `{problem}` when the text is not a JSON object (nothing is sent then).
 export function editedArguments(text, original) {
+  if (original === null && !text.trim()) return { edited: null }; // as asked
   let value;
   try {
     value = JSON.parse(text);
@@ -129,10 +130,13 @@ export function editedArguments(text, original) {
 export function argumentsEditor(asked) {
   const original = asked && asked.arguments && typeof asked.arguments === "object"
     ? asked.arguments : null;
+  // Not known yet (the log line that says it is not read yet): empty, which approves
+  // the call as asked; the form is drawn again once it is known.
   const text = h("textarea", { id: "arguments", name: "arguments", spellcheck: "false",
                                 "aria-describedby": "arguments-help arguments-errors",
-                                class: "code", rows: "6" },
-                 original ? JSON.stringify(original, null, 2) : "{}");
+                                class: "code", rows: "6",
+                                placeholder: original ? null : "as asked" },
+                 original ? JSON.stringify(original, null, 2) : "");
   const errors = h("ul", { id: "arguments-errors", class: "errors" });
   const show = (list) => {
     errors.replaceChildren(...list.map((e) => h("li", {}, e)));
