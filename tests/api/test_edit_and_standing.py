@@ -494,6 +494,9 @@ async def test_the_inbox_edits_before_approving(up: Stack, pages: Pages, tmp_pat
     assert sent[-1] == {"request_id": pending["request_id"], "digest": pending["digest"],
                         "approve": True, "arguments": {"name": "draft-edited"}}
     assert [s.get("arguments") for s in sent] == [{"name": 7}, {"name": "draft-edited"}]
+    edit_line = page.locator("#conversation li", has_text="Edited by ann")
+    await expect(edit_line).to_contain_text(
+        'approved with other arguments: {"name":"draft-edited"}')
     await ended(up, sid)
     assert calls(notes) == [("delete_note", {"name": "draft-edited"})]
     (resolved,) = of(await log_of(up, sid), "ISSUE_RESOLVED")
@@ -511,7 +514,8 @@ async def test_the_inbox_approves_and_does_not_ask_again(up: Stack, pages: Pages
     from playwright.async_api import expect
 
     notes = notes_dir(tmp_path, "b", "c")
-    sid = await start(up, notes, [says(delete("b")), says(delete("c")), DONE], [])
+    sid = await start(up, notes, [says(delete("b")), says(delete("c")), {
+        "ecs_request": {"kind": "confirm", "prompt": "Anything else?"}}, DONE], [])
     pending = await asked(up, sid, prompt_of("delete_note", name="b"))
     page, sent = await signed_in(up, pages, "ann", sid)
     await expect(page.get_by_label("Arguments (JSON)")).to_have_count(0)  # not editable
@@ -524,11 +528,26 @@ async def test_the_inbox_approves_and_does_not_ask_again(up: Stack, pages: Pages
     await expect(page.get_by_role("heading", name="Nothing waits for you")).to_be_visible()
     assert sent == [{"request_id": pending["request_id"], "digest": pending["digest"],
                      "approve": True, "remember": "tool"}]
-    await ended(up, sid)  # delete c: not asked
+    conversation = page.locator("#conversation")
+    await expect(conversation.locator("li", has_text="Do not ask again")).to_have_text(
+        f"Do not ask again delete_note with any arguments in this session "
+        f"(sd-{pending['request_id']}, set by ann)")
+    await expect(conversation.locator("li", has_text="Not asked")).to_have_text(
+        f"Not asked allowed by standing decision sd-{pending['request_id']} of ann")
+    await expect(page.locator("#prompt")).to_have_text("Anything else?")
     assert calls(notes) == [("delete_note", {"name": "b"}), ("delete_note", {"name": "c"})]
     r = await up.http.get(f"/api/sessions/{sid}/standing", headers=up.as_("ann"))
     assert [(s["tool"], s["arguments"]) for s in r.json()["standing"]] == [
         ("delete_note", None)]
+    # An operator revokes it: the page says so, live.
+    r = await up.http.delete(f"/api/sessions/{sid}/standing/sd-{pending['request_id']}",
+                             headers={**up.as_("ops"), "content-type": "application/json"})
+    assert r.status_code == 202, r.text
+    await expect(conversation.locator("li", has_text="Revoked")).to_have_text(
+        f"Revoked standing decision sd-{pending['request_id']} (delete_note, set by ann) "
+        "by ops")
+    await page.get_by_role("button", name="No").click()
+    await ended(up, sid)
 
     two = {"name": "two", "tool": "delete_note", "approvers": ["ann", "ops"],
            "approvals_required": 2, "editable": True}
