@@ -48,7 +48,7 @@ export function add(s, seq, type, payload) {
 
 export function renderConversation(s) {
   const items = [...s.entries.values()].sort((a, b) => a.seq - b.seq)
-    .map((e) => entry(e.type, e.payload, e.seq)).filter(Boolean);
+    .map((e) => entry(e.type, e.payload, e.seq)).flat().filter(Boolean);
   if (s.logCut) {
     items.unshift(h("li", { class: "meta" }, "Earlier entries are not shown. ",
       h("button", { type: "button", "data-key": "full-log", onclick: () => download(s) },
@@ -120,6 +120,11 @@ function entry(type, p, seq) {
         : line(`Asks (${p.kind})`, "ask", seq, h("span", { class: "text" }, p.prompt));
     case "interaction.reply.accepted":
       return line(`Answered by ${p.by || "someone"}`, "person", seq, answerText(p.answer));
+    case "ISSUE_RESOLVED": // what the answer line does not say: edits, standing decisions
+      return decisionLine(p, seq);
+    case "STANDING_DECISION_REVOKED":
+      return line("Revoked", "end", seq, `standing decision ${p.standing_id} (`,
+        h("code", {}, p.tool || ""), `, set by ${nameOf(p.set_by)}) by ${nameOf(p.revoked_by)}`);
     case "StepCompleted": // what a person who verifies the step needs to see
       return line(`Step ${p.step} ran`, p.exit_code === 0 ? "tool" : "error", seq,
         `exit code ${p.exit_code}`, p.stdout ? h("pre", {}, brief(p.stdout)) : "",
@@ -144,4 +149,30 @@ function entry(type, p, seq) {
       }
       return null;
   }
+}
+
+function nameOf(ref) {
+  return ref ? ref.name || ref.subject || "someone" : "someone";
+}
+
+// Issue 24's decisions: a call decided without asking (by a rule or a standing
+// decision), arguments a person edited before approving, and "do not ask again".
+function decisionLine(p, seq) {
+  if (p.resolution === "decided_by_rule" || p.resolution === "decided_by_standing") {
+    const allowed = p.answer && p.answer.approved;
+    return line("Not asked", allowed ? "tool" : "error", seq,
+                `${allowed ? "allowed" : "denied"} by ${p.by}`);
+  }
+  const parts = [];
+  if (p.edited_digest) {
+    parts.push(line(`Edited by ${nameOf(p.edited_by || p.principal)}`, "person", seq,
+      "approved with other arguments: ", shown(p.edited_arguments || {})));
+  }
+  const sd = p.standing_decision;
+  if (sd) {
+    parts.push(line("Do not ask again", "person", `${seq}.sd`, h("code", {}, sd.tool || ""),
+      sd.arguments ? [" with ", shown(sd.arguments)] : " with any arguments",
+      ` in this session (${sd.standing_id}, set by ${nameOf(sd.set_by)})`));
+  }
+  return parts.length ? parts : null;
 }

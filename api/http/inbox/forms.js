@@ -7,7 +7,8 @@ import * as decide from "./decide.js";
 
 export function renderPending(s) {
   const p = s.session.pending;
-  const key = decide.formKey(s.session);
+  // An editable request's form waits for what it asks (its arguments) to be known.
+  const key = `${decide.formKey(s.session)} ${p && p.editable && decide.askedOf(s) ? "+" : ""}`;
   if (key === s.formFor) {
     renderNotice(s);
     return; // the same request: keep what the person is typing
@@ -59,19 +60,36 @@ function formFor(s, p) {
   const commentField = [h("label", { for: "comment" }, "Comment (optional)"), comment];
   const prompt = h("p", { class: "prompt", id: "prompt" }, p.prompt);
   const form = h("form", { "aria-labelledby": "pending-title", "aria-describedby": "prompt" });
-  const send = (path, body) => submit(s, form, path, body);
-  const reply = (extra) => send("reply", {
+  const send = (path, body, refused) => submit(s, form, path, body, refused);
+  const reply = (extra, refused) => send("reply", {
     request_id: p.request_id, ...(p.digest ? { digest: p.digest } : {}), ...extra,
     ...(comment.value.trim() ? { comment: comment.value } : {}),
-  });
+  }, refused);
   const button = (label, cls, onclick) => h("button", { type: "button", class: cls, onclick },
                                              label);
   let body;
-  if (p.kind === "approval" || p.kind === "confirm") {
-    const [yes, no] = p.kind === "approval" ? ["Approve", "Reject"] : ["Yes", "No"];
+  if (p.kind === "approval") {
+    // An editable request: the arguments, which the person may change (sent only when
+    // changed; the API's 422 lists what the tool's schema refuses, under them). Not
+    // asking again: for the tool, or only for these arguments.
+    const asked = decide.askedOf(s);
+    const editor = p.editable ? decide.argumentsEditor(asked) : null;
+    const remember = decide.rememberChoice(p, asked);
+    const approve = () => {
+      const edited = editor ? editor.read() : {};
+      if (edited === null) return; // not JSON: said in place, nothing sent
+      reply({ approve: true, ...edited, ...(remember ? remember.read() : {}) },
+            (error) => {
+              if (editor && error.code === "invalid_arguments") editor.show(error.errors || []);
+            });
+    };
+    body = [editor ? editor.el : "", remember ? remember.el : "", commentField,
+            h("div", { class: "actions" }, button("Approve", "primary", approve),
+              button("Reject", "danger", () => reply({ approve: false })))];
+  } else if (p.kind === "confirm") {
     body = [commentField, h("div", { class: "actions" },
-      button(yes, "primary", () => reply({ approve: true })),
-      button(no, "danger", () => reply({ approve: false })))];
+      button("Yes", "primary", () => reply({ approve: true })),
+      button("No", "danger", () => reply({ approve: false })))];
   } else if (p.kind === "choose") {
     const radios = p.options.map((o, i) => h("label", { class: "inline" },
       h("input", { type: "radio", name: "choice", value: o, required: true, id: `choice-${i}` }),
@@ -140,7 +158,7 @@ function formFor(s, p) {
   return form;
 }
 
-async function submit(s, form, path, body) {
+async function submit(s, form, path, body, refused) {
   const buttons = [...form.querySelectorAll("button")];
   const was = document.activeElement;
   s.focusNext = true; // a disabled button loses the focus: the next form gets it
@@ -163,6 +181,7 @@ async function submit(s, form, path, body) {
     s.notice = { ok: false, text: decide.refusedText(error),
                  reload: error.code === "stale_digest" };
     renderNotice(s);
+    if (refused) refused(error);
     again(buttons, was);
     s.reread({});
   } catch (err) {
