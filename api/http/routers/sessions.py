@@ -553,7 +553,7 @@ async def standing(session_id: SeenSessionDep, client: ClientDep,
                        "No such session, or no such standing decision in it")}})
 async def revoke_standing(
     session_id: SessionIdDep, client: ClientDep, tuning: TuningDep, changed: OnChangeDep,
-    settings: SettingsDep, principal: PrincipalDep, request: Request,
+    settings: SettingsDep, principal: PrincipalDep, request: Request, key: IdempotencyKeyDep,
     standing_id: Annotated[str, Path(min_length=1, max_length=200,
                                      pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$")],
 ) -> Accepted:
@@ -571,7 +571,7 @@ async def revoke_standing(
             RevokeInput(standing_id=standing_id, principal=principal),
             code="revoke_refused", closed="it has no standing decisions", tuning=tuning,
             changed=changed, limit=settings.max_input_bytes,
-            actor=Actor(principal, "revoke_standing"), result_type=None)
+            actor=Actor(principal, "revoke_standing", key=key), result_type=None)
     except ApiError as err:
         if err.code == "revoke_refused" and "no standing decision" in err.message.lower():
             raise ApiError(404, "standing_not_found", err.message) from None
