@@ -47,12 +47,14 @@ def new_key() -> str:
 async def idempotency_key(
     response: Response,
     key: Annotated[str | None, Header(
-        alias=HEADER, description=(
+        alias=HEADER, min_length=1, max_length=128, pattern=KEY_PATTERN.pattern,
+        description=(
             "Makes resending the request safe: the same request with the same key "
             "returns the first one's outcome, never a second effect (docs/http-api.md). "
             "Without it the API makes one and answers it in this header."))] = None,
 ) -> str:
-    """The request's key (checked, or made here); the answer carries it."""
+    """The request's key (checked, or made here); the answer carries it. A key that
+    does not fit is a 422 ``validation_error`` naming the header (nothing is sent)."""
     key = new_key() if key is None else check_key(key)
     response.headers[HEADER] = key
     return key
