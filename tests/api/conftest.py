@@ -11,6 +11,7 @@ from temporalio.testing import WorkflowEnvironment
 from api.http.command_policy import SHELL
 from api.settings import DEMO_COMMAND
 from tests.api.http_support import HttpStack, running_stack, stack_settings
+from tests.support.inbox_browser import Pages, kept_pages, launched_chromium
 
 
 @pytest.fixture(scope="module")
@@ -32,3 +33,19 @@ def http_notes_dir(tmp_path: Path) -> Path:
     d = tmp_path / "notes"
     d.mkdir()
     return d
+
+
+@pytest.fixture(scope="module")
+async def browser() -> AsyncIterator[object]:
+    """One chromium for the module's inbox tests."""
+    async with launched_chromium() as launched:
+        yield launched
+
+
+@pytest.fixture
+async def pages(browser, request: pytest.FixtureRequest) -> AsyncIterator[Pages]:
+    """A fresh browser context (its pages saved on a failure); a module may set
+    ``INBOX_VIEWPORT_HEIGHT``."""
+    async with kept_pages(browser, getattr(request.module, "INBOX_VIEWPORT_HEIGHT", 720)
+                          ) as kept:
+        yield kept

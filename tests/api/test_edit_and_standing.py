@@ -32,10 +32,9 @@ from typer.testing import CliRunner, Result
 
 from api.cli.demo_config import notes_server
 from api.cli.main import app as cli
-from tests.api.http.test_http_inbox import EXPECT_MS, Pages
 from tests.api.http_support import HttpStack, eventually, stack_settings
 from tests.api.test_who_decides import up_like_stack
-from tests.support.browser_origin import chromium_path
+from tests.support.inbox_browser import Pages
 from workflows.decisions import asked_tool_call
 from workflows.people import digest_of
 
@@ -408,31 +407,8 @@ async def test_the_cli_replies_with_edited_arguments(up: Stack, tmp_path: Path):
 # -- in the inbox ---------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-async def browser() -> AsyncIterator[object]:
-    chromium = chromium_path()
-    try:
-        from playwright.async_api import async_playwright, expect
-    except ImportError as err:  # a dev extra: never a silent skip
-        pytest.fail(f"playwright is not installed ({err}): pip install -e '.[dev]'")
-    expect.set_options(timeout=EXPECT_MS)
-    async with async_playwright() as pw:
-        launched = await pw.chromium.launch(executable_path=chromium)
-        try:
-            yield launched
-        finally:
-            await launched.close()
-
-
-@pytest.fixture
-async def pages(browser) -> AsyncIterator[Pages]:
-    context = await browser.new_context(viewport={"width": 960, "height": 900})
-    kept = Pages(context)
-    try:
-        async with kept.kept_on_failure():
-            yield kept
-    finally:
-        await context.close()
+#: The inbox pages of these tests are taller (the edit form).
+INBOX_VIEWPORT_HEIGHT = 900
 
 
 async def signed_in(up: Stack, pages: Pages, who: str, sid: str):

@@ -38,7 +38,6 @@ from api.cli.main import app as cli
 from api.http.app import create_app
 from api.settings import HitlflowSettings
 from observation.exporter.keys import load_or_create_signer
-from tests.api.http.test_http_inbox import EXPECT_MS, Pages
 from tests.api.http_support import (
     HttpStack,
     demo_body,
@@ -48,7 +47,7 @@ from tests.api.http_support import (
     stack_settings,
     waiting,
 )
-from tests.support.browser_origin import chromium_path
+from tests.support.inbox_browser import Pages
 from tests.support.sessions import running_exporter, running_worker
 
 TOKEN = "who-decides-api-token"
@@ -259,33 +258,6 @@ def error_of_403(r: httpx.Response) -> dict:
 
 
 # -- in the inbox -----------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-async def browser() -> AsyncIterator[object]:
-    chromium = chromium_path()
-    try:
-        from playwright.async_api import async_playwright, expect
-    except ImportError as err:  # a dev extra: never a silent skip
-        pytest.fail(f"playwright is not installed ({err}): pip install -e '.[dev]'")
-    expect.set_options(timeout=EXPECT_MS)
-    async with async_playwright() as pw:
-        launched = await pw.chromium.launch(executable_path=chromium)
-        try:
-            yield launched
-        finally:
-            await launched.close()
-
-
-@pytest.fixture
-async def pages(browser) -> AsyncIterator[Pages]:
-    context = await browser.new_context(viewport={"width": 960, "height": 720})
-    kept = Pages(context)
-    try:
-        async with kept.kept_on_failure():
-            yield kept
-    finally:
-        await context.close()
 
 
 @pytest.mark.browser

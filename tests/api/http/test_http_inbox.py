@@ -10,10 +10,7 @@ failure, every open page is saved to a temporary directory named in the failure.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import os
 import re
-import tempfile
 from collections.abc import AsyncIterator, Callable
 from importlib import resources
 from pathlib import Path
@@ -33,13 +30,10 @@ from tests.api.http_support import (
     running_stack,
     stack_settings,
 )
-from tests.support.browser_origin import chromium_path
+from tests.support.inbox_browser import EXPECT_MS, Pages
 
 TOKEN = "inbox-s3cret"
 AUTH = {"authorization": f"Bearer {TOKEN}"}
-#: Where expect() waits for a DOM condition at most (a worker and an exporter on a
-#: shared machine stand between a click and what it shows).
-EXPECT_MS = 30_000
 
 
 @pytest.fixture(scope="module")
@@ -106,72 +100,6 @@ def test_the_served_files_are_the_modules_the_page_loads():
 
 
 # -- in a browser ----------------------------------------------------------------------
-
-
-class Pages:
-    """A browser context's open pages: their pictures for the docs, and all of them
-    saved on a failure (to a temporary directory named in the failure)."""
-
-    def __init__(self, context) -> None:
-        self.context = context
-        self.open: dict[str, object] = {}
-        keep = os.environ.get("HITLFLOW_SCREENSHOTS")
-        self.keep = Path(keep) if keep else None
-
-    async def new(self, name: str):
-        page = self.open[name] = await self.context.new_page()
-        return page
-
-    async def picture(self, page, name: str) -> None:
-        if self.keep is not None:
-            self.keep.mkdir(parents=True, exist_ok=True)
-            height = await page.evaluate("document.body.scrollHeight + 16")
-            size = page.viewport_size
-            await page.screenshot(path=self.keep / f"{name}.png", clip={
-                "x": 0, "y": 0, "width": size["width"], "height": min(height, size["height"])})
-
-    @contextlib.asynccontextmanager
-    async def kept_on_failure(self) -> AsyncIterator[None]:
-        try:
-            yield
-        except BaseException as err:
-            where = tempfile.mkdtemp(prefix="hitlflow-inbox-")
-            for name, page in self.open.items():
-                try:
-                    await page.screenshot(path=Path(where) / f"{name}.png", full_page=True)
-                except Exception as shot:  # a page that died still leaves the others
-                    (Path(where) / f"{name}.txt").write_text(repr(shot))
-            print(f"inbox screenshots: {where}")
-            err.add_note(f"screenshots of every open page: {where}")
-            raise
-
-
-@pytest.fixture(scope="module")
-async def browser() -> AsyncIterator[object]:
-    """One chromium for the module's tests."""
-    chromium = chromium_path()
-    try:
-        from playwright.async_api import async_playwright, expect
-    except ImportError as err:  # a dev extra: never a silent skip
-        pytest.fail(f"playwright is not installed ({err}): pip install -e '.[dev]'")
-    expect.set_options(timeout=EXPECT_MS)
-    async with async_playwright() as pw:
-        launched = await pw.chromium.launch(executable_path=chromium)
-        try:
-            yield launched
-        finally:
-            await launched.close()
-
-
-@pytest.fixture
-async def pages(browser) -> AsyncIterator[Pages]:
-    context = await browser.new_context(viewport={"width": 960, "height": 720})
-    kept = Pages(context)
-    try:
-        async with kept.kept_on_failure():
-            yield kept
-    finally:
-        await context.close()
 
 
 async def _sign_in(page, expect) -> None:

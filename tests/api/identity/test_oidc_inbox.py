@@ -13,30 +13,19 @@ from api.identity.oidc import OidcBearer
 from api.identity.oidc_settings import OidcSettings
 from tests.api.http_support import serve
 from tests.api.identity.oidc_support import CLIENT, SECRET, Provider, api_app
-from tests.support.browser_origin import chromium_path
+from tests.support.inbox_browser import launched_chromium
 
 pytestmark = [pytest.mark.browser,
               pytest.mark.filterwarnings("ignore::DeprecationWarning:authlib.*")]
-EXPECT_MS = 30_000
 
 
 @pytest.fixture
 async def page() -> AsyncIterator[object]:
-    chromium = chromium_path()
-    try:
-        from playwright.async_api import async_playwright, expect
-    except ImportError as err:  # a dev extra: never a silent skip
-        pytest.fail(f"playwright is not installed ({err}): pip install -e '.[dev]'")
-    expect.set_options(timeout=EXPECT_MS)
-    async with async_playwright() as pw:
-        browser = await pw.chromium.launch(executable_path=chromium)
-        try:
-            context = await browser.new_context()
-            # The provider's page styles itself from a CDN: not reached from a test.
-            await context.route("https://cdn.jsdelivr.net/**", lambda route: route.abort())
-            yield await context.new_page()
-        finally:
-            await browser.close()
+    async with launched_chromium() as browser:
+        context = await browser.new_context()
+        # The provider's page styles itself from a CDN: not reached from a test.
+        await context.route("https://cdn.jsdelivr.net/**", lambda route: route.abort())
+        yield await context.new_page()
 
 
 @pytest.fixture
