@@ -25,6 +25,9 @@ AT_MOST_ONCE = RetryPolicy(maximum_attempts=1)
 ONE_ATTEMPT = RetryPolicy(maximum_attempts=1)
 TOOL_TIMEOUT = timedelta(minutes=5)
 TOOL_HEARTBEAT = timedelta(seconds=15)
+# Listing the tools (starting their servers first) heartbeats every 2 s from its
+# start: a worker lost meanwhile costs this, not the listing's 2-minute timeout.
+LIST_TOOLS_HEARTBEAT = timedelta(seconds=10)
 # The LLM activity heartbeats every few seconds while it runs (a streamed answer, or
 # a model that thinks long before its first token): a lost worker is seen within
 # this, not after the whole call's timeout.

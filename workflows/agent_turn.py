@@ -18,6 +18,7 @@ with workflow.unsafe.imports_passed_through():
     import workflows.decisions as decisions
     from workflows.activity_calls import (
         AT_MOST_ONCE,
+        LIST_TOOLS_HEARTBEAT,
         LLM_HEARTBEAT,
         ONE_ATTEMPT,
         RETRY_FREELY,
@@ -135,6 +136,7 @@ class AgentTurn:
             catalog = await self._activity(
                 "list_tools", ListToolsInput(servers=servers), result_type=ToolCatalog,
                 start_to_close_timeout=timedelta(minutes=2), retry_policy=RETRY_FREELY,
+                heartbeat_timeout=LIST_TOOLS_HEARTBEAT,
             )
         except ActivityError as err:
             self._close(E.RUN_FAILED, f"could not list the MCP tools: {failure_text(err)}",

@@ -34,11 +34,22 @@ class McpToolActivities:
 
     @activity.defn(name="list_tools")
     async def list_tools(self, input: ListToolsInput) -> ToolCatalog:
-        """Every tool of every configured server, classified by safety."""
-        tools = []
-        for server in input.servers:
-            tools.extend(await self.pool.list_tools(server))
-        return ToolCatalog(tools=tools)
+        """Every tool of every configured server, classified by safety.
+
+        It heartbeats from its start, the servers' start-up included (a stdio server
+        that takes seconds to start is alive, not lost), so a worker lost while it
+        lists is noticed within the workflow's heartbeat timeout
+        (``workflows.activity_calls.LIST_TOOLS_HEARTBEAT``), not the whole
+        start-to-close timeout.
+        """
+        beat = asyncio.create_task(_heartbeat_until_cancelled("list_tools"))
+        try:
+            tools = []
+            for server in input.servers:
+                tools.extend(await self.pool.list_tools(server))
+            return ToolCatalog(tools=tools)
+        finally:
+            await _stop(beat)
 
     @activity.defn(name="call_tool")
     async def call_tool(self, input: ToolCallInput) -> ToolCallResult:

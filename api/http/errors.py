@@ -1,10 +1,14 @@
 """One error shape for every response: ``{"error": {"code", "message"}}``.
 
-Bad input is always a 4xx. Two 503s exist, neither caused by input: Temporal is
-unreachable (``temporal_unavailable``), or no worker answered a query or an
-update in time (``worker_unavailable``). A session whose workflow task keeps
-failing refuses every request with 409 ``session_stuck`` (``api.http.stuck`` adds
-why). A 500 (``internal_error``) is a bug.
+Bad input is always a 4xx. The 503s are not caused by input and mean "not known
+yet": Temporal is unreachable (``temporal_unavailable``), no worker answered a query
+or an update in time (``worker_unavailable``; the update may still be applied), or
+the session's workflow task is being retried after a lost worker
+(``session_recovering``; not taken). A write's 503 carries ``Retry-After`` and its
+idempotency key (``api.http.idempotency``): resent with it, it is safe. A session
+whose workflow task keeps failing for a cause of its own refuses every request
+with 409 ``session_stuck`` (``api.http.stuck`` adds why). A 409 means nothing was
+recorded and nothing will be. A 500 (``internal_error``) is a bug.
 """
 
 from __future__ import annotations
@@ -43,10 +47,14 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
              "the rule that refuses it); nothing changed",
         404: "Unknown session, contract or route",
         409: "The session is not in a state that takes this request (or it is stuck: "
-             "`session_stuck`, its workflow task keeps failing); nothing changed",
+             "`session_stuck`, its workflow task keeps failing); nothing was recorded "
+             "and nothing will be",
         413: "Request body too large",
         422: "The request does not validate",
-        503: "Temporal unreachable, or no worker answered in time",
+        503: "Temporal unreachable, or no worker answered in time, or the session's "
+             "workflow task is being retried after a lost worker (`session_recovering`): "
+             "the outcome is not known yet; a write says `Retry-After` and its "
+             "`Idempotency-Key`, and resending it with that key is safe",
     }.items()
 }
 

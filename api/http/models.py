@@ -69,6 +69,9 @@ class ErrorDetail(BaseModel):
         "`role.approver`, a decision rule's name)."))
     errors: list[Any] | None = Field(default=None, description=(
         "A 422 `invalid_arguments`: the edited arguments' schema errors."))
+    idempotency_key: str | None = Field(default=None, description=(
+        "A 503 of a write whose outcome is not known yet: the request's key; resend the "
+        "same request with it (`Idempotency-Key`) to get the first one's outcome."))
 
 
 class ErrorBody(BaseModel):

@@ -15,6 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 import exporter_bench
 import http_bench
 import idle_bench
+import kill_bench
 import replay_bench
 import session_bench
 import stack
@@ -105,3 +106,9 @@ def test_exporter_bench_synthetic_log_passes_every_check(tmp_path) -> None:
     path = tmp_path / "synthetic.ndjson"
     exporter_bench.synthetic_log(path, 250)  # the demo log (89 lines) stretched
     assert [e["seq"] for e in verify_lines(read_lines(path))] == list(range(1, 251))
+
+
+def test_kill_bench_arguments() -> None:
+    assert kill_bench.parse([]).rounds == 5 and kill_bench.parse(["--rounds", "2"]).rounds == 2
+    with pytest.raises(SystemExit):
+        kill_bench.parse(["--rounds", "0"])

@@ -50,6 +50,8 @@ from api.http.deps import (
     TuningDep,
 )
 from api.http.errors import SESSION_STUCK, ApiError, temporal_errors
+from api.http.idempotency import HEADER as KEY_HEADER
+from api.http.idempotency import IdempotencyKeyDep, uncertain_headers, update_id
 from api.http.limits import check_input_size
 from api.http.models import (
     NOT_UNICODE,
@@ -305,19 +307,36 @@ class Actor:
     principal: Principal
     action: str
     request_id: str | None = None
+    #: The request's idempotency key (``api.http.idempotency``): the update's id.
+    key: str | None = None
 
 
 async def _update(client: Client, session_id: str, name: str, arg: object, *, code: str,
                   closed: str, tuning: ApiTuning, changed: OnChange, limit: int,
                   actor: Actor, result_type: type | None = Ack) -> Any:
+    """Send an update (``_send_update``); every error answer names its idempotency key."""
+    try:
+        return await _send_update(client, session_id, name, arg, code=code, closed=closed,
+                                  tuning=tuning, changed=changed, limit=limit,
+                                  actor=actor, result_type=result_type)
+    except ApiError as err:
+        if actor.key:
+            err.headers = {**(err.headers or {}), KEY_HEADER: actor.key}
+        raise
+
+
+async def _send_update(client: Client, session_id: str, name: str, arg: object, *,
+                       code: str, closed: str, tuning: ApiTuning, changed: OnChange,
+                       limit: int, actor: Actor, result_type: type | None) -> Any:
     """Send an update. Its validator's refusals: a 403 (recorded) when the workflow
     finds the principal may not (``errors``: ANSWER_FORBIDDEN), a 409 with the
     conflict's code, a 422 for invalid edited arguments, else a 409 ``code``."""
     check_input_size(client, arg, limit, "the request")
     handle = client.get_workflow_handle(session_id)
+    uid = update_id(name, actor.principal, actor.key) if actor.key else None
     try:
         with temporal_errors(session_id):
-            ack = await handle.execute_update(name, arg, result_type=result_type,
+            ack = await handle.execute_update(name, arg, id=uid, result_type=result_type,
                                               rpc_timeout=tuning.update_timeout)
         changed(session_id)
         return ack
@@ -333,7 +352,12 @@ async def _update(client: Client, session_id: str, name: str, arg: object, *, co
             raise ApiError(409, code, err.message) from None
         if err.code == "session_not_found":  # "workflow execution already completed"
             raise await _refusal_for_closed(client, session_id, code, closed) from None
-        raise await stuck_sessions.explain(client, session_id, err) from None
+        answer = await stuck_sessions.explain(client, session_id, err, key=actor.key,
+                                              update_id=uid)
+        if answer.status == 503 and answer.headers is None:  # Temporal unreachable...
+            answer.headers = uncertain_headers(actor.key, stuck_sessions.RETRY_AFTER_S)
+            answer.extra = {**answer.extra, "idempotency_key": actor.key}
+        raise answer from None
 
 
 def _decider(principal: Principal) -> str:
@@ -361,7 +385,8 @@ _REPLY_REFUSALS: dict[int | str, dict[str, Any]] = {
              responses=_REPLY_REFUSALS)
 async def reply(session_id: SessionIdDep, body: ReplyRequest, client: ClientDep,
                 tuning: TuningDep, changed: OnChangeDep, settings: SettingsDep,
-                principal: PrincipalDep, request: Request) -> Accepted:
+                principal: PrincipalDep, request: Request,
+                key: IdempotencyKeyDep) -> Accepted:
     """Answer the pending request (name it by `request_id`, and send its `digest`).
     The decider is the authenticated principal (a `by` in the body changes nothing).
     403 `forbidden` (naming the rule; the refusal is recorded) when they may not
@@ -375,7 +400,7 @@ async def reply(session_id: SessionIdDep, body: ReplyRequest, client: ClientDep,
     ack = await _update(client, session_id, "reply", answer,
                         code="reply_refused", closed="nothing is pending",
                         tuning=tuning, changed=changed, limit=settings.max_input_bytes,
-                        actor=Actor(principal, "reply", body.request_id))
+                        actor=Actor(principal, "reply", body.request_id, key))
     return Accepted(session_id=session_id, request_id=ack.request_id, status=ack.status,
                     journal_seq=ack.journal_seq)
 
@@ -384,7 +409,8 @@ async def reply(session_id: SessionIdDep, body: ReplyRequest, client: ClientDep,
              responses=_REFUSALS)
 async def send_message(session_id: SessionIdDep, body: MessageRequest, client: ClientDep,
                        tuning: TuningDep, changed: OnChangeDep, settings: SettingsDep,
-                       principal: PrincipalDep, request: Request) -> Accepted:
+                       principal: PrincipalDep, request: Request,
+                       key: IdempotencyKeyDep) -> Accepted:
     """A new message from the person; it starts a turn (at once when the session
     waits for a message, else after the current one). 409 once the session ended;
     403 for a principal who is not its owner, an approver or an operator."""
@@ -394,7 +420,7 @@ async def send_message(session_id: SessionIdDep, body: MessageRequest, client: C
     ack = await _update(client, session_id, "send_message", message,
                         code="message_refused", closed="it takes no messages",
                         tuning=tuning, changed=changed, limit=settings.max_input_bytes,
-                        actor=Actor(principal, "message"))
+                        actor=Actor(principal, "message", key=key))
     return Accepted(session_id=session_id, status=ack.status, journal_seq=ack.journal_seq)
 
 
@@ -402,7 +428,8 @@ async def send_message(session_id: SessionIdDep, body: MessageRequest, client: C
              responses=_REFUSALS)
 async def end(session_id: SessionIdDep, client: ClientDep, tuning: TuningDep,
               changed: OnChangeDep, settings: SettingsDep, principal: PrincipalDep,
-              request: Request, body: Annotated[EndRequest | None, Body()] = None) -> Accepted:
+              request: Request, key: IdempotencyKeyDep,
+              body: Annotated[EndRequest | None, Body()] = None) -> Accepted:
     """End the conversation while the session waits for the person (it succeeds).
     409 otherwise (cancel a running session instead); 403 for a principal who is not
     its owner, an approver or an operator."""
@@ -412,7 +439,7 @@ async def end(session_id: SessionIdDep, client: ClientDep, tuning: TuningDep,
     ack = await _update(client, session_id, "end", ending,
                         code="end_refused", closed="it cannot be ended",
                         tuning=tuning, changed=changed, limit=settings.max_input_bytes,
-                        actor=Actor(principal, "end"))
+                        actor=Actor(principal, "end", key=key))
     return Accepted(session_id=session_id, status=ack.status, journal_seq=ack.journal_seq)
 
 
@@ -447,7 +474,7 @@ async def cancel(session_id: SessionIdDep, client: ClientDep, changed: OnChangeD
              responses=_REFUSALS)
 async def step_action(
     session_id: SessionIdDep, client: ClientDep, tuning: TuningDep, changed: OnChangeDep,
-    settings: SettingsDep, principal: PrincipalDep, request: Request,
+    settings: SettingsDep, principal: PrincipalDep, request: Request, key: IdempotencyKeyDep,
     index: Annotated[int, Path(ge=0, le=10_000, description="The step's index in the plan")],
     action: Annotated[Literal["approve", "skip", "reset"], Path()],
     body: Annotated[StepActionRequest | None, Body()] = None,
@@ -455,6 +482,17 @@ async def step_action(
     """Plan sessions (seed 002): the person approves, skips or resets step `index`
     (the decider is the principal; 403 when they may not answer the step's request).
     409 for an agent session."""
+    uid = update_id("reply", principal, key)
+    if request.headers.get("idempotency-key") and \
+            await stuck_sessions.admitted(client, session_id, uid):
+        # A resend of a request Temporal holds: its outcome, whatever the step is now.
+        ack = await _update(client, session_id, "reply", ReplyInput(
+            request_id="(resent)", choice=action, by=_decider(principal),
+            principal=principal), code="reply_refused", closed="nothing is pending",
+            tuning=tuning, changed=changed, limit=settings.max_input_bytes,
+            actor=Actor(principal, "reply", None, key))
+        return Accepted(session_id=session_id, request_id=ack.request_id,
+                        status=ack.status, journal_seq=ack.journal_seq)
     try:
         state = await query(client, session_id, "state", SessionState, tuning)
     except ApiError as err:
@@ -484,7 +522,7 @@ async def step_action(
     ack = await _update(client, session_id, "reply", reply, code="reply_refused",
                         closed="nothing is pending", tuning=tuning, changed=changed,
                         limit=settings.max_input_bytes,
-                        actor=Actor(principal, "reply", pending.request_id))
+                        actor=Actor(principal, "reply", pending.request_id, key))
     return Accepted(session_id=session_id, request_id=ack.request_id, status=ack.status,
                     journal_seq=ack.journal_seq)
 
@@ -512,7 +550,7 @@ async def standing(session_id: SeenSessionDep, client: ClientDep,
                        "No such session, or no such standing decision in it")}})
 async def revoke_standing(
     session_id: SessionIdDep, client: ClientDep, tuning: TuningDep, changed: OnChangeDep,
-    settings: SettingsDep, principal: PrincipalDep, request: Request,
+    settings: SettingsDep, principal: PrincipalDep, request: Request, key: IdempotencyKeyDep,
     standing_id: Annotated[str, Path(min_length=1, max_length=200,
                                      pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$")],
 ) -> Accepted:
@@ -530,7 +568,7 @@ async def revoke_standing(
             RevokeInput(standing_id=standing_id, principal=principal),
             code="revoke_refused", closed="it has no standing decisions", tuning=tuning,
             changed=changed, limit=settings.max_input_bytes,
-            actor=Actor(principal, "revoke_standing"), result_type=None)
+            actor=Actor(principal, "revoke_standing", key=key), result_type=None)
     except ApiError as err:
         if err.code == "revoke_refused" and "no standing decision" in err.message.lower():
             raise ApiError(404, "standing_not_found", err.message) from None

@@ -291,3 +291,34 @@ async def test_a_reply_to_an_auto_decided_request_says_what_was_decided(
     assert r.status_code == 409 and error_of(r)["code"] == "reply_refused"
     assert "was auto-decided: rejected" in error_of(r)["message"]
     await http.post(f"/api/sessions/{sid}/cancel", json={})
+
+
+async def test_a_message_resent_with_its_key_has_one_effect(http_stack: HttpStack):
+    """The same message sent twice with one Idempotency-Key: the same 202 twice, one
+    message in the session's history; another key is another message."""
+    http = http_stack.http
+    body = {"initial_message": "hi", "agent": {"llm": {"provider": "scripted", "responses": [
+        {"text": "hello, what next?"}, {"text": "and then?"}, {"text": "bye", "end": True}]}}}
+    sid = (await http.post("/api/sessions", json=body)).json()["session_id"]
+    await session_until(http, sid, waiting("message"))
+    key = {"Idempotency-Key": f"msg-{uuid.uuid4().hex[:8]}"}
+    first = await http.post(f"/api/sessions/{sid}/messages", json={"text": "more"},
+                            headers=key)
+    again = await http.post(f"/api/sessions/{sid}/messages", json={"text": "more"},
+                            headers=key)
+    assert first.status_code == again.status_code == 202, (first.text, again.text)
+    assert first.json() == again.json()
+    assert first.headers["idempotency-key"] == key["Idempotency-Key"]
+    s = await session_until(http, sid, lambda s: s["turns"] == 2 and
+                            s["status"] == "waiting_user", consistency="live")
+    assert s["last_text"] == "and then?"
+    events = [e async for e in
+              http_stack.client.get_workflow_handle(sid).fetch_history_events()]
+    accepted = [e.workflow_execution_update_accepted_event_attributes.accepted_request
+                for e in events if e.workflow_execution_update_accepted_event_attributes
+                .HasField("accepted_request")]
+    assert [a.input.name for a in accepted] == ["send_message"]
+    # Without a key each request is its own (the API makes a key and says it).
+    r = await http.post(f"/api/sessions/{sid}/messages", json={"text": "bye now"})
+    assert r.status_code == 202 and r.headers["idempotency-key"] != key["Idempotency-Key"]
+    await session_until(http, sid, lambda s: s["status"] == "succeeded")

@@ -117,6 +117,12 @@ def _stuck(view: dict) -> bool:
     return view["stuck"] is not None and view["stuck"]["failed_attempts"] >= 1
 
 
+def _refusing(view: dict) -> bool:
+    """Failed twice: from its third attempt on the server refuses updates at once
+    (before, an update is held until a task completes: its outcome is not known, 503)."""
+    return view["stuck"] is not None and view["stuck"]["failed_attempts"] >= 2
+
+
 async def _listed_stuck(http: httpx.AsyncClient, sid: str) -> dict:
     async def stuck_list() -> dict[str, dict]:
         r = await http.get("/api/sessions", params={"stuck": "true", "limit": 1000})
@@ -137,7 +143,7 @@ async def test_stuck_session_is_shown_and_refuses_writes(stuck_stack: HttpStack)
     # A worker's restart recovery hits the bug: the workflow task fails on every attempt.
     await stuck_stack.client.get_workflow_handle(sid).signal(
         "recover", RecoverInput(worker_identity="test"))
-    view = await session_until(http, sid, _stuck, what="the session shown as stuck")
+    view = await session_until(http, sid, _refusing, what="the session shown as stuck")
     assert view["status"] == "waiting_user" and view["live"] is False  # its last status
     assert view["execution_status"] == "running"
     stuck = view["stuck"]
@@ -145,17 +151,33 @@ async def test_stuck_session_is_shown_and_refuses_writes(stuck_stack: HttpStack)
     assert stuck["cause"] == "WORKFLOW_WORKER_UNHANDLED_FAILURE"
     assert stuck["since"] is not None
 
-    # Every write is a 409 session_stuck that says why; none is a 503.
-    writes = [("reply", {"request_id": rid, "approve": True}),
-              ("reply", {"request_id": "not-the-pending-one", "approve": True}),
-              ("messages", {"text": "hello?"}), ("end", {"reason": "done"}),
-              ("cancel", {}), ("steps/0/approve", {})]
-    for path, body in writes:
+    # A write Temporal takes and holds (it would apply it if the session recovered) is
+    # not refused: 503 stuck_request_held, saying why, with Retry-After and its key.
+    # One the server refuses (it does once the task has failed a few times) is a 409
+    # session_stuck that says why. Either way nothing is recorded (below).
+    updates = [("reply", {"request_id": rid, "approve": True}),
+               ("reply", {"request_id": "not-the-pending-one", "approve": True}),
+               ("messages", {"text": "hello?"}), ("end", {"reason": "done"})]
+    for n, (path, body) in enumerate(updates):
+        r = await http.post(f"/api/sessions/{sid}/{path}", json=body,
+                            headers={"Idempotency-Key": f"held-{n}"})
+        err = error_of(r)
+        assert (r.status_code, err["code"]) in {(503, "stuck_request_held"),
+                                                (409, "session_stuck")}, (path, r.text)
+        assert BUG in err["message"] and r.headers["idempotency-key"] == f"held-{n}"
+        if r.status_code == 503:
+            assert err["idempotency_key"] == f"held-{n}"
+            assert int(r.headers["retry-after"]) >= 1
+    for path, body in [("cancel", {}), ("steps/0/approve", {})]:
         r = await http.post(f"/api/sessions/{sid}/{path}", json=body)
         assert r.status_code == 409, (path, r.text)
         err = error_of(r)
         assert err["code"] == "session_stuck" and BUG in err["message"], (path, err)
     # Broken input is still refused as such, before it reaches Temporal.
+    r = await http.post(f"/api/sessions/{sid}/messages", json={"text": "x"},
+                        headers={"Idempotency-Key": "not a key!"})
+    assert (r.status_code, error_of(r)["code"]) == (422, "validation_error")
+    assert "Idempotency-Key" in error_of(r)["message"]
     for path, body, code in [("reply", {}, "validation_error"),
                              ("reply", {"request_id": rid, "approve": "yes please"},
                               "validation_error"),
@@ -203,11 +225,12 @@ async def test_session_stuck_on_its_first_task(stuck_stack: HttpStack):
     Temporal's record shows the session stuck in the status it was started with."""
     http = stuck_stack.http
     sid = await _start(stuck_stack, ON_START)
-    view = await session_until(http, sid, _stuck, what="the session shown as stuck")
+    view = await session_until(http, sid, _refusing, what="the session shown as stuck")
     assert view["status"] == "queued" and view["live"] is False
     assert "at the first task" in view["stuck"]["reason"]
     r = await http.post(f"/api/sessions/{sid}/messages", json={"text": "anyone?"})
-    assert r.status_code == 409 and error_of(r)["code"] == "session_stuck", r.text
+    assert (r.status_code, error_of(r)["code"]) in {(503, "stuck_request_held"),
+                                                    (409, "session_stuck")}, r.text
     assert "at the first task" in error_of(r)["message"]
     summary = await _listed_stuck(http, sid)
     assert summary["status"] == "queued" and summary["stuck"] is True
