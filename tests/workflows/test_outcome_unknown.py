@@ -89,7 +89,8 @@ def beat(sent: bool, attempt: str = "e/2.1") -> list[dict]:
 @pytest.mark.parametrize(("error_type", "details", "attempt", "expected"), [
     (None, beat(sent=False), "e/2.1", "not_sent"),  # lost before the request left
     (None, [], "e/2.1", "not_sent"),  # lost before its first heartbeat
-    (None, beat(sent=True), "e/2.1", "maybe_sent"),  # lost after the mark
+    (None, beat(sent=True), "e/2.1", "maybe_sent"),  # lost after the "sending" mark
+    (None, [{**beat(sent=True)[0], "written": True}], "e/2.1", "maybe_sent"),  # it left
     (None, beat(sent=True, attempt="e/2.2"), "e/2.1", "maybe_sent"),  # not this attempt's
     (None, [{**beat(sent=False)[0], "sent": "maybe"}], "e/2.1", "maybe_sent"),  # the SDK's
     (None, ["e"], "e/2.1", "maybe_sent"),  # an older worker's details: conservative
