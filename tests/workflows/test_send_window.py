@@ -18,7 +18,14 @@ from temporalio.client import WorkflowUpdateFailedError
 from activities.mcp.pool import McpClientPool
 from observation.exporter.follower import export_session
 from tests.support.mcp_servers import received, recording_server
-from tests.support.sessions import running_worker, start_session, until, until_status
+from tests.support.sessions import (
+    running_worker,
+    start_session,
+    until,
+    until_file,
+    until_status,
+    worker_process,
+)
 from tests.workflows.test_outcome_unknown import approve, until_gone
 from workflows.config import SessionConfig
 from workflows.messages import Behaviour, ReplyInput, SessionResult
@@ -140,3 +147,35 @@ async def test_an_approved_call_that_cannot_be_sent_is_retried_then_asked(
     asked = [e["payload"]["detail"] for e in events if e["type"] == "RUN_STATE_CHANGED"
              and e["payload"]["trigger"] == "interaction.requested"]
     assert [a.get("reason_code") for a in asked] == [None, "not_sent"]
+
+
+async def test_an_approved_call_survives_workers_killed_while_its_server_starts(
+        dev_env, task_queue, tmp_path):
+    """The issue's "Done when": tool-server start-up is slowed (it hangs) and the worker
+    killed there, twice: each attempt never sent is tried again (a timer, same key) on
+    the next worker, and the approved delete runs exactly once; the log shows every try."""
+    client = dev_env.client
+    idle = {"HITLFLOW_MCP_IDLE_S": "0"}  # the approved call starts its server anew
+    with worker_process(client, task_queue, env=idle):
+        h = await start_session(client, delete_then_end(tmp_path, 600), task_queue)
+        await until(h, lambda s: s.status == W)  # its tools are listed
+        (tmp_path / "hang-start").touch()  # the next start of its server hangs
+        await until_gone(tmp_path / "server.pid")  # the server that listed them closed
+        await approve(h)
+        await until_file(tmp_path / "start-hung")  # starting the server: nothing sent
+    for _ in range(2):  # the worker was killed; the next one meets a hung start again
+        (tmp_path / "start-hung").unlink()
+        (tmp_path / "hang-start").touch()
+        with worker_process(client, task_queue, env=idle):
+            await until_file(tmp_path / "start-hung")
+    async with running_worker(client, task_queue):
+        result: SessionResult = await h.result()
+        state = await h.query("state", result_type=SessionState)
+    assert result.status is SessionStatus.SUCCEEDED
+    (c,) = state.contracts
+    assert (c.status.value, c.reason_code) == ("completed", None)
+    assert received(tmp_path) == [{"name": "x", "key": c.idempotency_key}]  # once
+    await export_session(client, h.id, tmp_path / "runs")
+    events = [json.loads(x) for x in
+              (tmp_path / "runs" / h.id / "events.ndjson").read_text().splitlines()]
+    assert len([e for e in events if e["type"] == "TOOL_CALL_STARTED"]) == 4
