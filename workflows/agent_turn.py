@@ -29,6 +29,7 @@ with workflow.unsafe.imports_passed_through():
         failure_text,
         not_sent,
         provider_failure,
+        unreached,
     )
     from workflows.config import EcsRequest, ToolCallRequest
     from workflows.contract import (
@@ -321,7 +322,7 @@ class AgentTurn:
         server = next(t for t in s.config.agent.tools if t.name == d["server"])  # type: ignore[union-attr]
         once = at_most_once(SafetyClass(d["safety"]))
         marks = once and self._input.does(Behaviour.SENT_MARKS)
-        windowed = marks and self._input.does(Behaviour.SEND_WINDOW)
+        windowed = self._input.does(Behaviour.SEND_WINDOW)  # (then once-only has marks)
         attempt, first_unsent = 0, None
         while True:
             attempt += 1
@@ -346,14 +347,9 @@ class AgentTurn:
                 if marks:
                     outcome = call_outcome(err, attempt_id)
                     if outcome == "not_sent" and windowed:
-                        now = workflow.now()
-                        first_unsent = first_unsent or now
-                        delay = retry_window.next_try(
-                            first_failed_at=first_unsent, now=now, attempt=attempt,
-                            window=retry_window.window_s(s.config))
-                        if delay is not None:  # it never left: again after a while, same key
-                            await self._sleep(delay)
-                            continue
+                        first_unsent = first_unsent or workflow.now()
+                        if await self._wait_to_resend(first_unsent, attempt):
+                            continue  # it never left: again after a while, same key
                         if c.irreversible:  # approved: the person says send again or drop
                             self._ask_unsent(c, msg, attempt)
                             return
@@ -368,6 +364,10 @@ class AgentTurn:
                         msg, code = unknown_message(msg), OUTCOME_UNKNOWN
                 elif once and not not_sent(err):
                     msg = unknown_message(msg)
+                elif windowed and unreached(err):  # safe to retry: again after a while
+                    first_unsent = first_unsent or workflow.now()
+                    if await self._wait_to_resend(first_unsent, attempt):
+                        continue
                 self._book.transition(c, Trigger.FAIL, Actor.TOOL_NODE, workflow.now(),
                                       error_message=msg, reason_code=code)
             else:
@@ -404,6 +404,17 @@ class AgentTurn:
                 "choose", outcome_question(summarize_action(c.action_type, c.action_detail),
                                            cause), list(OUTCOME_OPTIONS), []),
         ))
+
+    async def _wait_to_resend(self, first_failed_at: Any, attempt: int) -> bool:
+        """Wait (a durable timer) before trying a call that did not reach its tool
+        again; False when the session's send window is over."""
+        delay = retry_window.next_try(
+            first_failed_at=first_failed_at, now=workflow.now(), attempt=attempt,
+            window=retry_window.window_s(self._s.config))
+        if delay is None:
+            return False
+        await self._sleep(delay)
+        return True
 
     def _ask_unsent(self, c: ExecutionContract, cause: str, attempts: int) -> None:
         """An approved call that could not be sent within its window: the person says

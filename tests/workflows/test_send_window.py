@@ -179,3 +179,35 @@ async def test_an_approved_call_survives_workers_killed_while_its_server_starts(
     events = [json.loads(x) for x in
               (tmp_path / "runs" / h.id / "events.ndjson").read_text().splitlines()]
     assert len([e for e in events if e["type"] == "TOOL_CALL_STARTED"]) == 4
+
+
+@pytest.mark.parametrize(("behaviour", "tries"), [
+    (Behaviour.SEND_WINDOW, 2),  # five attempts, a timer, five more: the window (2 s) is over
+    (Behaviour.SENT_MARKS, 1),  # before the window: five attempts, then failed
+])
+async def test_a_reversible_call_that_cannot_reach_its_tool_is_tried_again_for_the_window(
+        dev_env, task_queue, tmp_path, behaviour, tries):
+    client = dev_env.client
+    config = SessionConfig.model_validate({
+        "initial_message": "put it", "send_window_s": 2,
+        "agent": {"llm": {"provider": "scripted", "responses": [
+            {"ecs_request": {"kind": "confirm", "prompt": "ready?"}},
+            {"tool_calls": [{"tool": "put", "arguments": {"name": "x"}}]},
+            {"text": "finished", "end": True}]},
+            "tools": [recording_server(tmp_path).model_dump()]}})
+    async with running_worker(client, task_queue, pool=McpClientPool(idle_s=0)):
+        h = await start_session(client, config, task_queue, behaviour=behaviour)
+        snap = await until(h, lambda s: s.status == W)  # its tools are listed
+        (tmp_path / "fail-start").touch()  # from now on the server cannot start
+        await until_gone(tmp_path / "server.pid")
+        await h.execute_update("reply", ReplyInput(request_id=snap.pending.request_id,
+                                                   approve=True))
+        assert (await h.result()).status is SessionStatus.SUCCEEDED
+        state = await h.query("state", result_type=SessionState)
+    call = next(c for c in state.contracts if c.action_type.value == "tool_call")
+    assert call.status.value == "failed" and "could not be started" in call.error_message
+    assert received(tmp_path) == []
+    await export_session(client, h.id, tmp_path / "runs")
+    events = [json.loads(x) for x in
+              (tmp_path / "runs" / h.id / "events.ndjson").read_text().splitlines()]
+    assert len([e for e in events if e["type"] == "TOOL_CALL_STARTED"]) == tries
