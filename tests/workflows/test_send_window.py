@@ -211,3 +211,28 @@ async def test_a_reversible_call_that_cannot_reach_its_tool_is_tried_again_for_t
     events = [json.loads(x) for x in
               (tmp_path / "runs" / h.id / "events.ndjson").read_text().splitlines()]
     assert len([e for e in events if e["type"] == "TOOL_CALL_STARTED"]) == tries
+
+
+@pytest.mark.parametrize(("behaviour", "tries", "said"), [
+    (Behaviour.SEND_WINDOW, 2, "not sent: the call never reached the tool server in 2"),
+    (Behaviour.SENT_MARKS, 1, "outcome unknown"),  # before the window: one try
+])
+async def test_a_plan_steps_call_that_cannot_be_sent_is_retried_then_goes_to_its_person(
+        dev_env, task_queue, tmp_path, behaviour, tries, said):
+    (tmp_path / "fail-start").touch()  # the server cannot start
+    config = SessionConfig.model_validate({"send_window_s": 2, "plan": {
+        "steps": [{"name": "rm", "run": {"server": "recorder", "tool": "delete",
+                                         "arguments": {"name": "x"}}, "on_fail": "human"}],
+        "tools": [recording_server(tmp_path).model_dump()]}})
+    async with running_worker(dev_env.client, task_queue):
+        h = await start_session(dev_env.client, config, task_queue, behaviour=behaviour)
+        snap = await until(h, lambda s: s.status == W)
+        assert snap.pending.kind == "step" and said in snap.pending.prompt
+        await h.execute_update("reply", ReplyInput(request_id=snap.pending.request_id,
+                                                   choice="skip"))
+        await h.result()
+    assert received(tmp_path) == []
+    await export_session(dev_env.client, h.id, tmp_path / "runs")
+    events = [json.loads(x) for x in
+              (tmp_path / "runs" / h.id / "events.ndjson").read_text().splitlines()]
+    assert len([e for e in events if e["type"] == "TOOL_CALL_STARTED"]) == tries
