@@ -8,7 +8,7 @@ from datetime import timedelta
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import ActivityError, ApplicationError, TimeoutType
 from temporalio.exceptions import TimeoutError as ActivityTimeout
 
 with workflow.unsafe.imports_passed_through():
@@ -41,6 +41,21 @@ NOT_SENT_ERRORS = ("McpPoolFullError",)
 
 def not_sent(err: ActivityError) -> bool:
     return isinstance(err.cause, ApplicationError) and err.cause.type in NOT_SENT_ERRORS
+
+
+# Failures of a freely retried tool call that say its tool was not reached (the worker
+# could not start or keep its server, the pool was full): tried again for the window.
+UNREACHED_ERRORS = ("McpPoolFullError", "McpNotSentError", "McpTransportError",
+                    "ToolCallNotSent")
+
+
+def unreached(err: ActivityError) -> bool:
+    """The call failed only because no worker could reach its tool: a lost worker (a
+    heartbeat timeout) or a transport failure; not a slow tool, not a bug."""
+    cause = err.cause
+    if isinstance(cause, ActivityTimeout):
+        return cause.type == TimeoutType.HEARTBEAT
+    return isinstance(cause, ApplicationError) and cause.type in UNREACHED_ERRORS
 
 
 def call_outcome(err: ActivityError, attempt_id: str | None):

@@ -16,6 +16,7 @@ from temporalio.exceptions import ActivityError
 with workflow.unsafe.imports_passed_through():
     import workflows.agent as agent  # `from workflows import agent` is not passed through
     import workflows.decisions as decisions
+    import workflows.retry_window as retry_window
     from workflows.activity_calls import (
         AT_MOST_ONCE,
         LIST_TOOLS_HEARTBEAT,
@@ -28,6 +29,7 @@ with workflow.unsafe.imports_passed_through():
         failure_text,
         not_sent,
         provider_failure,
+        unreached,
     )
     from workflows.config import EcsRequest, ToolCallRequest
     from workflows.contract import (
@@ -320,7 +322,8 @@ class AgentTurn:
         server = next(t for t in s.config.agent.tools if t.name == d["server"])  # type: ignore[union-attr]
         once = at_most_once(SafetyClass(d["safety"]))
         marks = once and self._input.does(Behaviour.SENT_MARKS)
-        attempt = 0
+        windowed = self._input.does(Behaviour.SEND_WINDOW)  # (then once-only has marks)
+        attempt, first_unsent = 0, None
         while True:
             attempt += 1
             attempt_id = attempt_id_for(c.execution_id, len(c.transitions), attempt) \
@@ -343,7 +346,14 @@ class AgentTurn:
                 msg, code = failure_text(err), None
                 if marks:
                     outcome = call_outcome(err, attempt_id)
-                    if outcome == "not_sent" and attempt < MAX_UNSENT_ATTEMPTS:
+                    if outcome == "not_sent" and windowed:
+                        first_unsent = first_unsent or workflow.now()
+                        if await self._wait_to_resend(first_unsent, attempt):
+                            continue  # it never left: again after a while, same key
+                        if c.irreversible:  # approved: the person says send again or drop
+                            self._ask_unsent(c, msg, attempt)
+                            return
+                    elif outcome == "not_sent" and attempt < MAX_UNSENT_ATTEMPTS:
                         continue  # it never left: the same call again, same key
                     if outcome == "not_sent":
                         msg, code = not_sent_message(msg, attempt), NOT_SENT
@@ -354,6 +364,10 @@ class AgentTurn:
                         msg, code = unknown_message(msg), OUTCOME_UNKNOWN
                 elif once and not not_sent(err):
                     msg = unknown_message(msg)
+                elif windowed and unreached(err):  # safe to retry: again after a while
+                    first_unsent = first_unsent or workflow.now()
+                    if await self._wait_to_resend(first_unsent, attempt):
+                        continue
                 self._book.transition(c, Trigger.FAIL, Actor.TOOL_NODE, workflow.now(),
                                       error_message=msg, reason_code=code)
             else:
@@ -390,6 +404,55 @@ class AgentTurn:
                 "choose", outcome_question(summarize_action(c.action_type, c.action_detail),
                                            cause), list(OUTCOME_OPTIONS), []),
         ))
+
+    async def _wait_to_resend(self, first_failed_at: Any, attempt: int) -> bool:
+        """Wait (a durable timer) before trying a call that did not reach its tool
+        again; False when the session's send window is over."""
+        delay = retry_window.next_try(
+            first_failed_at=first_failed_at, now=workflow.now(), attempt=attempt,
+            window=retry_window.window_s(self._s.config))
+        if delay is None:
+            return False
+        await self._sleep(delay)
+        return True
+
+    def _ask_unsent(self, c: ExecutionContract, cause: str, attempts: int) -> None:
+        """An approved call that could not be sent within its window: the person says
+        whether to send it again or drop it (an ECS ``choose`` request); the contract
+        waits with ``not_sent``."""
+        now = workflow.now()
+        asked = sum(1 for t in c.transitions if t.to_status.value == "waiting")
+        self._book.transition(c, Trigger.SUSPEND, Actor.TOOL_NODE, now, reason_code=NOT_SENT)
+        prompt = retry_window.unsent_question(
+            summarize_action(c.action_type, c.action_detail), cause, attempts,
+            retry_window.window_s(self._s.config))
+        options = list(retry_window.UNSENT_OPTIONS)
+        self._ask(PendingRequest(
+            request_id=retry_window.unsent_request_id(c.execution_id, asked), kind="choose",
+            execution_id=c.execution_id, options=options, created_at=now, prompt=prompt,
+            reason_code=NOT_SENT, **self._question_terms("choose", prompt, options, []),
+        ))
+
+    def _settle_unsent(self, c: ExecutionContract, answer: dict[str, Any], by: str,
+                       actor: Actor, decided: dict[str, Any] | None = None) -> None:
+        """The person's answer on an approved call that could not be sent."""
+        now = workflow.now()
+        said = retry_window.unsent_answer(answer)
+        if said == "send_again":  # RUNNING again: the tool node runs it at the turn start
+            self._book.transition(c, Trigger.RESUME, actor, now, reason_code=RETRIED,
+                                  decided=decided)
+            return
+        self._book.transition(c, Trigger.RESUME, actor, now, decided=decided)
+        if said == "drop":
+            self._book.transition(c, Trigger.FAIL, actor, now, reason_code=retry_window.DROPPED,
+                                  error_message=f"dropped: {by} gave it up; it was never sent",
+                                  decided=decided)
+        else:
+            self._book.transition(
+                c, Trigger.FAIL, actor, now, reason_code=NOT_SENT, decided=decided,
+                error_message=f"not sent: the tool server was never reached and nobody "
+                f"said to send it again ({answer}); it did not run")
+        self._book.say(agent.consequence_message(c, c.action_detail.get("tool_call_id")))
 
     def _question_terms(self, kind: str, prompt: str, options: list[str],
                         fields: list[dict[str, Any]]) -> dict[str, Any]:

@@ -323,12 +323,16 @@ class SessionConfig(_Strict):
     # Answers sent straight through Temporal (no principal of hitlflow's): recorded
     # as coming from whoever holds Temporal access, or refused.
     temporal_replies: Literal["record", "refuse"] = "record"
+    # Seconds an approved call that could not be sent keeps being tried before the
+    # person is asked (workflows.retry_window; None: as long as a reply would be
+    # waited for). Left out of the JSON while unset.
+    send_window_s: float | None = Field(default=None, gt=0, le=7 * 24 * 3600)
 
     @model_serializer(mode="wrap")
     def _compact(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         data = handler(self)
         for name, default in (("people", People().model_dump()), ("rules", []),
-                              ("temporal_replies", "record")):
+                              ("temporal_replies", "record"), ("send_window_s", None)):
             if name in data and data[name] == default:
                 data.pop(name)
         return data

@@ -31,6 +31,7 @@ class Behaviour(IntEnum):
     REFUSALS_RECORDED = 3  # a refused signal is recorded (`interaction.reply.refused`)
     EACH_WAIT_PUBLISHED = 4  # a wait that follows another in one task moves WaitingSince
     SENT_MARKS = 5  # once-only tool calls: never sent is retried, maybe sent is asked
+    SEND_WINDOW = 6  # never sent is retried with backoff for a window, then asked
 
 
 #: What sessions start with now.

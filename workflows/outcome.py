@@ -2,9 +2,10 @@
 provably never leave (retry it under the same idempotency key), or may it have
 run (then the person says what happened)?
 
-The ``call_tool`` activity records a durable "sent" mark (a heartbeat naming the
-attempt) just before the MCP request leaves. A failed attempt whose last heartbeat
-carries no such mark never reached the tool server.
+The ``call_tool`` activity records a durable "sending" mark (a heartbeat naming the
+attempt) just before the MCP request is written, and a "sent" one (``written``)
+once it was handed to the transport. A failed attempt whose last heartbeat
+carries no mark never reached the tool server; one with either may have.
 
 No Temporal import: the workflow passes in what the failure said.
 """
@@ -37,12 +38,15 @@ CallOutcome = Literal["not_sent", "maybe_sent"]
 
 class ToolCallBeat(BaseModel):
     """The heartbeat details of ``call_tool``: which attempt, and whether its MCP
-    request left: ``sent`` is None until the mark (then the attempt's id, stored
-    before the request leaves); ``"maybe"`` in a heartbeat that cannot tell."""
+    request left: ``sent`` is None until the "sending" mark (then the attempt's id,
+    stored before the request is written: it may have left); ``"maybe"`` in a
+    heartbeat that cannot tell. ``written`` is the "sent" mark, stored after the
+    request was handed to the transport's write: it left."""
 
     execution_id: str
     attempt_id: str
     sent: str | None = None
+    written: bool = False
 
 
 def attempt_id_for(execution_id: str, transitions: int, attempt: int) -> str:

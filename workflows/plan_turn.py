@@ -19,9 +19,12 @@ from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     import workflows.decisions as decisions
+    from workflows.activity_calls import call_outcome, failure_text
     from workflows.cancel import cancelled_in_flight
     from workflows.contract import ActionType, Actor, ExecutionContract, Trigger
     from workflows.io import CommandInput, CommandResult, ToolCallInput, ToolCallResult
+    from workflows.messages import Behaviour
+    from workflows.outcome import attempt_id_for, not_sent_message
     from workflows.people import TEMPORAL_ACCESS
     from workflows.plan import (
         PlanEvent,
@@ -58,6 +61,7 @@ class PlanTurn:
     ``_close``, ``_ask``, ``_activity``, ``_wait``, ``_reply`` and ``_new_execution_id``."""
 
     _s: Any
+    _input: Any
     _book: Any
     _reply: Any
 
@@ -172,23 +176,43 @@ class PlanTurn:
         """Run the step: (its output, None), or (None, why the window was lost), or
         (None, None) when a person decided an in-window step first."""
         if isinstance(step.run, ToolRun):
-            server = next(t for t in self._s.config.plan.tools if t.name == step.run.server)
-            try:
-                r = await self._activity(
-                    "call_tool", ToolCallInput(
-                        session_id=self._s.session_id, execution_id=c.execution_id,
-                        server=server, tool=step.run.tool, arguments=step.run.arguments,
-                        idempotency_key=c.execution_id),
-                    ToolCallResult, retry_policy=ONCE, heartbeat_timeout=STEP_HEARTBEAT,
-                    start_to_close_timeout=timedelta(seconds=step.timeout_s), contract=c)
-            except ActivityError as err:
-                return CommandResult(exit_code=-1, stderr=f"outcome unknown: {err.cause}"), None
-            return CommandResult(exit_code=1 if r.is_error else 0, stdout=r.text,
-                                 stderr=r.error_message or ""), None
+            return await self._tool_step(step, step.run, c), None
         assert isinstance(step.run, str)
         if not step.in_window:
             return await self._command(c, i, step.run, "run", step.timeout_s), None
         return await self._window(i, step, c)
+
+    async def _tool_step(self, step: PlanStep, run: ToolRun, c: ExecutionContract
+                         ) -> CommandResult:
+        """A tool call step, run once. In sessions with the send window
+        (``Behaviour.SEND_WINDOW``) it carries sent marks: a call that provably never
+        left is tried again (same key) after a backoff timer for the window, and past
+        it the step fails as not sent, so its ``on_fail`` route (a person) decides."""
+        server = next(t for t in self._s.config.plan.tools if t.name == run.server)
+        windowed = self._input.does(Behaviour.SEND_WINDOW)
+        attempt, first_unsent = 0, None
+        while True:
+            attempt += 1
+            attempt_id = attempt_id_for(c.execution_id, len(c.transitions), attempt) \
+                if windowed else None
+            try:
+                r = await self._activity(
+                    "call_tool", ToolCallInput(
+                        session_id=self._s.session_id, execution_id=c.execution_id,
+                        server=server, tool=run.tool, arguments=run.arguments,
+                        idempotency_key=c.execution_id, attempt_id=attempt_id),
+                    ToolCallResult, retry_policy=ONCE, heartbeat_timeout=STEP_HEARTBEAT,
+                    start_to_close_timeout=timedelta(seconds=step.timeout_s), contract=c)
+            except ActivityError as err:
+                if windowed and call_outcome(err, attempt_id) == "not_sent":
+                    first_unsent = first_unsent or workflow.now()
+                    if await self._wait_to_resend(first_unsent, attempt):
+                        continue  # it never left: again after a while, same key
+                    return CommandResult(exit_code=-1, stderr=not_sent_message(
+                        failure_text(err), attempt))
+                return CommandResult(exit_code=-1, stderr=f"outcome unknown: {err.cause}")
+            return CommandResult(exit_code=1 if r.is_error else 0, stdout=r.text,
+                                 stderr=r.error_message or "")
 
     async def _window(self, i: int, step: PlanStep, c: ExecutionContract
                       ) -> tuple[CommandResult | None, str | None]:

@@ -38,7 +38,7 @@ with workflow.unsafe.imports_passed_through():
         SessionResult,
     )
     from workflows.operators import waiting_details
-    from workflows.outcome import OUTCOME_UNKNOWN
+    from workflows.outcome import NOT_SENT, OUTCOME_UNKNOWN
     from workflows.people import TEMPORAL_ACCESS, PrincipalRef
     from workflows.plan import TaskStopped
     from workflows.plan_turn import PlanTurn
@@ -330,6 +330,9 @@ class SessionWorkflow(SessionHandlers, AgentTurn, PlanTurn):
         actor = Actor.TIMER if auto else Actor.USER
         if pending.reason_code == OUTCOME_UNKNOWN:  # "did it happen?" on a tool call
             self._settle_outcome(c, answer, by, actor, decided)
+            return
+        if pending.reason_code == NOT_SENT:  # "send again or drop?" on a tool call
+            self._settle_unsent(c, answer, by, actor, decided)
             return
         self._book.transition(c, Trigger.RESUME, actor, now, decided=decided)
         if pending.kind == "approval":

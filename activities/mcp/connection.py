@@ -10,13 +10,20 @@ server the owner task is also what starts and reaps the child process.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
+from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
+from typing import Any
 
+import anyio
 import mcp_types as types
 from mcp import Client, MCPError, StdioServerParameters
 from mcp.client import ClientRequestContext
 from mcp.client.session import ListRootsFnT
+from mcp.client.stdio import stdio_client
+from mcp.client.streamable_http import streamable_http_client
 
 from activities.command_env import command_env
 from workflows.config import McpServerConfig
@@ -80,6 +87,85 @@ def _target(server: McpServerConfig) -> StdioServerParameters | str:
     )
 
 
+class SendWatch:
+    """Whether this call's ``tools/call`` request was handed to the transport's write.
+
+    ``pool.call_tool`` sets one (``WATCH``) around its request; the watched write
+    stream of the connection flips ``written`` as the request goes in (a write
+    that starts counts: one interrupted by cancellation may still deliver) and
+    back only when the stream refused it without taking it (closed, or nobody
+    left to read it). Then it awaits ``on_written``, the activity's "sent" mark.
+    """
+
+    def __init__(self, on_written: Callable[[], Awaitable[None]] | None = None) -> None:
+        self.written = False
+        self._on_written = on_written
+
+    async def wrote(self) -> None:
+        if self._on_written is None:
+            return
+        try:
+            await self._on_written()
+        except Exception:  # the request left: a lost mark only costs a question
+            log.warning("recording that a tool call was sent failed", exc_info=True)
+
+
+# The watch of the call under way in this task (the SDK writes in the caller's task).
+WATCH: contextvars.ContextVar[SendWatch | None] = contextvars.ContextVar(
+    "hitlflow_mcp_send_watch", default=None)
+
+
+def _is_tool_call(item: Any) -> bool:
+    message = getattr(item, "message", None)
+    return isinstance(message, types.JSONRPCRequest) and message.method == "tools/call"
+
+
+class _WatchedWrite:
+    """The transport's write stream, telling the task's ``SendWatch`` when a
+    ``tools/call`` request goes in."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    async def send(self, item: Any, /) -> None:
+        watch = WATCH.get()
+        if watch is None or watch.written or not _is_tool_call(item):
+            await self._inner.send(item)
+            return
+        watch.written = True
+        try:
+            await self._inner.send(item)
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+            watch.written = False  # refused before it was taken: it never left
+            raise
+        await watch.wrote()
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    async def __aenter__(self) -> _WatchedWrite:
+        await self._inner.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc_info: Any) -> bool | None:
+        return await self._inner.__aexit__(*exc_info)
+
+
+class _WatchedTransport:
+    """The SDK's transport for ``target``, with its write stream watched."""
+
+    def __init__(self, target: StdioServerParameters | str) -> None:
+        self._inner: AbstractAsyncContextManager[Any] = (
+            streamable_http_client(target) if isinstance(target, str) else stdio_client(target))
+
+    async def __aenter__(self) -> tuple[Any, Any]:
+        read, write = await self._inner.__aenter__()
+        return read, _WatchedWrite(write)
+
+    async def __aexit__(self, *exc_info: Any) -> bool | None:
+        return await self._inner.__aexit__(*exc_info)
+
+
 class Connection:
     """One client session, owned by a dedicated task that enters and exits its contexts.
 
@@ -102,7 +188,8 @@ class Connection:
         name = self.server.name
         try:
             client = Client(
-                _target(self.server), list_roots_callback=roots_callback(self.server), cache=None
+                _WatchedTransport(_target(self.server)),  # type: ignore[arg-type]
+                list_roots_callback=roots_callback(self.server), cache=None,
             )
             async with client:
                 self._started.set_result(client)

@@ -43,8 +43,10 @@ import mcp_types as types
 from mcp import Client, MCPError
 
 from activities.mcp.connection import (
+    WATCH,
     Connection,
     McpTransportError,
+    SendWatch,
     describe,
     is_transport_failure,
     log,
@@ -55,7 +57,8 @@ from activities.mcp.results import tool_result, tool_spec
 from workflows.config import McpServerConfig
 from workflows.io import ToolCallResult, ToolSpec
 
-__all__ = ["McpClientPool", "McpPoolFullError", "McpTransportError", "roots_callback"]
+__all__ = ["McpClientPool", "McpNotSentError", "McpPoolFullError", "McpTransportError",
+           "roots_callback"]
 
 IDEMPOTENCY_META_KEY = "hitlflow/idempotency_key"
 DEFAULT_IDLE_S = 300.0
@@ -65,6 +68,11 @@ DEFAULT_SLOT_WAIT_S = 60.0
 
 class McpPoolFullError(McpTransportError):
     """Every server the pool may run stayed busy; the call was not sent (safe to retry)."""
+
+
+class McpNotSentError(McpTransportError):
+    """The connection was lost before the call's request was handed to the transport's
+    write: the call was not sent (safe to retry under the same key)."""
 
 
 class McpClientPool:
@@ -253,7 +261,8 @@ class McpClientPool:
                 log.exception("closing idle MCP servers failed")
 
     async def _request(self, server: McpServerConfig, what: str, send: Callable[[Client], Any],
-                       on_send: Callable[[], Awaitable[None]] | None = None):
+                       on_send: Callable[[], Awaitable[None]] | None = None,
+                       watch: SendWatch | None = None):
         """Run ``send`` on the server's session; a lost connection drops the session.
 
         Raises ``McpTransportError`` for a lost connection; re-raises any other
@@ -263,12 +272,13 @@ class McpClientPool:
         """
         conn = await self._acquire(server)
         try:
-            return await self._send(conn, what, send, on_send)
+            return await self._send(conn, what, send, on_send, watch)
         finally:
             self._release(conn)
 
     async def _send(self, conn: Connection, what: str, send: Callable[[Client], Any],
-                    on_send: Callable[[], Awaitable[None]] | None = None):
+                    on_send: Callable[[], Awaitable[None]] | None = None,
+                    watch: SendWatch | None = None):
         try:
             client = await conn.client()
         except McpTransportError:
@@ -276,6 +286,12 @@ class McpClientPool:
             raise
         if on_send is not None:  # the last step before the request leaves
             await on_send()
+        if conn.dead and watch is not None:  # lost, or closed, while the mark was stored
+            await self._drop(conn)
+            raise McpNotSentError(
+                f"MCP server {conn.server.name!r}: the connection was closed before the "
+                f"{what} request was written; it was not sent")
+        token = WATCH.set(watch)
         try:
             return await send(client)
         except MCPError as exc:
@@ -288,7 +304,14 @@ class McpClientPool:
             failure = exc
         except Exception as exc:
             failure = exc
+        finally:
+            WATCH.reset(token)
         await self._drop(conn)
+        if watch is not None and not watch.written:
+            raise McpNotSentError(
+                f"MCP server {conn.server.name!r}: connection lost before the {what} request "
+                f"was written ({describe(failure)}); it was not sent"
+            ) from failure
         raise McpTransportError(
             f"MCP server {conn.server.name!r}: connection lost during {what} "
             f"({describe(failure)}); whether it took effect is unknown; the next call "
@@ -318,13 +341,18 @@ class McpClientPool:
         arguments: dict[str, Any],
         idempotency_key: str | None = None,
         on_send: Callable[[], Awaitable[None]] | None = None,
+        on_written: Callable[[], Awaitable[None]] | None = None,
     ) -> ToolCallResult:
         """Call ``tool``; the idempotency key travels in ``_meta`` for servers that honour it.
 
         ``on_send`` is awaited once the server is connected, just before the request
-        leaves (the activity records its durable "sent" mark there); an error from
-        it, or anything before it, means the request was not sent.
+        is written (the activity stores its "sending" mark there); an error from it,
+        or anything before it, means the request was not sent. ``on_written`` is
+        awaited once the ``tools/call`` request was handed to the transport's write
+        (the "sent" mark). Given either, a connection lost before that write raises
+        ``McpNotSentError``: the request never left.
         """
+        watch = SendWatch(on_written) if on_send or on_written else None
         meta = (
             cast(types.RequestParamsMeta, {IDEMPOTENCY_META_KEY: idempotency_key})
             if idempotency_key is not None
@@ -333,7 +361,7 @@ class McpClientPool:
         try:
             result = await self._request(
                 server, repr(tool), lambda client: client.call_tool(tool, arguments, meta=meta),
-                on_send,
+                on_send, watch,
             )
         except MCPError as exc:  # e.g. an unknown tool on servers that raise for it
             return ToolCallResult(is_error=True, text=exc.message, error_message=exc.message)

@@ -5,10 +5,13 @@ shared by every activity in the worker) and the mapping of MCP results.
 Transport failures propagate as exceptions; the workflow's retry policy,
 chosen by the tool's safety class, decides whether a call may run again.
 
-A call that names its attempt (``attempt_id``) records a durable "sent" mark
-just before its MCP request leaves: a heartbeat that Temporal has stored before
-the request is written (``workflows.outcome``). A failure before that point is a
-``ToolCallNotSent`` error: the call did not run, and is safe to try again.
+A call that names its attempt (``attempt_id``) records two durable marks, each a
+heartbeat that Temporal has stored (``workflows.outcome``): "sending" just before
+its MCP request is written (from then on it may have left), and "sent" once the
+request was handed to the transport's write. A worker lost after the first reads
+as "maybe sent"; a failure the activity sees itself before the write (the
+connection lost after the mark, say) is a ``ToolCallNotSent`` error, as is any
+failure before the first mark: the call did not run, and is safe to try again.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from temporalio import activity
 from temporalio.client import AsyncActivityCancelledError
 from temporalio.exceptions import ApplicationError
 
-from activities.mcp.pool import McpClientPool, McpPoolFullError
+from activities.mcp.pool import McpClientPool, McpNotSentError, McpPoolFullError
 from workflows.io import ListToolsInput, ToolCallInput, ToolCallResult, ToolCatalog
 from workflows.outcome import ToolCallBeat
 
@@ -73,12 +76,12 @@ class McpToolActivities:
             beat = asyncio.create_task(beats.every(HEARTBEAT_EVERY_S))
             return await self.pool.call_tool(
                 input.server, input.tool, input.arguments, input.idempotency_key,
-                on_send=beats.mark_sent,
+                on_send=beats.mark_sent, on_written=beats.mark_written,
             )
         except McpPoolFullError:
             raise  # already says it was not sent
         except Exception as exc:
-            if beats.sent:
+            if beats.sent and not isinstance(exc, McpNotSentError):
                 raise
             raise ApplicationError(
                 f"the call was not sent: {type(exc).__name__}: {exc}", type="ToolCallNotSent",
@@ -100,7 +103,8 @@ class SentMarks:
 
     The precise ones go through the worker's client (an RPC awaited, one at a time),
     so each is stored by Temporal before the next step: ``sent: null`` until the
-    "sent" mark, which is stored before the request leaves. The SDK's own heartbeat
+    "sending" mark (``sent`` names the attempt), which is stored before the request
+    is written, then ``written: true`` once it was handed to the transport. The SDK's own heartbeat
     (which the worker's local heartbeat timeout needs) starts only after
     ``SDK_BEAT_AFTER_S`` and, before the mark, says ``sent: "maybe"``: the SDK sends
     it on its own schedule, so it must never be the one that says "not sent". A
@@ -122,7 +126,9 @@ class SentMarks:
 
     async def beat(self) -> None:
         async with self._lock:
-            details = self.details.model_dump(mode="json")
+            # ``written`` only once true: the details before it are as they always were.
+            details = self.details.model_dump(
+                mode="json", exclude=None if self.details.written else {"written"})
             if self._handle is None:
                 activity.heartbeat(details)
                 return
@@ -135,9 +141,15 @@ class SentMarks:
                     self._task.cancel()
 
     async def mark_sent(self) -> None:
+        """The "sending" mark: from here on the request may have left."""
         self.details = self.details.model_copy(update={"sent": self.details.attempt_id})
         await self.beat()
         self.sent = True
+
+    async def mark_written(self) -> None:
+        """The "sent" mark: the request was handed to the transport's write."""
+        self.details = self.details.model_copy(update={"written": True})
+        await self.beat()
 
     async def every(self, seconds: float) -> None:
         while True:

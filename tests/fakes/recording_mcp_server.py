@@ -11,9 +11,10 @@ or die at the two points that matter for "outcome unknown":
   cannot start; the file stays);
 - ``<dir>/slow-call`` holds a number of seconds ``delete`` takes before answering.
 
-Every ``delete`` call it receives is one JSON line in ``<dir>/calls.log`` (name and
-idempotency key), written before anything else happens; ``<dir>/start-hung``
-appears once it hangs at start, ``<dir>/server.pid`` holds the pid of the one serving.
+Every ``delete`` (and reversible ``put``) call it receives is one JSON line in
+``<dir>/calls.log`` (name and idempotency key), written before anything else
+happens; ``<dir>/start-hung`` appears once it hangs at start, ``<dir>/server.pid``
+holds the pid of the one serving.
 
     python -m tests.fakes.recording_mcp_server --dir DIR
 """
@@ -31,6 +32,8 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp_types import ToolAnnotations
 
 IRREVERSIBLE = ToolAnnotations(read_only_hint=False, destructive_hint=True)
+REVERSIBLE = ToolAnnotations(read_only_hint=False, destructive_hint=False,
+                             idempotent_hint=True)
 IDEMPOTENCY_META_KEY = "hitlflow/idempotency_key"
 
 
@@ -59,6 +62,14 @@ def build_server(root: Path) -> MCPServer:
         if _take(root / "hang-call"):
             await anyio.sleep_forever()
         return f"deleted {name}"
+
+    @mcp.tool(annotations=REVERSIBLE)
+    async def put(name: str, ctx: Context) -> str:
+        """Put something (reversible): recorded like ``delete``, with ``"tool": "put"``."""
+        key = (ctx.request_context.meta or {}).get(IDEMPOTENCY_META_KEY)
+        with (root / "calls.log").open("a") as f:
+            f.write(json.dumps({"name": name, "key": key, "tool": "put"}) + "\n")
+        return f"put {name}"
 
     return mcp
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import sys
 import tempfile
 from collections.abc import Awaitable, Callable
@@ -23,6 +24,7 @@ from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
+from activities.mcp.pool import McpClientPool
 from api.cli.demo_config import demo_config, notes_server
 from api.runtime.devserver_setup import temporal_cli_path, tuning_args
 from tests.support.mcp_servers import recording_server
@@ -115,6 +117,36 @@ async def outcome_unknown(client: Client, tq: str, d: Path) -> WorkflowHandle:
     return h
 
 
+async def send_window(client: Client, tq: str, d: Path) -> WorkflowHandle:
+    """An approved call whose server cannot start: tried again after a backoff timer
+    for the window (2 s), then the person says "send again" (Behaviour.SEND_WINDOW;
+    recorded with a pool that closes idle servers at once, ``POOLS``)."""
+    h = await start_session(client, SessionConfig.model_validate({
+        "initial_message": "go", "send_window_s": 2,
+        "agent": {"llm": {"provider": "scripted", "responses": [
+            {"tool_calls": [{"tool": "delete", "arguments": {"name": "x"}}]},
+            {"text": "deleted", "end": True}]},
+            "tools": [recording_server(d).model_dump()]}}), tq, search_attributes=True,
+        behaviour=CURRENT_BEHAVIOUR)
+    await until_status(h, W)  # its tools are listed
+    (d / "fail-start").touch()
+    while (d / "server.pid").exists() and _alive(int((d / "server.pid").read_text())):
+        await asyncio.sleep(0.05)  # the server that listed them closes (idle)
+    await answer(h, approve=True)
+    await until(h, lambda s: s.pending is not None and s.pending.kind == "choose")
+    (d / "fail-start").unlink()
+    await answer(h, choice="send again")
+    await h.result()
+    return h
+
+
+def _alive(pid: int) -> bool:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, 0)
+        return True
+    return False
+
+
 async def agent_loop(client: Client, tq: str, d: Path) -> WorkflowHandle:
     """A model mistake sent back, a corrected call, then a provider error that is
     waited for once (a durable timer) and fails the session (``agent-loop-v2``)."""
@@ -169,8 +201,10 @@ SCENARIOS: dict[str, Callable[[Client, str, Path], Awaitable[WorkflowHandle]]] =
     "demo": demo, "rejected": rejected, "auto_timeout": auto_timeout, "canceled": canceled,
     "demo_journal_header": demo_journal_header, "agent_loop": agent_loop,
     "operator_signals": operator_signals, "plan_steps": plan_steps,
-    "outcome_unknown": outcome_unknown,
+    "outcome_unknown": outcome_unknown, "send_window": send_window,
 }
+# Scenarios that need a pool of their own (the default: the worker's usual one).
+POOLS: dict[str, Callable[[], McpClientPool]] = {"send_window": lambda: McpClientPool(idle_s=0)}
 
 
 async def main(names: list[str]) -> None:
@@ -190,7 +224,8 @@ async def main(names: list[str]) -> None:
                 continue
             with tempfile.TemporaryDirectory() as tmp:
                 tq = f"record-{name}"
-                async with running_worker(env.client, tq):
+                pool = POOLS[name]() if name in POOLS else None
+                async with running_worker(env.client, tq, pool=pool):
                     h = await scenario(env.client, tq, Path(tmp))
                     history = await h.fetch_history()
             (HISTORIES / f"{name}.json").write_text(history.to_json())

@@ -28,7 +28,7 @@ from tests.support.sessions import (
 from tests.workflows.test_session_devserver import recorded
 from workflows.activity_calls import TOOL_HEARTBEAT
 from workflows.config import SessionConfig
-from workflows.messages import ReplyInput, SessionResult
+from workflows.messages import Behaviour, ReplyInput, SessionResult
 from workflows.outcome import (
     NOT_SENT,
     OUTCOME_OPTIONS,
@@ -89,7 +89,8 @@ def beat(sent: bool, attempt: str = "e/2.1") -> list[dict]:
 @pytest.mark.parametrize(("error_type", "details", "attempt", "expected"), [
     (None, beat(sent=False), "e/2.1", "not_sent"),  # lost before the request left
     (None, [], "e/2.1", "not_sent"),  # lost before its first heartbeat
-    (None, beat(sent=True), "e/2.1", "maybe_sent"),  # lost after the mark
+    (None, beat(sent=True), "e/2.1", "maybe_sent"),  # lost after the "sending" mark
+    (None, [{**beat(sent=True)[0], "written": True}], "e/2.1", "maybe_sent"),  # it left
     (None, beat(sent=True, attempt="e/2.2"), "e/2.1", "maybe_sent"),  # not this attempt's
     (None, [{**beat(sent=False)[0], "sent": "maybe"}], "e/2.1", "maybe_sent"),  # the SDK's
     (None, ["e"], "e/2.1", "maybe_sent"),  # an older worker's details: conservative
@@ -207,9 +208,12 @@ async def test_the_person_says_whether_a_maybe_sent_call_happened(
 async def test_a_call_that_never_reaches_its_server_fails_as_not_sent(
         dev_env, task_queue, tmp_path):
     """Its server cannot start any more: the call is tried a bounded number of times,
-    never sent, and fails as not sent (its outcome is known: it did not run)."""
+    never sent, and fails as not sent (its outcome is known: it did not run). So in a
+    session started before the send window (Behaviour.SEND_WINDOW: then it is retried
+    for a window and the person is asked, tests/workflows/test_send_window.py)."""
     async with running_worker(dev_env.client, task_queue, McpClientPool(idle_s=0)):
-        h = await start_session(dev_env.client, delete_then_end(tmp_path), task_queue)
+        h = await start_session(dev_env.client, delete_then_end(tmp_path), task_queue,
+                                behaviour=Behaviour.SENT_MARKS)
         await until(h, lambda s: s.status == W)  # its tools are listed
         (tmp_path / "fail-start").touch()
         await until_gone(tmp_path / "server.pid")  # the server that listed them closed
