@@ -66,6 +66,12 @@ async function refresh(s, params) {
   if (TERMINAL.has(session.status)) s.ended = true;
   await readLog(s);
   render(s);
+  // Behind what we saw (the read model did not catch up within the API's wait): read
+  // again, or a page whose last event has come shows the state before it for good.
+  const waited = params.min_seq !== undefined || params.min_journal_seq !== undefined;
+  if (session.stale && waited && !s.signal.aborted) {
+    setTimeout(() => { if (!s.signal.aborted) scheduleRefresh(s, params); }, 500);
+  }
 }
 
 // Coalesced: one refresh at a time, the last one asked for wins.
