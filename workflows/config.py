@@ -5,8 +5,9 @@ New fields always get defaults so that running sessions keep working.
 
 from __future__ import annotations
 
+import itertools
 import re
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -303,6 +304,27 @@ class PlanDriver(_Strict):
         return self
 
 
+#: Someone a request can be addressed to: a subject, an e-mail address or `group:NAME`.
+PersonEntry = Annotated[str, Field(min_length=1, max_length=500)]
+
+#: What the notifier tells of (issue 26): a request opened, reminded, escalated,
+#: expired or auto-decided, and the session's end. Declared once, here.
+NoticeKind = Literal["opened", "reminded", "escalated", "expired", "auto_decided", "ended"]
+NOTICE_KINDS: tuple[str, ...] = ("opened", "reminded", "escalated", "expired",
+                                 "auto_decided", "ended")
+#: What a route is told of unless it says otherwise (the end only where subscribed).
+REQUEST_NOTICES: tuple[str, ...] = NOTICE_KINDS[:-1]
+
+
+class NotifyRoute(_Strict):
+    """One of a session's own notification routes: a channel the server's notifier
+    knows by name (its URL and secrets stay in the server's config, never here)."""
+
+    channel: str = Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9_.-]+$")
+    on: list[NoticeKind] = Field(default_factory=lambda: list(REQUEST_NOTICES),
+                                 min_length=1, max_length=len(NOTICE_KINDS))
+
+
 class SessionConfig(_Strict):
     mode: Literal["interactive", "auto"] = "interactive"
     interactive_require_user_reply: bool = True
@@ -327,12 +349,22 @@ class SessionConfig(_Strict):
     # person is asked (workflows.retry_window; None: as long as a reply would be
     # waited for). Left out of the JSON while unset.
     send_window_s: float | None = Field(default=None, gt=0, le=7 * 24 * 3600)
+    # Reaching people (issue 26): remind the request's addressees after
+    # `remind_after_s`; after `escalate_after_s` add `escalate_to` to them (a new
+    # message goes out); `reply_timeout_s` stays the last step. Each fires once.
+    remind_after_s: float | None = Field(default=None, gt=0, le=365 * 24 * 3600)
+    escalate_after_s: float | None = Field(default=None, gt=0, le=365 * 24 * 3600)
+    escalate_to: list[PersonEntry] = Field(default_factory=list, max_length=100)
+    # Channels of the server's notifier this session's notices also go to.
+    notify: list[NotifyRoute] = Field(default_factory=list, max_length=20)
 
     @model_serializer(mode="wrap")
     def _compact(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         data = handler(self)
         for name, default in (("people", People().model_dump()), ("rules", []),
-                              ("temporal_replies", "record"), ("send_window_s", None)):
+                              ("temporal_replies", "record"), ("send_window_s", None),
+                              ("remind_after_s", None), ("escalate_after_s", None),
+                              ("escalate_to", []), ("notify", [])):
             if name in data and data[name] == default:
                 data.pop(name)
         return data
@@ -341,6 +373,20 @@ class SessionConfig(_Strict):
     def _one_driver(self) -> SessionConfig:
         if (self.agent is None) == (self.plan is None):
             raise ValueError("a session has exactly one driver: `agent` or `plan`")
+        return self
+
+    @model_validator(mode="after")
+    def _wait_steps_in_order(self) -> SessionConfig:
+        """remind < escalate < reply timeout, each when set; escalation names whom."""
+        steps = [(n, v) for n, v in (("remind_after_s", self.remind_after_s),
+                                     ("escalate_after_s", self.escalate_after_s),
+                                     ("reply_timeout_s", self.reply_timeout_s))
+                 if v is not None]
+        for (a, x), (b, y) in itertools.pairwise(steps):
+            if x >= y:
+                raise ValueError(f"{a} ({x:g}) must come before {b} ({y:g})")
+        if (self.escalate_after_s is None) != (not self.escalate_to):
+            raise ValueError("escalate_after_s and escalate_to go together")
         return self
 
     def carried(self, llm_calls: int) -> SessionConfig:

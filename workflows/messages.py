@@ -103,6 +103,9 @@ class ReplyInput(BaseModel):
     # Approve, and do not ask again in this session for this tool (any arguments) or
     # for these exact arguments.
     remember: Literal["tool", "arguments"] | None = None
+    # How the answer came: through a signed action link sent to ``principal``
+    # (issue 26). The log's decision says so.
+    via: Literal["link"] | None = None
 
     @field_validator("values", "arguments")
     @classmethod
