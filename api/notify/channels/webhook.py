@@ -14,6 +14,7 @@ never name the URL (it may hold a token) or the secret.
 
 from __future__ import annotations
 
+import base64
 from datetime import UTC, datetime
 from typing import Any
 
@@ -32,6 +33,7 @@ EVENT_TYPES = {"opened": "hitlflow.request.opened", "reminded": "hitlflow.reques
                "ended": "hitlflow.session.ended"}
 RETRIED = frozenset({408, 429})
 USER_AGENT = "hitlflow-notifier"
+MIN_SECRET = 16  # bytes of key (the specification: 24 to 64)
 
 
 def payload(message: Message) -> dict[str, Any]:
@@ -57,11 +59,14 @@ class WebhookSender:
         self.url = config.url or secret_from_env(config.url_env, f"channel {name}: url_env")
         secret = secret_from_env(config.secret_env, f"channel {name}: secret_env")
         try:
+            raw = (secret or "").removeprefix("whsec_")
+            if len(base64.b64decode(raw + "=" * (-len(raw) % 4), validate=True)) < MIN_SECRET:
+                raise ValueError("too short")
             self._signer = Webhook(secret or "")
         except Exception:  # the package raises several kinds; none may say the secret
             raise NotifyConfigError(
                 f"channel {name}: the secret in {config.secret_env} is not a Standard "
-                f"Webhooks secret (whsec_<base64>)") from None
+                f"Webhooks secret (whsec_<base64 of {MIN_SECRET} to 64 bytes>)") from None
         if not str(self.url).startswith(("http://", "https://")):
             raise NotifyConfigError(f"channel {name}: the URL must be http:// or https://")
         self._client: httpx.AsyncClient | None = None
