@@ -35,7 +35,7 @@ def notifier_command(
 
     from api.cli.client import default_api_url
     from api.identity.people_store import PeopleStore
-    from api.notify.service import Notifier
+    from api.notify.service import Notifier, build_channels
     from api.notify.settings import NotifyConfigError, NotifySettings
     from api.runtime.process import serve
     from api.settings import HitlflowSettings
@@ -55,9 +55,10 @@ def notifier_command(
     try:
         notify_config = notify.load()
         assert notify_config is not None
+        channels = build_channels(notify_config)  # its secrets, before anything starts
         store = open_store(settings.data_dir, settings.read_model_url)
         notifier = Notifier(store, notify_config, notify, data_dir=settings.data_dir,
-                            base_url=default_api_url(settings),
+                            base_url=default_api_url(settings), channels=channels,
                             people=PeopleStore(settings.data_dir))
     except NotifyConfigError as err:
         fail(f"error: {err}", CONFIG_EXIT)
