@@ -111,7 +111,7 @@ async def test_a_waiting_session_sends_one_webhook_per_opened_request(dev_env, t
 
 @pytest.mark.slow
 async def test_killing_the_notifier_at_random_points_loses_nothing(dev_env, tmp_path):
-    receiver = Receiver().start()
+    receiver = Receiver(delay_s=0.2).start()  # slow: kills land mid-send too
     data = tmp_path / "data"
     data.mkdir()
     tq = "tq-notify-kill"
@@ -126,10 +126,10 @@ async def test_killing_the_notifier_at_random_points_loses_nothing(dev_env, tmp_
             handles = [await start_session(dev_env.client, SessionConfig.model_validate(
                 TWO_QUESTIONS), tq) for _ in range(sessions)]
             answering = asyncio.create_task(answer_all(dev_env.client, handles))
-            while not answering.done() or kills < 6:
+            while not answering.done() or kills < 8:
                 proc = start_notifier(data, env, log)
                 # a random point of its life: starting, routing, sending, marking
-                await asyncio.sleep(rng.uniform(0.2, 1.5))
+                await asyncio.sleep(rng.uniform(0.5, 2.5))
                 proc.send_signal(signal.SIGKILL)
                 proc.wait()
                 kills += 1

@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import json
 import threading
+import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -31,6 +32,7 @@ class Received:
 class Receiver:
     secret: str = SECRET
     mode: str = "ok"
+    delay_s: float = 0.0  # a slow receiver: answers this long after reading a request
     received: list[Received] = field(default_factory=list)
     port: int = 0
     _server: ThreadingHTTPServer | None = None
@@ -64,14 +66,19 @@ class Receiver:
                     receiver.received.append(Received(headers.get("webhook-id", ""), body,
                                                       headers, payload, error))
                     receiver._arrived.notify_all()
+                if receiver.delay_s:
+                    time.sleep(receiver.delay_s)  # a slow receiver, not a synchronisation
                 status = {"ok": 200, "500": 500, "429": 429, "400": 400}[mode]
                 if error is not None:
                     status = 401
                 out = json.dumps({"ok": status == 200}).encode()
-                self.send_response(status)
-                self.send_header("content-length", str(len(out)))
-                self.end_headers()
-                self.wfile.write(out)
+                try:
+                    self.send_response(status)
+                    self.send_header("content-length", str(len(out)))
+                    self.end_headers()
+                    self.wfile.write(out)
+                except OSError:  # the notifier was killed while it waited for the answer
+                    self.close_connection = True
 
             def log_message(self, *args: Any) -> None:
                 pass
