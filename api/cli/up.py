@@ -80,7 +80,8 @@ async def _start_api(settings: HitlflowSettings, stop: asyncio.Event,
 
 
 async def _up(settings: HitlflowSettings, run_worker: RunWorker | None,
-              signer: Signer | None = None, auth: UpAuth | None = None) -> int:
+              signer: Signer | None = None, auth: UpAuth | None = None,
+              notify: bool = False) -> int:
     import asyncio
 
     from activities.deltas import InProcessDeltaBus
@@ -139,12 +140,22 @@ async def _up(settings: HitlflowSettings, run_worker: RunWorker | None,
                          max_followers=stack.exporter_max_followers,
                          sweep_every_s=stack.exporter_sweep_s, feed=feed, signer=signer),
             name="exporter")
+        # The notifier (HITLFLOW_NOTIFY_CONFIG): a child process over the read model.
+        notifier_stop = asyncio.Event()
+        notifier = None
+        if notify:
+            from api.runtime.notifier_process import run_notifier_process
+            notifier = asyncio.create_task(run_notifier_process(stack, notifier_stop),
+                                           name="notifier")
         if worker is not None:  # "up" once it polls; a worker that cannot start fails here
             await first(worker_ready.wait(), asyncio.shield(worker), signals.stop.wait(),
                         server.wait())
         recorded = None
         if worker is None or worker_ready.is_set():
             _print_where(settings, server, worker, auth)
+            if notifier is not None:
+                typer.echo("Notifier:          a process of its own "
+                           "(HITLFLOW_NOTIFY_CONFIG; docs/notifications.md)")
             # The client commands find this API from the data directory (api.cli.options).
             recorded = _record_api_url(server.data_dir, stack)
             if auth is not None and auth.token is None:
@@ -155,7 +166,8 @@ async def _up(settings: HitlflowSettings, run_worker: RunWorker | None,
             freeze_startup()
 
             watched: list[Awaitable[Any]] = [signals.stop.wait(), server.wait()]
-            watched += [asyncio.shield(t) for t in (worker, api, exporter) if t is not None]
+            watched += [asyncio.shield(t) for t in (worker, api, exporter, notifier)
+                        if t is not None]
             await first(*watched)
 
         errors: list[str] = []
@@ -164,6 +176,7 @@ async def _up(settings: HitlflowSettings, run_worker: RunWorker | None,
                           f"ends with:\n{server.log_tail()}")
         for task, task_stop, what in [(api, api_stop, "the API"),
                                       (worker, worker_stop, "the worker"),
+                                      (notifier, notifier_stop, "the notifier"),
                                       (exporter, exporter_stop, "the exporter")]:
             if task is not None and (err := await stop_task(task, task_stop, signals.force,
                                                             what)):
@@ -285,7 +298,27 @@ def up_command(
         fail(f"Error: the people file: {e}")
     except (TokenFileError, OSError) as e:
         fail(f"Error: the API token: {e}")
-    run(_up(settings, run_worker, signer, auth))
+    run(_up(settings, run_worker, signer, auth, notify=_notify_checked()))
+
+
+def _notify_checked() -> bool:
+    """Whether ``up`` runs the notifier (``HITLFLOW_NOTIFY_CONFIG`` set): its config
+    and channel secrets are checked first (exit 2 with the problem otherwise)."""
+    from pydantic import ValidationError
+
+    from api.notify.service import build_channels
+    from api.notify.settings import NotifyConfigError, NotifySettings
+
+    try:
+        config = NotifySettings().load()
+        if config is None:
+            return False
+        build_channels(config)
+    except NotifyConfigError as e:
+        fail(f"Error: {e}", 2)
+    except ValidationError as e:
+        fail(f"Error: HITLFLOW_NOTIFY_*: {e.errors()[0]['loc'][0]}: {e.errors()[0]['msg']}", 2)
+    return True
 
 
 def register(app: typer.Typer) -> None:
