@@ -27,6 +27,16 @@ the time until it polls the task queue, and until that new session's first step 
 done (it waits for the person). It does whatever a starting worker does for the N
 waiting sessions meanwhile. Targets: worker RSS <= 1 GiB, GET p99 at N <= 1.2x at base, idle
 CPU near zero.
+
+``--notify`` (issue 26) measures instead what notifications cost N waiting sessions, in
+one run: the same stack twice, without and then with ``HITLFLOW_NOTIFY_CONFIG`` (a
+webhook per opened request to a receiver in this process; ``up`` runs the notifier as
+a child process), N sessions waiting in each; once every webhook arrived, idle CPU and
+RSS of up, its worker, the server and (on) the notifier, and the ratio of the totals::
+
+    .venv/bin/python bench/idle_bench.py --notify -n 1000
+
+Target: idle CPU and RSS on within 1.1x of off.
 """
 
 from __future__ import annotations
@@ -268,6 +278,77 @@ def report(base: Figures, full: Figures, restart: Restart, start_rate: float,
     print("targets: worker RSS <= 1024 MiB; GET p99 at N <= 1.2x at base; idle CPU near zero")
 
 
+# ---------------------------------------------------------------------------
+# --notify: notifications on vs off
+
+
+async def notify_stack(args: argparse.Namespace, on: bool) -> dict[str, dict[str, float]]:
+    """One stack with N waiting sessions (and, ``on``, the notifier having sent a webhook
+    for each): idle CPU share and RSS per process."""
+    import json
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from tests.api.notify.webhook_receiver import Receiver
+
+    receiver = Receiver().start() if on else None
+    with tempfile.TemporaryDirectory() as tmp:
+        data = Path(tmp)
+        env: dict[str, str] = {}
+        if receiver is not None:
+            cfg = data / "notify.json"
+            cfg.write_text(json.dumps({
+                "channels": {"hook": {"type": "webhook", "url_env": "BENCH_HOOK_URL",
+                                      "secret_env": "BENCH_HOOK_SECRET"}},
+                "routes": [{"to": "*", "channel": "hook", "on": ["opened"]}]}))
+            env = {"HITLFLOW_NOTIFY_CONFIG": str(cfg), "BENCH_HOOK_URL": receiver.url,
+                   "BENCH_HOOK_SECRET": receiver.secret}
+        up = await start_up(data, env=env)
+        try:
+            client = await connect(HitlflowSettings(temporal_address=up.temporal))
+            limits = httpx.Limits(max_connections=args.concurrency + 8)
+            async with httpx.AsyncClient(base_url=up.url, timeout=120, headers=api_headers(),
+                                         limits=limits) as http:
+                await start_sessions(http, args.n, args.concurrency)
+                await until_waiting(client, args.n, args.wait_s)
+            if receiver is not None:
+                deadline = time.monotonic() + args.wait_s
+                while len(set(receiver.ids())) < args.n and time.monotonic() < deadline:
+                    await asyncio.sleep(1)
+                print(f"webhooks received: {len(set(receiver.ids()))} of {args.n}",
+                      file=sys.stderr, flush=True)
+            await asyncio.sleep(args.settle_full_s or args.settle_s)
+            pids = {"up": up.pid, "worker": up.worker_pid, "server": up.server_pid}
+            if on:
+                children = Path(f"/proc/{up.pid}/task/{up.pid}/children").read_text().split()
+                pids["notifier"] = next(
+                    int(p) for p in children
+                    if b"api.cli\x00notifier\x00" in Path(f"/proc/{p}/cmdline").read_bytes())
+            cpu = await cpu_share(pids, args.idle_s)
+            return {"cpu": cpu, "rss": {k: rss_mib(p) for k, p in pids.items()}}
+        finally:
+            print(f"`hitlflow up` exit code on Ctrl-C: {await up.stop()}", file=sys.stderr)
+            if receiver is not None:
+                receiver.stop()
+
+
+def notify_report(off: dict[str, dict[str, float]], on: dict[str, dict[str, float]],
+                  args: argparse.Namespace) -> None:
+    print(f"\n== {args.n} sessions waiting for a person: notifications off vs on "
+          "(the same run) ==")
+    print(f"{'':30} {'off':>10} {'on':>10} {'ratio':>7}")
+    for who in ("up", "worker", "server", "notifier"):
+        a, b = off["cpu"].get(who, 0.0) * 100, on["cpu"].get(who, 0.0) * 100
+        print(f"{'CPU ' + who + ', % of a core':30} {a:10.2f} {b:10.2f} {ratio(b, a):>7}")
+    for who in ("up", "worker", "server", "notifier"):
+        a, b = off["rss"].get(who, 0.0), on["rss"].get(who, 0.0)
+        print(f"{'RSS ' + who + ', MiB':30} {a:10.1f} {b:10.1f} {ratio(b, a):>7}")
+    cpu_off, cpu_on = sum(off["cpu"].values()) * 100, sum(on["cpu"].values()) * 100
+    rss_off, rss_on = sum(off["rss"].values()), sum(on["rss"].values())
+    print(f"{'CPU all, % of a core':30} {cpu_off:10.2f} {cpu_on:10.2f} {ratio(cpu_on, cpu_off):>7}")
+    print(f"{'RSS all, MiB':30} {rss_off:10.1f} {rss_on:10.1f} {ratio(rss_on, rss_off):>7}")
+    print("target: on within 1.1x of off (idle CPU and RSS)")
+
+
 def parse(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("-n", type=int, default=10_000, help="waiting sessions (10,000)")
@@ -283,6 +364,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--wait-s", type=float, default=3600.0,
                    help="how long N may take to wait before measuring those that do (3600)")
     p.add_argument("--data-dir", help="keep up's data here (default: a temporary folder)")
+    p.add_argument("--notify", action="store_true",
+                   help="notifications off vs on, N waiting sessions each (issue 26)")
     args = p.parse_args(argv)
     if not 0 < args.base + args.probes < args.n:
         p.error("need 0 < --base + --probes < -n")
@@ -291,6 +374,11 @@ def parse(argv: list[str]) -> argparse.Namespace:
 
 async def main(argv: list[str]) -> None:
     args = parse(argv)
+    if args.notify:
+        off = await notify_stack(args, on=False)
+        on = await notify_stack(args, on=True)
+        notify_report(off, on, args)
+        return
     with tempfile.TemporaryDirectory() as tmp:
         data = Path(args.data_dir or tmp)  # kept with --data-dir (up.stderr.log, runs/)
         data.mkdir(parents=True, exist_ok=True)

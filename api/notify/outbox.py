@@ -207,6 +207,15 @@ class Outbox:
                        (min(now + wait, until), attempts + 1, error, message_id))
             return "pending"
 
+    def purge(self, older_than_s: float, *, now: float | None = None) -> int:
+        """Drop delivered messages delivered more than ``older_than_s`` ago (the
+        router never goes back, so no notice is routed to them again); how many."""
+        now = time.time() if now is None else now
+        with self.store.transaction() as tx:
+            tx.execute("DELETE FROM notify_outbox WHERE state = 'delivered' AND "
+                       "delivered_at < ?", (now - older_than_s,))
+            return tx.rowcount
+
     def next_due(self) -> float | None:
         """When the next pending message is due (epoch seconds), if any."""
         rows = self.store.query("SELECT MIN(next_at) FROM notify_outbox WHERE state = 'pending'")

@@ -18,6 +18,7 @@ import contextlib
 import logging
 import os
 import socket
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -36,6 +37,9 @@ log = logging.getLogger("hitlflow.notify")
 T = TypeVar("T")
 #: Notices routed per transaction.
 ROUTE_BATCH = 500
+#: Delivered messages are kept this long (at least a window), then dropped, hourly.
+KEEP_DELIVERED_S = 7 * 24 * 3600.0
+PURGE_EVERY_S = 3600.0
 
 
 def build_channels(config: NotifyConfig) -> dict[str, Channel]:
@@ -171,12 +175,17 @@ class Notifier:
     async def run(self, stop: asyncio.Event, *, on_round: Callable[[], None] | None = None
                   ) -> None:
         """Route and deliver until ``stop`` is set."""
+        purged_at = 0.0
         try:
             while not stop.is_set():
                 busy = False
                 try:
                     busy = await self._db(self.route_once) > 0
                     busy = await self.deliver_once() > 0 or busy
+                    if (t := time.monotonic()) - purged_at >= PURGE_EVERY_S:
+                        purged_at = t
+                        await self._db(self.outbox.purge,
+                                       max(KEEP_DELIVERED_S, self.config.window_s))
                 except ReadModelError as err:  # the database is away: try again later
                     log.warning("notifier: %s", err)
                 if on_round is not None:

@@ -92,6 +92,8 @@ class NoticeFold:
         issue, kind = p.get("issue_id"), p.get("kind")
         if not isinstance(issue, str) or "auto_decision" in p or kind in _SILENT_KINDS:
             return None  # decided by a rule (asks no one), or a plain message
+        if issue in self.requests:
+            return None  # the same request again (a new run of the session): told once
         prompt = p.get("prompt") if isinstance(p.get("prompt"), str) else ""
         asked = p.get("asked") if isinstance(p.get("asked"), dict) else None
         request = {"request_id": issue, "request_kind": kind if isinstance(kind, str) else None,

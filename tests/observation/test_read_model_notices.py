@@ -98,6 +98,7 @@ def test_fold_reminder_escalation_expiry_and_what_makes_none():
     escalated = fold.apply(_line(4, "ISSUE_ESCALATED", issue_id="r1", kind="approval",
                                  approvers=["bob", "carol@x.org"], escalated_to=["carol@x.org"],
                                  escalated_at="t"))
+    assert fold.apply(_line(5, "ISSUE_OPENED", issue_id="r1", kind="approval")) is None
     expired = fold.apply(_line(5, "ISSUE_RESOLVED", issue_id="r1",
                                resolution="interaction.reply.expired"))
 

@@ -197,3 +197,17 @@ async def test_postgres_outbox_routes_claims_and_delivers(hook_env, tmp_path):
                                max_backoff_s=1) == "gone"  # delivered stays delivered
     finally:
         store.close()
+
+
+def test_purge_drops_only_old_delivered_messages(store, tmp_path, hook_env):
+    write_notices(store, session_notices("s-u", 3))
+    n = notifier(store, tmp_path)
+    n.route_once()
+    ids = [m["message_id"] for m in n.outbox.messages()]
+    t = 2_000_000_000.0
+    n.outbox.delivered(ids[0], now=t - 100)
+    n.outbox.delivered(ids[1], now=t - 10)
+    n.outbox.failed(ids[2], "HTTP 400", permanent=True, backoff_s=1, max_backoff_s=1, now=t - 100)
+    assert n.outbox.purge(50, now=t) == 1
+    assert [m["message_id"] for m in n.outbox.messages()] == ids[1:]
+    assert n.route_once() == 0  # the router never goes back: nothing is routed again
