@@ -125,10 +125,15 @@ class Notifier:
 
     def route_once(self) -> int:
         """Route one batch of new notices; how many were read."""
-        directory = self._directory()
+        directory: list[Directory] = []  # read once a round, when a notice needs it
+
+        def expand(body: dict[str, Any]) -> list[Message]:
+            if not directory:
+                directory.append(self._directory())
+            return self.expand(body, directory[0])
+
         try:
-            return self.outbox.route(lambda b: self.expand(b, directory),
-                                     window_s=self.config.window_s, limit=ROUTE_BATCH)
+            return self.outbox.route(expand, window_s=self.config.window_s, limit=ROUTE_BATCH)
         except PositionMoved:  # another notifier routed them: read on from where it is
             return 1
 
