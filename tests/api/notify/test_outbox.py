@@ -211,3 +211,38 @@ def test_purge_drops_only_old_delivered_messages(store, tmp_path, hook_env):
     assert n.outbox.purge(50, now=t) == 1
     assert [m["message_id"] for m in n.outbox.messages()] == ids[1:]
     assert n.route_once() == 0  # the router never goes back: nothing is routed again
+
+
+async def test_email_routes_through_the_people_store_and_links_name_the_person(store, tmp_path):
+    from api.identity.people_store import PeopleStore
+    from api.notify.settings import NotifyConfig
+
+    people = PeopleStore(tmp_path)
+    people.add("bob", "approver", ["ops"], "bob@example.org")
+    people.add("cid", "approver", ["ops"])  # no address: skipped
+    config = NotifyConfig.model_validate({
+        "channels": {"mail": {"type": "email", "host": "127.0.0.1", "sender": "hf@x.org"}},
+        "routes": [{"to": "group:ops", "channel": "mail"}]})
+    rows = session_notices("s-m", 1, config={"people": {"owner": "ann",
+                                                        "approvers": ["group:ops"]}})
+    write_notices(store, rows)
+    n = Notifier(store, config, fast_settings(), data_dir=tmp_path,
+                 base_url="http://127.0.0.1:8000", channels={}, people=people)
+    seen = []
+    original = n.expand
+
+    def spy(body, directory=None, now=None):
+        out = original(body, directory, now)
+        seen.extend(out)
+        return out
+
+    n.expand = spy  # the real expansion, watched
+    assert n.route_once() == 1
+    (m,) = seen
+    assert (m.channel, m.recipient) == ("mail", "bob@example.org")
+    assert m.message_id == message_id(rows[0].notice_id, "mail", "bob@example.org")
+    # a channel this notifier has no sender for: a permanent failure, a dead letter
+    await n.deliver_once()
+    (dead,) = n.outbox.dead_letters()
+    assert dead["recipient"] == "bob@example.org"
+    assert dead["last_error"] == "channel mail is not configured"
