@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 from api.identity.people_store import PeopleFileError, PeopleStore
 from api.notify import links
 from api.notify.channels import SENDERS, build_channel
-from api.notify.model import Channel, DeliveryFailed, Message, Notice
+from api.notify.model import Channel, DeliveryFailed, Links, Message, Notice
 from api.notify.outbox import Outbox, PositionMoved, message_id
 from api.notify.routing import Directory, route
 from api.notify.settings import NotifyConfig, NotifyConfigError, NotifySettings
@@ -116,8 +116,15 @@ class Notifier:
         now = now or datetime.now(UTC)
         out = []
         for t in route(notice, self.config, directory or Directory()):
-            page_links = links.links_for(notice, t.person, self.config, base_url=self.base_url,
-                                         secret=self.secret, now=now)
+            try:
+                page_links = links.links_for(notice, t.person, self.config,
+                                             base_url=self.base_url, secret=self.secret,
+                                             now=now)
+            except Exception as err:  # a link that cannot be made: the page link still goes
+                log.warning("notice %s: no action links (%s)", notice.notice_id,
+                            type(err).__name__)
+                page_links = Links(page=links.page_url(self.config.public_url or self.base_url,
+                                                       notice.session_id))
             out.append(Message(message_id=message_id(notice.notice_id, t.channel, t.recipient),
                                channel=t.channel, recipient=t.recipient, notice=notice,
                                links=page_links))
