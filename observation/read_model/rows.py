@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from observation.log_view import SessionLogView
 from observation.projections import execution_snapshot, has_suspended
 from observation.read_model.access import AccessFold
+from observation.read_model.notices import NoticeRow
 from workflows.canonical import canonical_json
 from workflows.contract import CONTRACT_TABLE
 
@@ -85,6 +86,8 @@ class SessionBatch:
     history: list[EntryRow] = field(default_factory=list)
     # Who is named (``access.AccessFold.rows``): None when unchanged by this batch.
     access: list[tuple[str, str]] | None = None
+    # The notices of the batch's lines (``notices.py``): inserted, never replaced.
+    notices: list[NoticeRow] = field(default_factory=list)
 
     @property
     def session_id(self) -> str:
@@ -94,7 +97,8 @@ class SessionBatch:
         """Only the rows changed after log line ``seq`` (the store has the rest)."""
         return SessionBatch(self.session, [c for c in self.contracts if c.seq > seq],
                             [f for f in self.facts if f.seq > seq],
-                            [h for h in self.history if h.seq > seq], self.access)
+                            [h for h in self.history if h.seq > seq], self.access,
+                            [n for n in self.notices if n.seq > seq])
 
 
 def session_row(view: SessionLogView, access: AccessFold | None = None) -> SessionRow:
@@ -130,7 +134,8 @@ def contract_row(view: SessionLogView, i: int) -> ContractRow:
 
 
 def batch(view: SessionLogView, contracts: Iterable[int], history: Iterable[int],
-          facts_from: int, access: AccessFold | None = None) -> SessionBatch:
+          facts_from: int, access: AccessFold | None = None,
+          notices: list[NoticeRow] | None = None) -> SessionBatch:
     """The session's row, the given contracts and status changes (by index) and the
     facts from index ``facts_from`` on; who is named when ``access`` changed."""
     return SessionBatch(
@@ -140,11 +145,14 @@ def batch(view: SessionLogView, contracts: Iterable[int], history: Iterable[int]
                for i in range(facts_from, len(view.facts))],
         history=[EntryRow(i, dumps(view.history[i].model_dump(mode="json")),
                           view.history_seq[i]) for i in sorted(history)],
-        access=access.rows() if access is not None and access.take_changed() else None)
+        access=access.rows() if access is not None and access.take_changed() else None,
+        notices=list(notices or ()))
 
 
-def full_batch(view: SessionLogView, access: AccessFold | None = None) -> SessionBatch:
+def full_batch(view: SessionLogView, access: AccessFold | None = None,
+               notices: list[NoticeRow] | None = None) -> SessionBatch:
     """Every row of the session (a rebuild)."""
     if access is not None:
         access.changed = True
-    return batch(view, range(len(view.contracts)), range(len(view.history)), 0, access)
+    return batch(view, range(len(view.contracts)), range(len(view.history)), 0, access,
+                 notices)

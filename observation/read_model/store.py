@@ -15,6 +15,11 @@ Tables (every read is one indexed query):
   session's owner, approvers and viewers and its pending request's own approvers,
   so that a list shows each principal only what they may see (or answer) in its
   query. (Sessions exported before it existed had no people to name.)
+* ``rm_notices`` — what is worth telling people (``notices.py``), one row per log
+  line that makes one, ``notice_id`` ``"<session_id>:<seq>"`` unique, ``id`` the
+  order they were written in (the notifier reads after its position). Inserted
+  with ``ON CONFLICT DO NOTHING`` in the batch's transaction, never deleted by
+  ``replace`` or ``reset``: a rebuild never makes a notice twice.
 
 Writes: :meth:`SqlStore.apply` writes one log batch in one transaction, after
 reading the session's stored ``last_seq`` in it: a batch the store already
@@ -75,6 +80,15 @@ DDL = (
     """CREATE INDEX IF NOT EXISTS rm_access_email
         ON rm_access (entry_lower, role, session_id)""",
 )
+#: ``rm_notices``: ``id`` is the backend's autoincrement (``{id}``, see
+#: ``SqlStore.id_column``).
+NOTICES_DDL = (
+    """CREATE TABLE IF NOT EXISTS rm_notices (
+        {id}, notice_id TEXT NOT NULL UNIQUE, session_id TEXT NOT NULL,
+        seq INTEGER NOT NULL, kind TEXT NOT NULL, at TEXT NOT NULL, body TEXT NOT NULL)""",
+)
+INSERT_NOTICE = ("INSERT INTO rm_notices (notice_id, session_id, seq, kind, at, body) "
+                 "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (notice_id) DO NOTHING")
 TABLES = ("rm_sessions", "rm_contracts", "rm_facts", "rm_history", "rm_access")
 _BOOLS = ("has_suspended", "closed")
 
@@ -152,6 +166,7 @@ class ReadStore(Protocol):
                       ) -> tuple[list[dict[str, Any]], str | None]: ...
     def access(self, session_id: str) -> dict[str, list[str]]: ...
     def dump(self) -> dict[str, list[tuple[Any, ...]]]: ...
+    def notices(self, after: int, limit: int) -> list[dict[str, Any]]: ...
     def close(self) -> None: ...
 
 
@@ -165,6 +180,11 @@ class SqlStore:
     inline = False
     where = ""
     placeholder = "?"
+    #: ``rm_notices.id``: an autoincrement primary key in the backend's words.
+    id_column = "id INTEGER PRIMARY KEY AUTOINCREMENT"
+    #: Appended to a SELECT that claims rows for update (PostgreSQL: skip the rows
+    #: another transaction holds; SQLite's write transactions are serial anyway).
+    skip_locked = ""
 
     def __init__(self) -> None:
         self._local = threading.local()
@@ -190,6 +210,28 @@ class SqlStore:
 
     def _errors(self) -> tuple[type[BaseException], ...]:
         raise NotImplementedError
+
+    def _lock_notices(self, cur: Any) -> None:
+        """Serialise the transactions that insert notices, so that ``id`` order is
+        commit order (a reader after position ``n`` never misses a smaller id that
+        commits later). SQLite's write transactions are serial already."""
+
+    # -- for the notifier (api.notify.outbox): its own tables, in the same database ---
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[StoreCursor]:
+        """One write transaction (committed on exit, rolled back on an error);
+        errors of the database become :class:`ReadModelError`."""
+        try:
+            with self._write_lock, self._transaction() as cur:
+                yield StoreCursor(self, cur)
+        except self._errors() as err:
+            raise ReadModelError(f"the read model ({self.where}) cannot be written: {err}"
+                                 ) from err
+
+    def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """One read (``?`` placeholders), on this thread's connection."""
+        return self._query(sql, params)
 
     # -- plumbing ---------------------------------------------------------------------
 
@@ -229,6 +271,8 @@ class SqlStore:
         with self._transaction() as cur:
             for ddl in DDL:
                 self._exec(cur, ddl)
+            for ddl in NOTICES_DDL:
+                self._exec(cur, ddl.format(id=self.id_column))
             self._exec(cur, "INSERT INTO rm_meta (key, value) VALUES ('schema', ?) "
                        "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
                        (SCHEMA_VERSION,))
@@ -289,6 +333,10 @@ class SqlStore:
             self._many(cur, "INSERT INTO rm_access (session_id, role, entry, entry_lower) "
                        "VALUES (?, ?, ?, ?)", [(sid, role, entry, entry.lower())
                                                for role, entry in b.access])
+        if b.notices:
+            self._lock_notices(cur)
+            self._many(cur, INSERT_NOTICE, [(n.notice_id, n.session_id, n.seq, n.kind, n.at,
+                                             n.body) for n in b.notices])
 
     # -- reads ------------------------------------------------------------------------
 
@@ -368,6 +416,15 @@ class SqlStore:
             if more and rows else None
         return rows, token
 
+    def notices(self, after: int, limit: int) -> list[dict[str, Any]]:
+        """The notices written after ``id`` ``after``, in order (``id``, ``notice_id``,
+        ``session_id``, ``seq``, ``kind``, ``at``, ``body`` decoded)."""
+        return [{"id": int(r[0]), "notice_id": r[1], "session_id": r[2], "seq": int(r[3]),
+                 "kind": r[4], "at": r[5], "body": json.loads(r[6])}
+                for r in self._query("SELECT id, notice_id, session_id, seq, kind, at, body "
+                                     "FROM rm_notices WHERE id > ? ORDER BY id LIMIT ?",
+                                     (after, limit))]
+
     def dump(self) -> dict[str, list[tuple[Any, ...]]]:
         """Every row of every table, ordered, without ``updated_at`` (tests compare)."""
         out = {}
@@ -378,6 +435,26 @@ class SqlStore:
                 rows = [r[:-1] for r in rows]  # updated_at is last
             out[table] = [tuple(r) for r in rows]
         return out
+
+
+class StoreCursor:
+    """A cursor in one of :meth:`SqlStore.transaction`'s transactions: ``?``
+    placeholders whatever the backend."""
+
+    def __init__(self, store: SqlStore, cur: Any) -> None:
+        self.store, self.cur = store, cur
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """Run one statement; its rows when it returns any."""
+        self.store._exec(self.cur, sql, params)
+        return list(self.cur.fetchall()) if self.cur.description is not None else []
+
+    def executemany(self, sql: str, rows: list[Sequence[Any]]) -> None:
+        self.store._many(self.cur, sql, rows)
+
+    @property
+    def rowcount(self) -> int:
+        return int(self.cur.rowcount)
 
 
 def _named(audience: Audience, roles: Sequence[str], params: list[Any]) -> str:

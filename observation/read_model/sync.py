@@ -25,6 +25,7 @@ from observation.exporter.log import LogObserver
 from observation.exporter.verify import LOG_NAME, read_head, read_lines, verify_lines
 from observation.log_view import SessionLogView
 from observation.read_model.access import AccessFold
+from observation.read_model.notices import NoticeFold, NoticeRow
 from observation.read_model.rows import batch, full_batch
 from observation.read_model.store import ReadModelError, ReadStore
 
@@ -38,6 +39,8 @@ class ReadModelObserver:
         self.store = store
         self.view = SessionLogView(session_id)
         self.access = AccessFold()  # who is named: the session's people, the deciders
+        self.notice_fold = NoticeFold(session_id)  # what is worth telling people
+        self._notices: list[NoticeRow] = []  # not written yet
         self.broken: str | None = None
         self._facts_from = 0  # facts not written yet start here
         self._contracts: set[int] = set()
@@ -50,6 +53,9 @@ class ReadModelObserver:
         try:
             self.view.apply(event)
             self.access.apply(event)
+            notice = self.notice_fold.apply(event)
+            if notice is not None:
+                self._notices.append(notice)
         except (ValueError, KeyError, TypeError) as err:
             self.broken = f"line {event.get('seq')}: {type(err).__name__}: {err}"
             log.error("read model of session %s stops: %s", self.view.session_id, self.broken)
@@ -62,7 +68,8 @@ class ReadModelObserver:
         self._contracts |= contracts
         self._history |= history
         try:
-            b = batch(view, self._contracts, self._history, self._facts_from, self.access)
+            b = batch(view, self._contracts, self._history, self._facts_from, self.access,
+                      self._notices)
             self.store.apply(b)  # the store skips what it already has
         except ReadModelError as err:  # kept: the next commit writes it
             self.access.changed = True
@@ -70,6 +77,7 @@ class ReadModelObserver:
             return
         self._stored = view.last_seq
         self._facts_from = len(view.facts)
+        self._notices.clear()
         self._contracts.clear()
         self._history.clear()
 
@@ -94,15 +102,19 @@ class Tee:
                 told(call_id)
 
 
-def fold_log(run_dir: Path, access: AccessFold | None = None) -> SessionLogView:
+def fold_log(run_dir: Path, access: AccessFold | None = None,
+             notices: list[NoticeRow] | None = None) -> SessionLogView:
     """A log verified line by line and folded (raises ``ChainBrokenError`` or the
-    fold's ``ValueError``), and into ``access`` when given; its head, when there is
-    one, must be where it ends."""
+    fold's ``ValueError``), and into ``access`` when given, its notices appended to
+    ``notices`` when given; its head, when there is one, must be where it ends."""
     view = SessionLogView(run_dir.name)
+    notice_fold = NoticeFold(run_dir.name) if notices is not None else None
     for event in verify_lines(read_lines(run_dir / LOG_NAME)):
         view.apply(event)
         if access is not None:
             access.apply(event)
+        if notice_fold is not None and (n := notice_fold.apply(event)) is not None:
+            notices.append(n)
     head = read_head(run_dir)
     if head is not None and head != (view.last_seq, view.last_hash):
         raise ValueError(f"the log ends at line {view.last_seq}, its head says "
@@ -132,14 +144,15 @@ def sync_store(store: ReadStore, runs_dir: Path, *, every: bool = False) -> Sync
         if not every and sid in heads and heads[sid] == read_head(run_dir):
             continue
         access = AccessFold()
+        notices: list[NoticeRow] = []
         try:
-            view = fold_log(run_dir, access)
+            view = fold_log(run_dir, access, notices)
         except (ValueError, KeyError, TypeError, OSError) as err:  # ChainBroken included
             result.errors[sid] = f"{type(err).__name__}: {err}"
             continue
         if view.last_seq == 0:
             continue
-        store.replace(full_batch(view, access))
+        store.replace(full_batch(view, access, notices))
         result.synced.append(sid)
     return result
 
