@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 from fastapi import Depends, Path, Query, Request
 from temporalio.client import Client
@@ -17,7 +17,7 @@ from temporalio.client import Client
 from api.http.errors import ApiError
 from api.http.models import SESSION_ID_PATTERN
 from api.http.paging import DEFAULT_LIMIT, CursorQuery, LimitQuery
-from api.http.reads import Freshness, store_of
+from api.http.reads import Freshness, store_call, store_of
 from api.identity.principals import ANONYMOUS, SERVICE_PRINCIPAL
 from api.settings import HitlflowSettings
 from observation.log_reader import LogViews
@@ -26,6 +26,7 @@ from workflows.config import valid_session_id
 from workflows.people import Principal
 
 if TYPE_CHECKING:
+    from api.notify.outbox import Outbox
     from api.notify.settings import NotifyConfig
 
 
@@ -172,14 +173,15 @@ async def get_notify_state(request: Request) -> NotifyState:
     return getattr(request.app.state, "notify", None) or NotifyState()
 
 
-async def get_outbox(request: Request) -> Any:
-    """The notifier's outbox (``api.notify.outbox.Outbox``) over the API's read model."""
+async def get_outbox(request: Request) -> Outbox:
+    """The notifier's outbox over the API's read model (its tables made at first use)."""
     state = request.app.state
     if getattr(state, "outbox", None) is None:
         from api.notify.outbox import Outbox
 
-        state.outbox = Outbox(store_of(state))
+        store = store_of(state)
+        state.outbox = await store_call(store, Outbox, store)
     return state.outbox
 
 
-OutboxDep = Annotated[Any, Depends(get_outbox)]
+OutboxDep = Annotated["Outbox", Depends(get_outbox)]

@@ -67,8 +67,8 @@ class DeadLetter(BaseModel):
     request_id: str | None = None
     attempts: int
     last_error: str | None = None
-    created_at: Any = None
-    dead_at: Any = None
+    created_at: str | None = Field(default=None, description="When it was routed (UTC).")
+    dead_at: str | None = Field(default=None, description="When it became a dead letter.")
 
 
 class DeadLetterPage(BaseModel):
