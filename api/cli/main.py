@@ -103,6 +103,7 @@ def _register_commands() -> None:
         exporter,
         log,  # log verify/replay/export/rebuild-read-model, and its checkpoint commands
         login,  # login, logout, whoami
+        notify,  # notify test, notify dead-letters
         people,
         serve,  # api
         session,
@@ -110,7 +111,7 @@ def _register_commands() -> None:
         worker,
     )
 
-    for group in (demo, up, worker, log, exporter, session, serve, people, login):
+    for group in (demo, up, worker, log, exporter, session, serve, people, login, notify):
         group.register(app)
 
 
