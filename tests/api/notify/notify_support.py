@@ -6,7 +6,7 @@ writes them, routed into the outbox, refused for good by their receiver)."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +16,7 @@ import httpx
 from api.http.app import create_app
 from api.identity.people_store import PeopleStore
 from api.notify.model import Links, Message, Notice
-from api.notify.outbox import Outbox, parse_at
+from api.notify.outbox import Outbox, message_id, parse_at
 from api.notify.settings import NotifySettings
 from api.settings import HitlflowSettings
 from observation.read_model import ReadStore, open_store
@@ -74,13 +74,15 @@ def error(r: httpx.Response, status: int, code: str) -> str:
 # -- dead letters made the way the notifier makes them -----------------------------------
 
 
-def _expand(body: dict) -> Iterator[Message]:
-    notice = Notice.model_validate(body)
-    yield Message(message_id=f"msg_{notice.notice_id.replace(':', '_')}", channel="ops",
-                  notice=notice, links=Links(page=f"http://x/#/s/{notice.session_id}"))
+def _expand(channel: str) -> Callable[[dict], Iterator[Message]]:
+    def expand(body: dict) -> Iterator[Message]:
+        notice = Notice.model_validate(body)
+        yield Message(message_id=message_id(notice.notice_id, channel, None), channel=channel,
+                      notice=notice, links=Links(page=f"http://x/#/s/{notice.session_id}"))
+    return expand
 
 
-def dead(store: ReadStore, count: int, first: int = 0) -> list[str]:
+def dead(store: ReadStore, count: int, first: int = 0, channel: str = "ops") -> list[str]:
     """``count`` notices routed into the outbox, each then refused for good by its
     receiver: dead letters (their ids, in the order they died)."""
     outbox = Outbox(store)
@@ -93,10 +95,10 @@ def dead(store: ReadStore, count: int, first: int = 0) -> list[str]:
             tx.execute(INSERT_NOTICE, (body["notice_id"], f"s-{i}", 3, "opened", at,
                                        json.dumps(body)))
     now = parse_at(at) + 60  # routed a minute after the line: within the window
-    outbox.route(_expand, window_s=3600, now=now)
+    outbox.route(_expand(channel), window_s=3600, now=now)
     ids = []
     for k, (m, _) in enumerate(outbox.claim("test", 1000, 60, now=now)):
-        outbox.failed(m.message_id, "ops: the receiver answered 410: channel_is_archived",
+        outbox.failed(m.message_id, f"{channel}: the receiver answered 410: channel_is_archived",
                       permanent=True, backoff_s=1, max_backoff_s=1, now=now + k)
         ids.append(m.message_id)
     assert len(ids) == count
