@@ -244,8 +244,8 @@ def trial_message(channel: str, recipient: str | None, who: Principal, base: str
     test_id = uuid.uuid4().hex
     notice = Notice(
         notice_id=f"test:{test_id}", kind="opened", session_id="notify-test", seq=0,
-        at=now.isoformat(), title="a test message", request_id=f"test-{test_id[:8]}",
-        request_kind="test",
+        at=now.isoformat(), title="notify-test", request_id=f"test-{test_id[:8]}",
+        request_kind="test message",
         prompt=(f"A test message from hitlflow, sent by {who.name or who.subject} to "
                 f"check the channel {channel}. Nothing waits for you."))
     return Message(message_id=f"msg_test_{test_id}", channel=channel, recipient=recipient,
