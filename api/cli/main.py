@@ -103,6 +103,7 @@ def _register_commands() -> None:
         exporter,
         log,  # log verify/replay/export/rebuild-read-model, and its checkpoint commands
         login,  # login, logout, whoami
+        notifier,
         notify,  # notify test, notify dead-letters
         people,
         serve,  # api
@@ -111,7 +112,8 @@ def _register_commands() -> None:
         worker,
     )
 
-    for group in (demo, up, worker, log, exporter, session, serve, people, login, notify):
+    for group in (demo, up, worker, log, exporter, notifier, session, serve, people, login,
+                  notify):
         group.register(app)
 
 

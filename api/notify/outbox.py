@@ -96,6 +96,7 @@ class Outbox:
 
     def __init__(self, store: ReadStore) -> None:
         self.store: Any = store
+        self._position: int | None = None  # as this router last wrote or read it
         with self.store.transaction() as tx:
             for ddl in DDL:
                 tx.execute(ddl)
@@ -117,7 +118,7 @@ class Outbox:
         read (0: nothing new). Raises :class:`PositionMoved` when another router
         got there first (nothing written)."""
         now = time.time() if now is None else now
-        after = self.position()
+        after = self._position if self._position is not None else self.position()
         notices = self.store.notices(after, limit)
         if not notices:
             return 0
@@ -141,8 +142,10 @@ class Outbox:
             tx.execute("UPDATE notify_position SET last_id = ? WHERE name = ? AND last_id = ?",
                        (last, ROUTER, after))
             if tx.rowcount != 1:
+                self._position = None  # read it again next time
                 raise PositionMoved(f"the router's position moved from {after}")
             tx.executemany(_INSERT, rows)
+        self._position = last
         return len(notices)
 
     # -- delivery -----------------------------------------------------------------------
@@ -152,6 +155,9 @@ class Outbox:
         """Take up to ``limit`` due messages for ``lease_s`` seconds: each with the
         attempts made so far. Not due again before the lease runs out."""
         now = time.time() if now is None else now
+        if not self.store.query("SELECT 1 FROM notify_outbox WHERE state = 'pending' "
+                                "AND next_at <= ? LIMIT 1", (now,)):
+            return []  # idle: one indexed read, no write transaction
         with self.store.transaction() as tx:
             rows = tx.execute(
                 "SELECT message_id, body, attempts FROM notify_outbox WHERE state = 'pending' "

@@ -175,6 +175,10 @@ class NotifySettings(BaseSettings):
     backoff_s: float = Field(default=5.0, gt=0, le=3600)  # the first retry's wait
     max_backoff_s: float = Field(default=900.0, gt=0, le=24 * 3600)
     concurrency: int = Field(default=8, ge=1, le=256)  # sends at once
+    # How long a claimed message is held by its notifier before another may send it
+    # (none: the slowest channel's timeout + 30 s); a killed notifier's claims come
+    # back after it.
+    lease_s: float | None = Field(default=None, gt=0, le=3600)
 
     def load(self) -> NotifyConfig | None:
         return None if self.config is None else load_notify_config(self.config)
