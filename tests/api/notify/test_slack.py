@@ -211,3 +211,44 @@ def test_a_config_without_exactly_one_url_is_refused():
                 {"type": "slack", "url_env": "not a name"}):
         with pytest.raises(ValueError):
             SlackChannel.model_validate(bad)
+
+
+# -- through the notifier: routed, delivered, dead ------------------------------------------
+
+
+async def test_the_notifier_delivers_through_slack_and_a_refusal_is_a_dead_letter(
+        store, tmp_path, monkeypatch: pytest.MonkeyPatch):
+    from api.notify.outbox import Outbox
+    from api.notify.service import Notifier
+    from api.notify.settings import NotifyConfig
+    from tests.api.notify.conftest import fast_settings, session_notices, write_notices
+
+    with slack_receiver() as rx:
+        monkeypatch.setenv("SLACK_NOTIFIER_URL", rx.url)
+        config = NotifyConfig.model_validate({
+            "channels": {"chat": {"type": "slack", "url_env": "SLACK_NOTIFIER_URL"}},
+            "routes": [{"to": "*", "channel": "chat"}]})
+        notifier = Notifier(store, config, fast_settings(), data_dir=tmp_path,
+                            base_url="http://127.0.0.1:8000")
+        write_notices(store, session_notices("s-slack", 1))
+        assert notifier.route_once() == 1
+        assert await notifier.deliver_once() == 1
+        [got] = rx.received
+        payload = got.payload
+        assert block_kit_problems(payload) == []
+        [message] = Outbox(store).messages()
+        assert message["state"] == "delivered"
+        assert payload["blocks"][1]["text"]["text"] == "step 0?"
+        assert f"message `{message['message_id']}`" in \
+            payload["blocks"][2]["elements"][0]["text"]
+        assert buttons(payload) == [("Open", "http://127.0.0.1:8000/#/s/s-slack")]
+
+        # Slack refuses the next one for good: a dead letter at once, with its answer
+        rx.answers.append((404, "no_service"))
+        write_notices(store, session_notices("s-gone", 1))
+        assert notifier.route_once() == 1
+        assert await notifier.deliver_once() == 1
+        [letter] = Outbox(store).dead_letters()
+        assert letter["session_id"] == "s-gone" and letter["attempts"] == 1
+        assert letter["last_error"] == "chat: the receiver answered 404: no_service"
+        assert rx.url not in str(letter)
