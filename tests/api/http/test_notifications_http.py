@@ -269,3 +269,30 @@ def test_the_routes_are_in_the_openapi_document(tmp_path: Path):
     assert {"200", "403", "404", "409", "422", "502"} <= set(test["responses"])
     params = {p["name"] for p in paths["/api/notifications/dead-letters"]["get"]["parameters"]}
     assert params == {"limit", "offset"}
+
+
+async def test_a_test_message_through_a_webhook_channel_verifies(
+        tmp_path: Path, free_port: Callable[[], int], monkeypatch: pytest.MonkeyPatch):
+    from tests.api.notify.webhook_receiver import Receiver
+
+    rx = Receiver().start()
+    try:
+        monkeypatch.setenv("NOTIFY_HTTP_HOOK_SECRET", rx.secret)
+        config = {"channels": {"hook": {"type": "webhook", "url": rx.url,
+                                        "secret_env": "NOTIFY_HTTP_HOOK_SECRET"}}}
+        async with api(tmp_path, free_port(), config) as a:
+            r = await a.http.post("/api/notifications/test", json={"channel": "hook"},
+                                  headers=a.keys["operator"])
+            assert r.status_code == 200, r.text
+            sent = r.json()
+            assert sent["type"] == "webhook" and "200" in sent["answer"]
+            [got] = rx.received
+            # signed per Standard Webhooks: the receiver's verifier took it
+            assert got.error is None and got.webhook_id == sent["message_id"]
+            assert rx.secret not in r.text and "url-secret-token" not in r.text
+            rx.mode = "400"
+            r = await a.http.post("/api/notifications/test", json={"channel": "hook"},
+                                  headers=a.keys["operator"])
+            assert "400" in error(r, 502, "delivery_failed")
+    finally:
+        rx.stop()
