@@ -104,6 +104,7 @@ def _register_commands() -> None:
         log,  # log verify/replay/export/rebuild-read-model, and its checkpoint commands
         login,  # login, logout, whoami
         notifier,
+        notify,  # notify test, notify dead-letters
         people,
         serve,  # api
         session,
@@ -111,7 +112,8 @@ def _register_commands() -> None:
         worker,
     )
 
-    for group in (demo, up, worker, log, exporter, notifier, session, serve, people, login):
+    for group in (demo, up, worker, log, exporter, notifier, session, serve, people, login,
+                  notify):
         group.register(app)
 
 

@@ -30,7 +30,7 @@ from temporalio.client import Client
 
 from activities.deltas import DeltaBus, cluster_delta_bus
 from api.http import doors, errors
-from api.http.deps import ApiTuning, OnChange
+from api.http.deps import ApiTuning, NotifyState, OnChange
 from api.http.limits import JsonLimits
 from api.http.routers import (
     audit,
@@ -38,6 +38,7 @@ from api.http.routers import (
     execution,
     health,
     inbox,
+    notifications,
     oidc_login,
     past,
     session_list,
@@ -46,6 +47,7 @@ from api.http.routers import (
 )
 from api.http.sse import EventProvider, HeadProvider
 from api.http.stuck import StuckWatch
+from api.notify.settings import NotifyConfigError, NotifySettings
 from api.settings import HitlflowSettings
 from api.temporal_connection import connect
 from observation.log_reader import LogViews
@@ -106,6 +108,7 @@ def create_app(
     read_model: ReadStore | None = None,
     on_change: OnChange | None = None,
     delta_bus: DeltaBus | None = None,
+    notify_settings: NotifySettings | None = None,
 ) -> FastAPI:
     """The HTTP service. Without ``client``, the lifespan connects one to
     ``settings.target``; ``event_provider`` replaces the SSE source (tests), and
@@ -127,9 +130,11 @@ def create_app(
                     open_store, settings.data_dir, settings.read_model_url)
             except ReadModelError as err:  # reads answer 503 until it can be opened
                 log.error("the read model cannot be opened: %s", err)
+        app.state.notify = await asyncio.to_thread(_notify_state, notify_settings)
         try:
             yield
         finally:
+            app.state.outbox = None
             if opened is not None:
                 app.state.read_model = None
                 await asyncio.to_thread(opened.close)
@@ -147,17 +152,28 @@ def create_app(
     app.state.log_views = LogViews(settings.data_dir / "runs")
     app.state.read_model = read_model
     app.state.stuck_watch = StuckWatch()
+    app.state.notify, app.state.outbox = NotifyState(), None  # loaded in the lifespan
     app.state.stopping = asyncio.Event()  # set first on shutdown: SSE streams end
     errors.install(app)
     app.include_router(health.router)
     app.include_router(inbox.router)
     for router in (sessions.router, session_list.router, past.router, events.router,
-                   execution.router, audit.router, whoami.router, oidc_login.router):
+                   execution.router, audit.router, whoami.router, oidc_login.router,
+                   notifications.router):
         app.include_router(router, responses=errors.ERROR_RESPONSES)
     app.add_middleware(JsonLimits, max_depth=settings.max_json_depth)  # inside BodyLimit
     app.add_middleware(BodyLimit, limit=tuning.max_body_bytes)
     doors.install(app, settings)  # they run first: Host, CORS, JSON bodies, the token
     return app
+
+
+def _notify_state(settings: NotifySettings | None) -> NotifyState:
+    """The notify config, or why it cannot be used (logged; the API runs without it)."""
+    try:
+        return NotifyState(config=(settings or NotifySettings()).load())
+    except (NotifyConfigError, ValueError) as err:
+        log.error("notifications: %s", err)
+        return NotifyState(error=str(err))
 
 
 # -- serving -----------------------------------------------------------------------------

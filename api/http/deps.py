@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 from fastapi import Depends, Path, Query, Request
 from temporalio.client import Client
@@ -17,13 +17,17 @@ from temporalio.client import Client
 from api.http.errors import ApiError
 from api.http.models import SESSION_ID_PATTERN
 from api.http.paging import DEFAULT_LIMIT, CursorQuery, LimitQuery
-from api.http.reads import Freshness, store_of
+from api.http.reads import Freshness, store_call, store_of
 from api.identity.principals import ANONYMOUS, SERVICE_PRINCIPAL
 from api.settings import HitlflowSettings
 from observation.log_reader import LogViews
 from observation.read_model import ReadStore
 from workflows.config import valid_session_id
 from workflows.people import Principal
+
+if TYPE_CHECKING:
+    from api.notify.outbox import Outbox
+    from api.notify.settings import NotifyConfig
 
 
 @dataclass(frozen=True)
@@ -151,3 +155,33 @@ async def get_page_read(fresh: FreshnessDep, limit: LimitQuery = DEFAULT_LIMIT,
 
 
 PageReadDep = Annotated[PageRead, Depends(get_page_read)]
+
+
+# -- notifications (issue 26) ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class NotifyState:
+    """The notify config the API loaded (``HITLFLOW_NOTIFY_CONFIG``), or why it could not
+    (``error``; the API runs on, and its notification routes say so)."""
+
+    config: NotifyConfig | None = None
+    error: str | None = None
+
+
+async def get_notify_state(request: Request) -> NotifyState:
+    return getattr(request.app.state, "notify", None) or NotifyState()
+
+
+async def get_outbox(request: Request) -> Outbox:
+    """The notifier's outbox over the API's read model (its tables made at first use)."""
+    state = request.app.state
+    if getattr(state, "outbox", None) is None:
+        from api.notify.outbox import Outbox
+
+        store = store_of(state)
+        state.outbox = await store_call(store, Outbox, store)
+    return state.outbox
+
+
+OutboxDep = Annotated["Outbox", Depends(get_outbox)]

@@ -48,7 +48,7 @@ GATES = {"plan": {"name": "doors", "steps": [{"name": "go / no-go", "gate": True
 #: How the test fills each path parameter (a route with another one fails the test
 #: until it says how to fill it here).
 PATH_VALUES = {"index": ["0"], "action": ["approve", "skip", "reset"], "name": ["inbox.js"],
-               "standing_id": ["sd-x"]}
+               "standing_id": ["sd-x"], "message_id": ["msg_x"]}
 #: Bodies a browser sends to another origin without asking it first.
 NOT_JSON = [("an empty POST (no Content-Type)", None, None),
             ("a form POST", FORM, "request_id=x&approve=true"),

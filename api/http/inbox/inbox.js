@@ -3,6 +3,7 @@
 //
 //   #/                 the list (?status=... filters; the default is waiting_user)
 //   #/s/<session id>   one session: what it waits for, the conversation, the contracts
+//   #/notifications    operators: the notifier's counts and dead letters (notifications.js)
 //
 // Data: GET /api/sessions (the read model), GET /api/sessions/{id},
 // GET /api/execution/{id}/timeline, the session's NDJSON log (read by byte ranges:
@@ -18,6 +19,7 @@
 import { $, h, page, setLive } from "./dom.js";
 import { TOKEN_KEY, onUnauthorized, token, whoami } from "./api.js";
 import { showList } from "./list.js";
+import { showNotifications } from "./notifications.js";
 import { finishOidcSignIn, offerOidc } from "./oidc.js";
 import { showSession } from "./session.js";
 
@@ -34,6 +36,7 @@ function route() {
   const [path, query] = hash.split("?");
   const m = /^\/s\/([^/]+)$/.exec(path);
   if (m) showSession(decodeURIComponent(m[1]), view.ctl.signal);
+  else if (path === "/notifications") showNotifications(view.ctl.signal);
   else showList(new URLSearchParams(query || ""), view.ctl.signal);
 }
 
@@ -46,6 +49,8 @@ async function showWho(signal) {
   if (signal.aborted) return;
   who.textContent = me ? `signed in as ${me.name || me.subject} (${me.role})` : "";
   who.title = me ? `${me.issuer}:${me.subject}` : "";
+  // Operators and admins: a link to the notifications view (its routes need the role).
+  $("#notifications-link").hidden = !(me && ["operator", "admin"].includes(me.role));
 }
 
 // A sign-in link (`hitlflow up` prints http://127.0.0.1:8000/#key=...; #token=... for the

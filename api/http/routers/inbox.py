@@ -27,7 +27,7 @@ FILES = {
     **{f"{module}.js": "text/javascript; charset=utf-8" for module in (
         "inbox",  # the entry: routes the page to a view, asks for the token
         "api", "dom", "stream", "list", "session", "forms", "decide", "conversation",
-        "contracts", "oidc")},
+        "contracts", "oidc", "notifications")},
 }
 #: The paths the bearer token does not guard (api.http.doors.OPEN_PATHS).
 PATHS = frozenset({"/", *(f"/inbox/{name}" for name in FILES if name != "index.html")})
