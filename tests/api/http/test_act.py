@@ -165,9 +165,11 @@ async def test_links_that_must_not_decide_say_why_and_change_nothing(
             assert (r.status_code, code_of(r)) == (status, code), (code, r.text)
     await unchanged(s, sid, pending)
     # The viewer's attempt to decide is recorded like any refused reply (who, which rule).
-    refused = [e["payload"] for e in await log_lines(s, sid)
-               if e["type"] == "interaction.reply.refused"]
-    assert [(p["principal"]["subject"], p["rule"]) for p in refused] == [("vic", "role.approver")]
+    async def refused() -> list[tuple[str, str]]:
+        return [(e["payload"]["principal"]["subject"], e["payload"]["rule"])
+                for e in await log_lines(s, sid) if e["type"] == "interaction.reply.refused"]
+    assert await eventually(refused, bool, what="the refusal in the log") == [
+        ("vic", "role.approver")]
 
     # A person removed from people.json: their link no longer decides anything.
     carl = link(s, notice_of(sid, pending), "carl")
