@@ -44,6 +44,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from api.http.authority import check_answer, forbidden, session_people, you
 from api.http.deps import ClientDep, SettingsDep, TuningDep
 from api.http.errors import ERROR_RESPONSES, ApiError
+from api.http.models import ErrorBody
 from api.http.reads import Freshness, fresh_row, store_call, store_of
 from api.http.routers.inbox import HEADERS
 from api.http.routers.sessions import Actor, _decider, _update
@@ -72,6 +73,11 @@ PATHS = frozenset({PAGE_PATH, SCRIPT_PATH, INSPECT_PATH, DECIDE_PATH})
 
 _LINK_ERRORS = {"malformed": (400, "link_malformed"), "bad_signature": (403, "link_bad_signature"),
                 "expired": (410, "link_expired")}
+#: What the two POSTs answer besides 200 (the API's errors, and an expired link).
+RESPONSES: dict[int | str, dict[str, Any]] = {
+    **ERROR_RESPONSES,
+    410: {"model": ErrorBody, "description": "The link expired (`link_expired`); nothing "
+          "changed"}}
 #: Each refusal's status and code (for the docs and the OpenAPI document).
 CODES = {"link_malformed": 400, "link_bad_signature": 403, "link_expired": 410,
          "link_used": 409, "request_answered": 409, "request_changed": 409, "forbidden": 403}
@@ -264,7 +270,7 @@ async def _may_answer(request: Request, settings: HitlflowSettings, claims: Link
     raise forbidden(Refusal(rule=refusal.rule, message=refusal.message))
 
 
-@router.post(INSPECT_PATH, response_model=LinkView, responses=ERROR_RESPONSES)
+@router.post(INSPECT_PATH, response_model=LinkView, responses=RESPONSES)
 async def inspect(body: LinkBody, settings: SettingsDep, secret: LinkSecretDep,
                   request: Request, response: Response) -> LinkView:
     """What an action link would decide, and for whom; changes nothing. A link that
@@ -290,7 +296,7 @@ _CHANGED = frozenset({"stale_digest"})
 _GONE = frozenset({"already_approved", "reply_refused"})
 
 
-@router.post(DECIDE_PATH, response_model=LinkDecided, responses=ERROR_RESPONSES)
+@router.post(DECIDE_PATH, response_model=LinkDecided, responses=RESPONSES)
 async def decide(body: LinkBody, settings: SettingsDep, secret: LinkSecretDep,
                  client: ClientDep, tuning: TuningDep, request: Request,
                  response: Response) -> LinkDecided:
