@@ -254,3 +254,37 @@ async def test_the_confirm_page_is_open_and_holds_no_data(anonymous: httpx.Async
     assert (await anonymous.get("/api/act/decide")).status_code == 405
     r = await anonymous.post("/api/act/decide", data={"token": "x"})
     assert r.status_code == 415
+
+
+async def test_two_approvals_one_link_each(act_stack: Stack, anonymous: httpx.AsyncClient,
+                                           tmp_path: Path):
+    """Two approvals needed: Ann's link records hers (the request stays open, and her
+    link is used); Bob's link then decides it."""
+    s = act_stack
+    r = await s.stack.http.post("/api/sessions", headers=s.as_("ann"), json={
+        **demo_body(tmp_path), "people": {"viewers": ["bob"]}, "rules": [
+            {"name": "two", "tool": "delete_*", "approvers": ["ann", "bob"],
+             "approvals_required": 2}]})
+    assert r.status_code == 201, r.text
+    sid = r.json()["session_id"]
+    pending = (await eventually(lambda: session(s, sid), waiting("approval"),
+                                what="the approval request"))["pending"]
+    n = notice_of(sid, pending)
+    ann, bob = link(s, n, "ann"), link(s, n, "bob")
+    r = await anonymous.post("/api/act/decide", json={"token": ann})
+    assert r.status_code == 200, r.text
+    now = await session(s, sid)
+    assert now["status"] == "waiting_user" and now["pending"]["request_id"] == \
+        pending["request_id"]
+    assert [a["subject"] for a in now["pending"]["approvals"]] == ["ann"]
+
+    async def used() -> httpx.Response:
+        return await anonymous.post("/api/act/inspect", json={"token": ann})
+    r = await eventually(used, lambda r: r.status_code == 409, what="her link used")
+    assert code_of(r) == "link_used"
+    r = await anonymous.post("/api/act/decide", json={"token": ann})
+    assert (r.status_code, code_of(r)) == (409, "link_used")
+    assert (await session(s, sid))["pending"]["approvals"] == now["pending"]["approvals"]
+    r = await anonymous.post("/api/act/decide", json={"token": bob})
+    assert r.status_code == 200, r.text
+    await eventually(lambda: session(s, sid), waiting("confirm"), what="the next question")
