@@ -267,7 +267,9 @@ def links_for(notice: Notice, recipient: PrincipalRef | None, config: NotifyConf
         return links
     if isinstance(recipient, Principal) and recipient.kind != "person":
         return links  # a service or Temporal access: nobody reads its mail
-    approve, reject = (act_url(base, action_token(notice, recipient, d, secret=secret, now=now,
-                                                  ttl_s=config.link_ttl_s))
-                       for d in ("approve", "reject"))
-    return links.model_copy(update={"approve": approve, "reject": reject})
+    approve, reject = (action_token(notice, recipient, d, secret=secret, now=now,
+                                    ttl_s=config.link_ttl_s) for d in ("approve", "reject"))
+    if max(len(approve), len(reject)) > MAX_TOKEN_CHARS:  # a recipient of many groups:
+        return links  # a link that would not verify is no link
+    return links.model_copy(update={"approve": act_url(base, approve),
+                                    "reject": act_url(base, reject)})

@@ -227,3 +227,9 @@ def test_a_bare_principal_ref_is_bound_as_it_is():
     claims = verify(KEY, links.approve.split("#t=", 1)[1], NOW)
     assert (claims.recipient.issuer, claims.recipient.subject, claims.recipient.name) == (
         "https://idp.example", "u-1", "Uma")
+
+
+def test_a_token_too_long_to_verify_is_not_sent():
+    many = ANN.model_copy(update={"groups": [f"group-{i:03d}-" + "x" * 150 for i in range(60)]})
+    links = links_for(notice(), many, config(), base_url="http://h", secret=KEY, now=NOW)
+    assert (links.approve, links.reject) == (None, None) and links.page == "http://h/#/s/s-1"
