@@ -33,6 +33,7 @@ from api.http import doors, errors
 from api.http.deps import ApiTuning, NotifyState, OnChange
 from api.http.limits import JsonLimits
 from api.http.routers import (
+    act,
     audit,
     events,
     execution,
@@ -123,6 +124,8 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         if app.state.client is None:
             app.state.client = await connect(settings, lazy=True)
+        if app.state.link_secret is None:  # action links (issue 26): the data dir's key
+            app.state.link_secret = await act.load_link_secret(settings.data_dir)
         opened = None
         if app.state.read_model is None:
             try:
@@ -153,13 +156,14 @@ def create_app(
     app.state.read_model = read_model
     app.state.stuck_watch = StuckWatch()
     app.state.notify, app.state.outbox = NotifyState(), None  # loaded in the lifespan
+    app.state.link_secret = None  # read in the lifespan (api.http.routers.act)
     app.state.stopping = asyncio.Event()  # set first on shutdown: SSE streams end
     errors.install(app)
     app.include_router(health.router)
     app.include_router(inbox.router)
     for router in (sessions.router, session_list.router, past.router, events.router,
                    execution.router, audit.router, whoami.router, oidc_login.router,
-                   notifications.router):
+                   notifications.router, act.router):
         app.include_router(router, responses=errors.ERROR_RESPONSES)
     app.add_middleware(JsonLimits, max_depth=settings.max_json_depth)  # inside BodyLimit
     app.add_middleware(BodyLimit, limit=tuning.max_body_bytes)

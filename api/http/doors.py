@@ -13,7 +13,8 @@
 4. ``Authenticate``: who makes the request (``api.identity.principals``: the API token,
    a person's key, the proxy's headers or an OIDC token, by ``HITLFLOW_AUTH_MODE``),
    everywhere but ``OPEN_PATHS`` (``/healthz``, ``/api/auth/config`` and the inbox's
-   static files, which hold no data), else 401. The principal goes to
+   static files, which hold no data; the action-link routes, whose signed token is the
+   credential), else 401. The principal goes to
    ``scope["state"]["principal"]`` (``deps.PrincipalDep``). Credentials are compared in
    constant time and never logged. An API nobody could sign in to does not start,
    unless ``HITLFLOW_API_AUTH=off`` says so (``check_auth``).
@@ -32,14 +33,15 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from api.hosts import host_name
 from api.http import errors
-from api.http.routers import inbox, oidc_login
+from api.http.routers import act, inbox, oidc_login
 from api.identity.principals import AuthConfigError as AuthConfigError  # raised by check_auth
 from api.identity.principals import Chain, Unauthenticated, authenticators
 from api.settings import HitlflowSettings
 from workflows.people import Principal
 
 #: Paths open without a token: they hold no data.
-OPEN_PATHS = frozenset({"/healthz", "/api/auth/config", *inbox.PATHS, *oidc_login.PATHS})
+OPEN_PATHS = frozenset({"/healthz", "/api/auth/config", *inbox.PATHS, *oidc_login.PATHS,
+                        *act.PATHS})  # action links: the token is the credential
 #: The methods of requests that may change something.
 STATE_CHANGING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 #: What ``api_host`` may be that names no one host (every interface).

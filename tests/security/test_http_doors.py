@@ -207,6 +207,10 @@ async def test_every_state_changing_route_takes_only_json(doors: Doors):
     assert r.status_code == 202, r.text
 
 
+#: The action links' open routes (api.http.routers.act): the signed token is the credential.
+ACTION_LINKS = {"/act", "/act.js", "/api/act/inspect", "/api/act/decide"}
+
+
 async def test_without_the_token_only_healthz_and_the_inbox_files_answer(doors: Doors):
     """Tried: every route of the app (the docs /docs, /redoc, /openapi.json included),
     every method it takes, as JSON, with no token and with wrong ones."""
@@ -217,7 +221,7 @@ async def test_without_the_token_only_healthz_and_the_inbox_files_answer(doors: 
     # and nothing else (/api/auth/config: how to sign in, no data; the OIDC code
     # exchange, which turns a provider's code into the provider's token)
     assert open_routes == {"/healthz", "/", "/inbox/{name}", "/api/auth/config",
-                           "/api/auth/oidc/token"}
+                           "/api/auth/oidc/token", *ACTION_LINKS}
     assert {"/docs", "/redoc", "/openapi.json"} <= {p for _, p in doors.routes}
     async with httpx.AsyncClient(base_url=doors.guarded.url, timeout=30) as http:
         for (method, template), auth in product(
@@ -232,6 +236,10 @@ async def test_without_the_token_only_healthz_and_the_inbox_files_answer(doors: 
                 if template == "/api/auth/oidc/token":  # open, and here not in oidc mode
                     assert r.status_code == 404, (method, path, r.text)
                     assert error_of(r)["code"] == "oidc_not_configured"
+                    continue
+                if template in ("/api/act/inspect", "/api/act/decide"):  # the token is
+                    assert r.status_code == 422, (method, path, r.text)  # the credential
+                    assert error_of(r)["code"] == "validation_error"
                     continue
                 if template in open_routes:
                     assert r.status_code == 200, (method, path, r.text)
