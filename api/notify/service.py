@@ -89,8 +89,8 @@ class Notifier:
         if config.action_links:
             try:
                 self.secret = links.link_secret(data_dir)
-            except NotImplementedError:  # the links part is not merged yet: no action links
-                self.secret = None
+            except links.LinkKeyError as err:  # messages still go, with page links only
+                log.error("notifier: no action links: %s", err)
         self.sent = self.failures = 0
 
     async def _db(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
