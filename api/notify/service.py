@@ -64,20 +64,12 @@ def lease_for(config: NotifyConfig, settings: NotifySettings) -> float:
     return slowest + 30.0
 
 
-def quiet_http_logs() -> None:
-    """httpx logs each request's URL at INFO, and a channel's URL may be a secret
-    (Slack's, a webhook's ``url_env``): its loggers say warnings only."""
-    for name in ("httpx", "httpcore"):
-        logging.getLogger(name).setLevel(logging.WARNING)
-
-
 class Notifier:
     """One notifier over one read model's database."""
 
     def __init__(self, store: ReadStore, config: NotifyConfig, settings: NotifySettings,
                  *, data_dir: Path, base_url: str, channels: dict[str, Channel] | None = None,
                  people: PeopleStore | None = None) -> None:
-        quiet_http_logs()
         self.store, self.config, self.settings = store, config, settings
         self.outbox = Outbox(store)
         self.channels = build_channels(config) if channels is None else channels

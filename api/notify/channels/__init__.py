@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import logging
 
 from api.notify.model import Channel
 from api.notify.settings import ChannelConfig
@@ -16,6 +17,15 @@ SENDERS = {
 }
 
 
+def quiet_http_logs() -> None:
+    """httpx logs each request's URL at INFO, and a channel's URL may be a secret
+    (Slack's, a webhook's ``url_env``): wherever a channel is built (the notifier, the
+    API's test message), its loggers say warnings only."""
+    for name in ("httpx", "httpcore"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
 def build_channel(name: str, config: ChannelConfig) -> Channel:
+    quiet_http_logs()
     module, _, cls = SENDERS[config.type].partition(":")
     return getattr(importlib.import_module(module), cls)(name, config)
