@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
@@ -138,11 +139,14 @@ def waiting_details(state: SessionState) -> str:
             text += f"\n\nThe step's output:\n\n```\n{p.output}\n```"
         if p.approvers or p.approvals_required > 1:  # a rule says who (issue 24)
             who = ", ".join(p.approvers) or "the session's approvers"
-            text += f"\n\nFor {who} (rule {p.rule})"
+            text += f"\n\nFor {who}" + (f" (rule {p.rule})" if p.rule else "")
             if p.approvals_required > 1:
                 so_far = ", ".join(a.name or a.subject for a in p.approvals) or "nobody yet"
                 text += (f": {p.approvals_required} different approvers; approved so far "
                          f"by {so_far}")
+        steps = _wait_steps(state.config, p)
+        if steps:
+            text += f"\n\n{steps}"
         return f"{text}\n\n{_answer_how(p)}"
     if state.status.value == "running":
         return "Running: the agent is working"
@@ -151,6 +155,20 @@ def waiting_details(state: SessionState) -> str:
     return f"Session {state.status.value}" + (
         f": {state.failure_reason}" if state.failure_reason else ""
     )
+
+
+def _when(at: datetime) -> str:
+    return at.strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _wait_steps(config: SessionConfig, p: PendingRequest) -> str:
+    """The wait's steps done so far (workflows.wait_policy): reminded, escalated."""
+    done = []
+    if p.reminded_at is not None:
+        done.append(f"Reminded at {_when(p.reminded_at)}")
+    if p.escalated_at is not None:
+        done.append(f"Escalated to {', '.join(config.escalate_to)} at {_when(p.escalated_at)}")
+    return "; ".join(done) + ("." if done else "")
 
 
 def signal_input(model: type[M], args: Sequence[Any]) -> tuple[M | None, str | None]:

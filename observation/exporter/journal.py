@@ -122,8 +122,33 @@ class JournalMapper:
             "issue_id": d["request_id"], "kind": d["kind"], "principal": d["principal"],
             "by": d["principal"].get("name") or d["principal"]["subject"],
             "approvals": d["approvals"], "approvals_required": d["approvals_required"],
-            **_present(d, ("digest",)), "approved_at": at},
+            **_present(d, ("digest", "via")), "approved_at": at},
             *self._work_span(d.get("execution_id")))
+
+    def _j_request_reminded(self, d: dict[str, Any], at: str) -> None:
+        """The wait's reminder (workflows.wait_policy): the request stays open."""
+        self._open_request(d, "reminded")
+        self.emit(ev.ISSUE_REMINDED, {
+            "issue_id": d["request_id"], "kind": d["kind"], "approvers": d["approvers"],
+            **_present(d, ("digest",)), "reminded_at": at},
+            *self._work_span(d.get("execution_id")))
+
+    def _j_request_escalated(self, d: dict[str, Any], at: str) -> None:
+        """The wait's escalation: the request is for more people from now on."""
+        issue = self._open_request(d, "escalated")
+        issue["approvers"] = d["approvers"]
+        self.emit(ev.ISSUE_ESCALATED, {
+            "issue_id": d["request_id"], "kind": d["kind"], "approvers": d["approvers"],
+            "escalated_to": d["escalated_to"], **_present(d, ("digest",)),
+            "escalated_at": at},
+            *self._work_span(d.get("execution_id")))
+
+    def _open_request(self, d: dict[str, Any], what: str) -> dict[str, Any]:
+        issue = self.pending_request
+        if issue is None or issue["request_id"] != d["request_id"]:
+            raise MappingError(f"request {d['request_id']!r} {what}, but that request is "
+                               "not open in the journal")
+        return issue
 
     def _j_request_decided(self, d: dict[str, Any], at: str) -> None:
         """A tool call a rule or a standing decision decided without asking: the request
