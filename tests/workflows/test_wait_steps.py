@@ -20,6 +20,7 @@ from temporalio.service import RPCError
 
 from observation.exporter import export_session
 from observation.schemas import load
+from observation.telemetry import project
 from tests.support.sessions import start_session
 from workflows.config import SessionConfig
 from workflows.messages import LiveSession, ReplyInput, SessionResult
@@ -150,6 +151,10 @@ async def test_remind_escalate_and_auto_decide_each_once_across_continue_as_new(
     spans = {e["type"]: e["span_id"] for e in lines
              if e["type"] in ("ISSUE_OPENED", "ISSUE_REMINDED", "ISSUE_ESCALATED")}
     assert len(set(spans.values())) == 1
+    # telemetry: the steps on the work item's run, like its request
+    (item,) = [r for r in project(h.id, lines) if r.attributes.get("issue_id") == p.request_id]
+    assert item.attributes["issue_reminded_at"] == reminded["reminded_at"]
+    assert item.attributes["issue_escalated_to"] == "carol"
 
 
 async def test_the_escalated_person_answers_after_escalation_through_a_link(
