@@ -80,7 +80,13 @@ def static_details(config: SessionConfig) -> str:
                if config.interactive_require_user_reply else
                f"{config.reply_timeout_s:g} s, then the default decision "
                f"({config.auto_decision})") if config.reply_timeout_s else "none"
-    lines += [f"Reply timeout: {timeout}", "",
+    lines.append(f"Reply timeout: {timeout}")
+    if config.remind_after_s is not None:
+        lines.append(f"Reminder: after {config.remind_after_s:g} s")
+    if config.escalate_after_s is not None:
+        lines.append(f"Escalation: after {config.escalate_after_s:g} s, to "
+                     f"{', '.join(config.escalate_to)}")
+    lines += ["",
               "Signals an operator may send (the current details give the request id):"]
     lines += [f"- `{name}`: {what}" for name, what in SIGNALS.items()]
     return "\n".join(lines)

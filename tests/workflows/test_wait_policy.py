@@ -11,7 +11,7 @@ from pydantic import ValidationError
 from workflows import decisions
 from workflows.config import SessionConfig
 from workflows.messages import SessionInput
-from workflows.operators import waiting_details
+from workflows.operators import static_details, waiting_details
 from workflows.people import ANSWER_FORBIDDEN, ANSWER_INVALID, Principal
 from workflows.session_book import SessionBook
 from workflows.session_state import PendingRequest, SessionState
@@ -220,3 +220,12 @@ def test_the_current_details_say_each_step_done():
 def test_broken_wait_configs_are_refused_with_the_reason(kw, says):
     with pytest.raises(ValidationError, match=says):
         config(**kw)
+
+
+def test_the_static_details_name_the_steps_only_when_set():
+    details = static_details(config(**WAIT))
+    assert "Reminder: after 60 s" in details
+    assert "Escalation: after 120 s, to bob, group:ops" in details
+    plain = static_details(config())
+    assert "Reminder" not in plain and "Escalation" not in plain
+    assert "Reply timeout: none\n\nSignals" in plain  # as before
