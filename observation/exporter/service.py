@@ -45,7 +45,8 @@ KEEP_PARKED = 1000
 #: How far before the last poll each poll looks (visibility shows a change late).
 POLL_OVERLAP = timedelta(seconds=5)
 #: A parked session is woken this long after its request's next reminder or
-#: escalation is due (issue 26), or after this long when it was due already.
+#: escalation is due (issue 26); one parked when it was due already is woken again
+#: after as long as it has been overdue, at most STEP_WAKE_RETRY_S.
 STEP_WAKE_MARGIN_S = 1.0
 STEP_WAKE_RETRY_S = 30.0
 #: How far before the last rescan a rescan looks (a change visibility showed later).
@@ -230,12 +231,15 @@ class Exporter:
         """A parked session whose request will be reminded or escalated (issue 26) is
         woken just after that is due: it writes into history only, and a wake then
         finds it there, or the workflow task that writes it still pending (a follower
-        does not park on one). Due already (clocks apart): tried again a little later."""
+        does not park on one). Due already (its timer fires late): tried again later."""
         at = state.mapper.next_wait_step() if state is not None else None
         if at is None:
             return
         delay = (at - datetime.now(UTC)).total_seconds()
-        delay = delay + STEP_WAKE_MARGIN_S if delay > 0 else STEP_WAKE_RETRY_S
+        # overdue (its timer fires late, e.g. a loaded server): again after as long as
+        # it has been overdue, between the margin and STEP_WAKE_RETRY_S
+        delay = delay + STEP_WAKE_MARGIN_S if delay > 0 else \
+            min(max(-delay, STEP_WAKE_MARGIN_S), STEP_WAKE_RETRY_S)
         loop = asyncio.get_running_loop()
         old = self._step_timers.pop(session_id, None)
         if old is not None:
