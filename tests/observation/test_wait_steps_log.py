@@ -7,6 +7,7 @@ through an action link says ``via``."""
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -170,3 +171,24 @@ def test_a_step_for_another_request_changes_nothing(store):
     _put(store, "s1", events)
     assert "answer" not in store.access("s1")
     assert "escalated_at" not in store.session("s1")["pending"]
+
+
+def test_a_parked_follower_is_woken_at_the_next_reminder_or_escalation():
+    """``next_wait_step``: when the open request's next step is due (the exporter wakes
+    a parked follower then); the timeout needs none (it changes the status)."""
+    j = asked()
+    assert j.m.next_wait_step() is None  # no config known: no wake
+    j.m.session_config = {"agent": {"llm": {"provider": "scripted",
+                                            "responses": [{"text": "hi"}]}},
+                          "remind_after_s": 60, "escalate_after_s": 120,
+                          "escalate_to": ["carol"], "reply_timeout_s": 180,
+                          "interactive_require_user_reply": False}
+    opened = datetime.fromisoformat(AT)
+    assert j.m.next_wait_step() == opened + timedelta(seconds=60)
+    j.feed("request.reminded", REMINDED)
+    assert j.m.next_wait_step() == opened + timedelta(seconds=120)
+    j.feed("request.escalated", ESCALATED)
+    assert j.m.next_wait_step() is None  # the timeout is left: no wake needed
+    broken = asked()
+    broken.m.session_config = {"mode": "sometimes"}
+    assert broken.m.next_wait_step() is None
