@@ -7,7 +7,15 @@ from __future__ import annotations
 
 import pytest
 
-from tests.api.http_support import HttpStack, confirm_body, error_of, session_until, waiting
+from tests.api.http_support import (
+    TOKEN,
+    HttpStack,
+    confirm_body,
+    error_of,
+    session_until,
+    waiting,
+)
+from tests.support.inbox_browser import EXPECT_MS, Pages
 
 WAIT = {"remind_after_s": 1, "escalate_after_s": 2, "escalate_to": ["carol"]}
 
@@ -58,3 +66,28 @@ async def test_the_pending_request_shows_the_steps_and_its_new_addressees(
     assert log.count('"type":"ISSUE_ESCALATED"') == 1
     r = await http.post(f"/api/sessions/{sid}/cancel", json={})
     assert r.status_code in (200, 202), r.text
+
+
+@pytest.mark.browser
+async def test_the_inbox_shows_the_steps_on_the_waiting_request(http_stack: HttpStack,
+                                                               pages: Pages):
+    """The session page says when the request was reminded and to whom it was escalated;
+    the conversation has a line for each step."""
+    from playwright.async_api import expect
+
+    r = await http_stack.http.post("/api/sessions", json={**confirm_body(), **WAIT})
+    assert r.status_code == 201, r.text
+    sid = r.json()["session_id"]
+    page = await pages.new("wait-steps")
+    await page.goto(f"{http_stack.url}/#/s/{sid}")
+    await page.get_by_label("API token").fill(TOKEN)
+    await page.get_by_label("API token").press("Enter")
+    steps = page.locator("#wait-steps")
+    await expect(steps).to_contain_text("Reminded at", timeout=EXPECT_MS)
+    await expect(steps).to_contain_text("Escalated to carol at", timeout=EXPECT_MS)
+    conversation = page.locator("#conversation")
+    await expect(conversation).to_contain_text("Reminded", timeout=EXPECT_MS)
+    await expect(conversation).to_contain_text("Escalated", timeout=EXPECT_MS)
+    await expect(conversation).to_contain_text("to carol", timeout=EXPECT_MS)
+    await pages.picture(page, "wait-steps")
+    await http_stack.http.post(f"/api/sessions/{sid}/cancel", json={})
