@@ -16,16 +16,20 @@ import jsonschema
 import pytest
 from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
+from temporalio.worker import Replayer
 
 from observation.exporter import export_session
 from observation.schemas import load
 from observation.telemetry import project
 from tests.support.sessions import start_session
 from workflows.config import SessionConfig
+from workflows.journal_carrier import INTERCEPTORS
 from workflows.messages import LiveSession, RecoverInput, ReplyInput, SessionResult
 from workflows.people import ANSWER_FORBIDDEN, ANSWER_INVALID, Principal
+from workflows.session import SessionWorkflow
 from workflows.session_state import SessionState
 from workflows.statechart import SessionStatus
 
@@ -177,3 +181,9 @@ async def test_the_escalated_person_answers_after_escalation_through_a_link(
     assert len(of(lines, "ISSUE_REMINDED")) == len(of(lines, "ISSUE_ESCALATED")) == 1
     snap = await h.query("snapshot", result_type=LiveSession)
     assert snap.pending is None
+    # the run with its steps replays (deterministic: the steps come from history alone)
+    replayer = Replayer(workflows=[SessionWorkflow], interceptors=INTERCEPTORS,
+                        data_converter=pydantic_data_converter)
+    replayed = await replayer.replay_workflow(await h.fetch_history(),
+                                              raise_on_replay_failure=True)
+    assert replayed.replay_failure is None
