@@ -21,13 +21,14 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 from temporalio.worker import Replayer
 
+from api.runtime.recovery import start_recovery
 from observation.exporter import export_session
 from observation.schemas import load
 from observation.telemetry import project
-from tests.support.sessions import start_session
+from tests.support.sessions import running_worker, start_session
 from workflows.config import SessionConfig
 from workflows.journal_carrier import INTERCEPTORS
-from workflows.messages import LiveSession, RecoverInput, ReplyInput, SessionResult
+from workflows.messages import LiveSession, ReplyInput, SessionResult
 from workflows.people import ANSWER_FORBIDDEN, ANSWER_INVALID, Principal
 from workflows.session import SessionWorkflow
 from workflows.session_state import SessionState
@@ -96,29 +97,37 @@ def of(lines: list[dict], kind: str) -> list[dict]:
 
 
 async def test_remind_escalate_and_auto_decide_each_once_across_a_restart(
-        dev_worker, notes, notes_dir, tmp_path, task_queue):
+        dev_env, notes, notes_dir, tmp_path, task_queue):
     """On the dev server with real timers of 1, 5 and 7 s (the time-skipping server
     cannot skip time across continue-as-new): between the reminder and the escalation
-    a restarted worker's ``recover`` signal comes, and the run continues as new there
-    (a small ``continue_as_new_after_events``). Each step is in the log once, in order."""
+    the worker stops and another starts cold, whose restart recovery (the batch
+    ``recover`` signal) makes the run continue as new there (a small
+    ``continue_as_new_after_events``). Each step is in the log once, in order."""
     (notes_dir / "a.note").write_text("x")
-    client = dev_worker.client
+    client = dev_env.client
     cfg = session(notes, remind_after_s=1, escalate_after_s=5, reply_timeout_s=7)
-    first = await start_session(client, cfg, task_queue, continue_as_new_after_events=10)
-    h = client.get_workflow_handle(first.id, result_type=SessionResult)  # the latest run
-    p = (await state_when(h, lambda s: s.status == W)).pending
-    assert p is not None and p.approvers == []
+    async with running_worker(client, task_queue):
+        first = await start_session(client, cfg, task_queue,
+                                    continue_as_new_after_events=10)
+        h = client.get_workflow_handle(first.id, result_type=SessionResult)  # latest run
+        p = (await state_when(h, lambda s: s.status == W)).pending
+        assert p is not None and p.approvers == []
+        state = await state_when(h, lambda s: s.pending is not None
+                                 and s.pending.reminded_at is not None)
+        runs_at_t1 = state.continued_runs
+        refusal = await refused(h, ReplyInput(request_id=p.request_id, approve=True,
+                                              principal=CAROL))
+        assert refusal.type == ANSWER_FORBIDDEN  # a reminder adds no one
+    async with running_worker(client, task_queue):  # the restart: a new worker, cold
+        await start_recovery(client, task_queue, "restarted-worker")
+        state = await state_when(h, lambda s: s.continued_runs > runs_at_t1)
+        assert state.pending is not None and state.pending.reminded_at is not None
+        await _escalated_then_decided(client, h, p, notes_dir, tmp_path)
 
-    state = await state_when(h, lambda s: s.pending is not None
-                             and s.pending.reminded_at is not None)
-    runs_at_t1 = state.continued_runs
-    refusal = await refused(h, ReplyInput(request_id=p.request_id, approve=True,
-                                          principal=CAROL))
-    assert refusal.type == ANSWER_FORBIDDEN  # a reminder adds no one
-    await h.signal("recover", RecoverInput(worker_identity="restarted"))  # as at a restart
-    state = await state_when(h, lambda s: s.continued_runs > runs_at_t1)
-    assert state.pending is not None and state.pending.reminded_at is not None
 
+async def _escalated_then_decided(client, h: WorkflowHandle, p, notes_dir: Path,
+                                  tmp_path: Path) -> None:
+    """After the restart: the escalation at T2, the default decision at T3, the log."""
     state = await state_when(h, lambda s: s.pending is not None
                              and s.pending.escalated_at is not None)
     assert state.pending.approvers == ["olga", "ann", "carol"]
