@@ -50,6 +50,8 @@ ISSUE_OPENED = "ISSUE_OPENED"  # a request to the person (seed 004's pending req
 ISSUE_RESOLVED = "ISSUE_RESOLVED"  # ... answered, decided or withdrawn
 ISSUE_APPROVAL_RECORDED = "ISSUE_APPROVAL_RECORDED"  # one approval of several (issue 24)
 STANDING_DECISION_REVOKED = "STANDING_DECISION_REVOKED"  # "do not ask again" undone
+ISSUE_REMINDED = "ISSUE_REMINDED"  # the wait's reminder (issue 26)
+ISSUE_ESCALATED = "ISSUE_ESCALATED"  # the wait's escalation: the request's addressees grow
 REPLY_REFUSED = "interaction.reply.refused"
 MESSAGE = "message"
 PROVIDER_WAITING = "provider.waiting"
@@ -72,7 +74,7 @@ ISSUE_TERMS = ("asked", "digest", "approvers", "approvals_required", "rule", "se
                "editable", "input_schema")
 #: What a decision says of who made it and on what, on its ISSUE_RESOLVED.
 DECISION_TERMS = ("principal", "digest", "edited_digest", "edited_by", "edited_arguments",
-                  "approvals", "standing_decision")
+                  "approvals", "standing_decision", "via")
 
 #: How a session's log ends (the last line of a closed session).
 END_TYPES = (RUN_COMPLETED, RUN_FAILED)
@@ -121,6 +123,8 @@ EVENT_TYPES: tuple[LogEventType, ...] = (
     _T(ISSUE_RESOLVED, "journal", schema="ISSUE_RESOLVED", seed=True),
     _T(ISSUE_APPROVAL_RECORDED, "journal", schema="ISSUE_APPROVAL_RECORDED", sse=True),
     _T(STANDING_DECISION_REVOKED, "journal", schema="STANDING_DECISION_REVOKED", sse=True),
+    _T(ISSUE_REMINDED, "journal", schema="ISSUE_REMINDED", sse=True),
+    _T(ISSUE_ESCALATED, "journal", schema="ISSUE_ESCALATED", sse=True),
     *(_T(t, "journal") for t in FCMP_INTERACTION_TYPES),
     _T(CONVERSATION_STATE_CHANGED, "journal", schema="conversation.state.changed", sse=True),
     _T(REPLY_REFUSED, "journal"),
@@ -187,6 +191,8 @@ JOURNAL_KINDS: Mapping[str, JournalLead] = {
     "approval.recorded": JournalLead((ISSUE_APPROVAL_RECORDED,)),
     "request.decided": JournalLead((ISSUE_OPENED,), _decided_without_asking),
     "standing.revoked": JournalLead((STANDING_DECISION_REVOKED,)),
+    "request.reminded": JournalLead((ISSUE_REMINDED,)),
+    "request.escalated": JournalLead((ISSUE_ESCALATED,)),
 }
 _LEAD_OF: dict[str, JournalLead] = {t: lead for lead in JOURNAL_KINDS.values()
                                     for t in lead.types}

@@ -238,6 +238,20 @@ class SessionLogView(LogFold):
         if self.pending is not None and self.pending["request_id"] == p.get("issue_id"):
             self.pending["approvals"] = p["approvals"]
 
+    @folds(ev.ISSUE_REMINDED)
+    def _reminded(self, p: dict[str, Any], _: dict[str, Any]) -> None:
+        """The wait's reminder: the request shows when (issue 26)."""
+        if self.pending is not None and self.pending["request_id"] == p.get("issue_id"):
+            self.pending["reminded_at"] = p.get("reminded_at")
+
+    @folds(ev.ISSUE_ESCALATED)
+    def _escalated(self, p: dict[str, Any], _: dict[str, Any]) -> None:
+        """The wait's escalation: the request is for its new addressees from now on."""
+        if self.pending is not None and self.pending["request_id"] == p.get("issue_id"):
+            self.pending["approvers"] = list(p.get("approvers") or [])
+            self.pending["escalated_to"] = list(p.get("escalated_to") or [])
+            self.pending["escalated_at"] = p.get("escalated_at")
+
     @folds(ev.ISSUE_RESOLVED)
     def _resolved(self, p: dict[str, Any], _: dict[str, Any]) -> None:
         if p.get("resolution") in ev.REPLY_RESOLUTIONS:

@@ -295,10 +295,17 @@ def arguments_errors(schema: dict[str, Any] | None, arguments: dict[str, Any]) -
 def answer_problem(principal: Principal | None, config: SessionConfig,
                    pending: PendingRequest, *, approve: bool | None, digest: str | None,
                    arguments: dict[str, Any] | None = None, remember: str | None = None,
-                   standing_count: int = 0) -> AnswerProblem | None:
+                   standing_count: int = 0, via: str | None = None) -> AnswerProblem | None:
     """Everything that refuses a reply the request's own checks let through, first
-    found first: a stale digest (409), who may answer (403), a second approval by the
-    same person (409), edited arguments the schema refuses (422)."""
+    found first: an action link's answer without the person it was sent to (422), a
+    stale digest (409), who may answer (403), a second approval by the same person
+    (409), edited arguments the schema refuses (422)."""
+    if via is not None and principal is None:
+        return AnswerProblem(type=ANSWER_INVALID, message="an answer through an action "
+                             "link (`via`: link) names the person the link was sent to "
+                             "(`principal`)",
+                             details={"code": "invalid_via",
+                                      "errors": ["via without principal"]})
     stale = answer_conflict(None, config, pending, approve=None, digest=digest)
     if stale is not None:
         return stale

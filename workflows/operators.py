@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
@@ -79,7 +80,13 @@ def static_details(config: SessionConfig) -> str:
                if config.interactive_require_user_reply else
                f"{config.reply_timeout_s:g} s, then the default decision "
                f"({config.auto_decision})") if config.reply_timeout_s else "none"
-    lines += [f"Reply timeout: {timeout}", "",
+    lines.append(f"Reply timeout: {timeout}")
+    if config.remind_after_s is not None:
+        lines.append(f"Reminder: after {config.remind_after_s:g} s")
+    if config.escalate_after_s is not None:
+        lines.append(f"Escalation: after {config.escalate_after_s:g} s, to "
+                     f"{', '.join(config.escalate_to)}")
+    lines += ["",
               "Signals an operator may send (the current details give the request id):"]
     lines += [f"- `{name}`: {what}" for name, what in SIGNALS.items()]
     return "\n".join(lines)
@@ -138,11 +145,14 @@ def waiting_details(state: SessionState) -> str:
             text += f"\n\nThe step's output:\n\n```\n{p.output}\n```"
         if p.approvers or p.approvals_required > 1:  # a rule says who (issue 24)
             who = ", ".join(p.approvers) or "the session's approvers"
-            text += f"\n\nFor {who} (rule {p.rule})"
+            text += f"\n\nFor {who}" + (f" (rule {p.rule})" if p.rule else "")
             if p.approvals_required > 1:
                 so_far = ", ".join(a.name or a.subject for a in p.approvals) or "nobody yet"
                 text += (f": {p.approvals_required} different approvers; approved so far "
                          f"by {so_far}")
+        steps = _wait_steps(state.config, p)
+        if steps:
+            text += f"\n\n{steps}"
         return f"{text}\n\n{_answer_how(p)}"
     if state.status.value == "running":
         return "Running: the agent is working"
@@ -151,6 +161,20 @@ def waiting_details(state: SessionState) -> str:
     return f"Session {state.status.value}" + (
         f": {state.failure_reason}" if state.failure_reason else ""
     )
+
+
+def _when(at: datetime) -> str:
+    return at.strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _wait_steps(config: SessionConfig, p: PendingRequest) -> str:
+    """The wait's steps done so far (workflows.wait_policy): reminded, escalated."""
+    done = []
+    if p.reminded_at is not None:
+        done.append(f"Reminded at {_when(p.reminded_at)}")
+    if p.escalated_at is not None:
+        done.append(f"Escalated to {', '.join(config.escalate_to)} at {_when(p.escalated_at)}")
+    return "; ".join(done) + ("." if done else "")
 
 
 def signal_input(model: type[M], args: Sequence[Any]) -> tuple[M | None, str | None]:

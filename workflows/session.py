@@ -18,6 +18,7 @@ from temporalio.exceptions import ActivityError, is_cancelled_exception
 with workflow.unsafe.imports_passed_through():
     import workflows.agent as agent  # `from workflows import agent` is not passed through
     import workflows.decisions as decisions
+    import workflows.wait_policy as wait_policy
     from workflows.agent_turn import AgentTurn
     from workflows.cancel import (
         CANCELLED,
@@ -234,27 +235,23 @@ class SessionWorkflow(SessionHandlers, AgentTurn, PlanTurn):
         self._fire(E.INTERACTION_REQUESTED, pending.model_dump(
             mode="json", exclude=None if pending.output else {"output"}))
 
-    def _reply_deadline(self) -> timedelta | None:
-        s, pending = self._s, self._s.pending
-        timeout = s.config.reply_timeout_s
-        if pending is None or pending.kind == "message" or timeout is None:
-            return None
-        if s.config.interactive_require_user_reply and s.config.on_reply_timeout != "cancel":
-            return None
-        left = pending.created_at + timedelta(seconds=timeout) - workflow.now()
-        return max(left, timedelta(milliseconds=1))
+    def _next_step(self) -> wait_policy.WaitStep | None:
+        """The wait's next step (remind, escalate, timeout: ``workflows.wait_policy``)."""
+        return wait_policy.next_step(self._s.config, self._s.pending, workflow.now())
 
     async def _wait_for_person(self) -> None:
         s = self._s
         waits_message = s.pending is not None and s.pending.kind == "message"
+        step = self._next_step()
         try:
             await self._wait(
                 lambda: bool(self._reply or self._end or self._recover
                              or (waits_message and s.inbox)),
-                timeout=self._reply_deadline(),
+                timeout=step.due_in(workflow.now()) if step is not None else None,
             )
         except TimeoutError:
-            self._on_reply_timeout()
+            assert step is not None
+            self._take_step(step)
             return
         if self._recover:
             self._recover = False
@@ -273,6 +270,20 @@ class SessionWorkflow(SessionHandlers, AgentTurn, PlanTurn):
             s.turn_llm_calls = 0
             self._fire(E.MESSAGE_ACCEPTED, {"text": s.inbox[0]})
 
+    def _take_step(self, step: wait_policy.WaitStep) -> None:
+        """The wait's step came due: remind or escalate, and wait again (the run loop
+        comes back here, or to a next run that carries the request); or time out."""
+        s, now = self._s, workflow.now()
+        assert s.pending is not None
+        if step.name == "remind":
+            self._book.remind(wait_policy.addressees(s.config, s.pending), now)
+        elif step.name == "escalate":
+            self._book.escalate(*wait_policy.escalated(s.config, s.pending), now)
+        else:
+            self._on_reply_timeout()
+            return
+        workflow.set_current_details(waiting_details(self._s))
+
     def _take_reply(self, pending: PendingRequest, reply: ReplyInput) -> None:
         """A reply the validator let through: from whom (never the body's ``by``), one
         approval of several (the request stays pending), or the decision, with what
@@ -282,9 +293,11 @@ class SessionWorkflow(SessionHandlers, AgentTurn, PlanTurn):
         answer = agent.answer_of(pending, reply)
         approved = pending.kind == "approval" and answer.get("approved") is True
         if approved and len(pending.approvals) + 1 < pending.approvals_required:
-            self._book.record_approval(who, now)  # two-person rule: not yet
+            self._book.record_approval(who, now, reply.via)  # two-person rule: not yet
             return
         said: dict[str, Any] = {"principal": who.model_dump(mode="json")}
+        if reply.via is not None:  # through a signed action link sent to `who`
+            said["via"] = reply.via
         if pending.digest is not None:
             said["digest"] = pending.digest
         if approved and pending.approvals_required > 1:

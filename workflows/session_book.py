@@ -204,9 +204,11 @@ class SessionBook:
                                              **(attribution or {})})
         return record
 
-    def record_approval(self, principal: PrincipalRef, now: datetime) -> None:
+    def record_approval(self, principal: PrincipalRef, now: datetime,
+                        via: str | None = None) -> None:
         """One approval of several (``approvals_required``): the request stays pending
-        with its tally (which continue-as-new carries, in the request)."""
+        with its tally (which continue-as-new carries, in the request). ``via``: how
+        it came (``link``: a signed action link), only when said."""
         pending = self.state.pending
         if pending is None:
             raise ValueError("no request is pending")
@@ -216,7 +218,33 @@ class SessionBook:
             "principal": principal.model_dump(mode="json"), "digest": pending.digest,
             "approvals": [a.model_dump(mode="json") for a in pending.approvals],
             "approvals_required": pending.approvals_required,
+            "execution_id": pending.execution_id, **({"via": via} if via else {})})
+
+    def remind(self, addressees: list[str], now: datetime) -> None:
+        """The wait's reminder (``workflows.wait_policy``): once per request."""
+        pending = self._pending()
+        pending.reminded_at = now
+        self.journal("request.reminded", now, {
+            "request_id": pending.request_id, "kind": pending.kind,
+            **({"digest": pending.digest} if pending.digest else {}),
+            "approvers": list(addressees), "execution_id": pending.execution_id})
+
+    def escalate(self, approvers: list[str], added: list[str], now: datetime) -> None:
+        """The wait's escalation: the request is for ``approvers`` from now on (its
+        addressees and the ones ``added``); once per request."""
+        pending = self._pending()
+        pending.approvers = list(approvers)
+        pending.escalated_at = now
+        self.journal("request.escalated", now, {
+            "request_id": pending.request_id, "kind": pending.kind,
+            **({"digest": pending.digest} if pending.digest else {}),
+            "approvers": list(approvers), "escalated_to": list(added),
             "execution_id": pending.execution_id})
+
+    def _pending(self) -> PendingRequest:
+        if self.state.pending is None:
+            raise ValueError("no request is pending")
+        return self.state.pending
 
     def decided_without_asking(self, detail: dict[str, Any], now: datetime) -> None:
         """A tool call a rule or a standing decision decided (no request to a person):

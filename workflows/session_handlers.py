@@ -90,7 +90,7 @@ class SessionHandlers:
         return decisions.answer_problem(
             reply.principal, self._s.config, pending, approve=approve, digest=reply.digest,
             arguments=reply.arguments, remember=reply.remember,
-            standing_count=len(self._s.standing_decisions))
+            standing_count=len(self._s.standing_decisions), via=reply.via)
 
     def _from_temporal_refused(self, principal: Principal | None
                                ) -> decisions.AnswerProblem | None:

@@ -71,6 +71,10 @@ class PendingRequest(BaseModel):
     # Edit before approve: the tool's input schema the edited arguments must meet.
     editable: bool = False
     input_schema: dict[str, Any] | None = None
+    # The wait's steps done (workflows.wait_policy; issue 26): each fires once, and
+    # continue-as-new carries them here. Escalation also widens ``approvers``.
+    reminded_at: datetime | None = None
+    escalated_at: datetime | None = None
 
     @model_serializer(mode="wrap")
     def _compact(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
@@ -85,7 +89,7 @@ class PendingRequest(BaseModel):
 _PENDING_DEFAULTS: dict[str, Any] = {
     "reason_code": None, "digest": None, "asked": None, "approvers": [], "rule": None,
     "approvals_required": 1, "separation_of_duties": False, "approvals": [],
-    "editable": False, "input_schema": None,
+    "editable": False, "input_schema": None, "reminded_at": None, "escalated_at": None,
 }
 
 
@@ -144,6 +148,8 @@ JournalKind = Literal[
     # issue 24: one approval of several (two-person rule); a tool call decided without
     # a request (a rule, a standing decision); a standing decision revoked
     "approval.recorded", "request.decided", "standing.revoked",
+    # issue 26: the wait's steps (workflows.wait_policy): a reminder, an escalation
+    "request.reminded", "request.escalated",
 ]
 
 

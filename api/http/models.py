@@ -192,6 +192,13 @@ class PendingRequestView(BaseModel):
         "Who has approved it so far."))
     separation_of_duties: bool = False
     editable: bool = False
+    reminded_at: datetime | None = Field(default=None, description=(
+        "When the wait reminded the request's addressees (`remind_after_s`)."))
+    escalated_at: datetime | None = Field(default=None, description=(
+        "When the wait escalated it (`escalate_after_s`): `approvers` holds its "
+        "addressees from then on."))
+    escalated_to: list[str] = Field(default_factory=list, description=(
+        "The entries the escalation added (`escalate_to`, less those already asked)."))
 
 
 class FcmpEventView(BaseModel):

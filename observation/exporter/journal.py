@@ -11,6 +11,7 @@ entry mapped here is checked against it.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from observation import event_types as ev
@@ -19,6 +20,8 @@ from observation.exporter import ids
 from observation.exporter.decode import MappingError
 from observation.exporter.model import MappedEvent
 from observation.projections import execution_state_event
+from workflows import wait_policy
+from workflows.config import SessionConfig
 from workflows.contract import (
     CONTRACT_TABLE,
     ExecutionContract,
@@ -26,6 +29,7 @@ from workflows.contract import (
     summarize_action,
 )
 from workflows.plan import PLAN_EVENT_TYPES
+from workflows.session_state import PendingRequest
 from workflows.statechart import SessionEvent
 
 
@@ -41,6 +45,10 @@ class JournalMapper:
         # The request to the person now open (seed 004's pending request; in the
         # log, between its ISSUE_OPENED and ISSUE_RESOLVED): its journal detail.
         self.pending_request: dict[str, Any] | None = None
+        # The first run's session config (the wait's steps: ``next_wait_step``), as its
+        # input holds it; parsed when first needed.
+        self.session_config: dict[str, Any] | None = None
+        self._wait_config: SessionConfig | None = None
 
     # provided by SessionMapper
     def emit(self, type: str, payload: dict[str, Any], span: str | None = None,
@@ -122,8 +130,49 @@ class JournalMapper:
             "issue_id": d["request_id"], "kind": d["kind"], "principal": d["principal"],
             "by": d["principal"].get("name") or d["principal"]["subject"],
             "approvals": d["approvals"], "approvals_required": d["approvals_required"],
-            **_present(d, ("digest",)), "approved_at": at},
+            **_present(d, ("digest", "via")), "approved_at": at},
             *self._work_span(d.get("execution_id")))
+
+    def _j_request_reminded(self, d: dict[str, Any], at: str) -> None:
+        """The wait's reminder (workflows.wait_policy): the request stays open."""
+        # a new dict: the open one is also the payload of a line already written
+        self.pending_request = {**self._open_request(d, "reminded"), "reminded_at": at}
+        self.emit(ev.ISSUE_REMINDED, {
+            "issue_id": d["request_id"], "kind": d["kind"], "approvers": d["approvers"],
+            **_present(d, ("digest",)), "reminded_at": at},
+            *self._work_span(d.get("execution_id")))
+
+    def _j_request_escalated(self, d: dict[str, Any], at: str) -> None:
+        """The wait's escalation: the request is for more people from now on."""
+        self.pending_request = {**self._open_request(d, "escalated"),
+                                "approvers": d["approvers"], "escalated_at": at}
+        self.emit(ev.ISSUE_ESCALATED, {
+            "issue_id": d["request_id"], "kind": d["kind"], "approvers": d["approvers"],
+            "escalated_to": d["escalated_to"], **_present(d, ("digest",)),
+            "escalated_at": at},
+            *self._work_span(d.get("execution_id")))
+
+    def next_wait_step(self) -> datetime | None:
+        """When the open request's next reminder or escalation is due (None: none is
+        left, or nothing is open): a parked follower is woken then (the step changes
+        nothing visibility shows). Its timeout needs no wake: it changes the status."""
+        if self.pending_request is None or self.session_config is None:
+            return None
+        try:
+            if self._wait_config is None:
+                self._wait_config = SessionConfig.model_validate(self.session_config)
+            pending = PendingRequest.model_validate(self.pending_request)
+        except ValueError:  # not a config or request this version reads: no wake
+            return None
+        step = wait_policy.next_step(self._wait_config, pending, pending.created_at)
+        return step.at if step is not None and step.name != "timeout" else None
+
+    def _open_request(self, d: dict[str, Any], what: str) -> dict[str, Any]:
+        issue = self.pending_request
+        if issue is None or issue["request_id"] != d["request_id"]:
+            raise MappingError(f"request {d['request_id']!r} {what}, but that request is "
+                               "not open in the journal")
+        return issue
 
     def _j_request_decided(self, d: dict[str, Any], at: str) -> None:
         """A tool call a rule or a standing decision decided without asking: the request

@@ -86,6 +86,7 @@ class SessionMapper(ActivityMapper, JournalMapper):
             raise MappingError("a second first run in one session's history")
         self.created = True
         inp = first_value(a.input) or {}
+        self.session_config = inp.get("config")  # the wait's steps (next_wait_step)
         self.emit(ev.RUN_CREATED, {
             "session_id": self.sid, "temporal_run_id": self.run_id,
             "workflow_type": a.workflow_type.name, "task_queue": a.task_queue.name,

@@ -8,8 +8,9 @@ A session that waits for the person is **parked**: its follower stops once the l
 holds everything up to the wait (no task, no history long-poll). It is woken by
 what changes it: visibility (its ``SessionStatus`` leaves ``waiting_user``, its
 ``WaitingSince`` moves, or it closes; seen at the next discovery poll), a
-:class:`Wakeups` call from the process that changed it (in ``up``, the API), or
-the sweep of parked sessions (history grew without a status change).
+:class:`Wakeups` call from the process that changed it (in ``up``, the API), a
+timer at its request's next reminder or escalation (issue 26), or the sweep of
+parked sessions (history grew without a status change).
 """
 
 from __future__ import annotations
@@ -43,6 +44,11 @@ WAITING = "waiting_user"
 KEEP_PARKED = 1000
 #: How far before the last poll each poll looks (visibility shows a change late).
 POLL_OVERLAP = timedelta(seconds=5)
+#: A parked session is woken this long after its request's next reminder or
+#: escalation is due (issue 26); one parked when it was due already is woken again
+#: after as long as it has been overdue, at most STEP_WAKE_RETRY_S.
+STEP_WAKE_MARGIN_S = 1.0
+STEP_WAKE_RETRY_S = 30.0
 #: How far before the last rescan a rescan looks (a change visibility showed later).
 RESCAN_OVERLAP = timedelta(minutes=1)
 
@@ -120,6 +126,9 @@ class Exporter:
         self._rescanned: datetime | None = None  # when the last rescan started
         self._sweep: asyncio.Task[None] | None = None
         self._swept = 0.0
+        # Parked sessions whose request has a reminder or escalation to come: woken then
+        # (the step changes nothing visibility shows); one timer each, none otherwise.
+        self._step_timers: dict[str, asyncio.TimerHandle] = {}
 
     async def run(self, stop: asyncio.Event | None = None,
                   wakeups: Wakeups | None = None) -> None:
@@ -147,6 +156,9 @@ class Exporter:
         finally:
             if wakeups is not None:
                 wakeups._to = None
+            for timer in self._step_timers.values():
+                timer.cancel()
+            self._step_timers.clear()
             watcher.cancel()
             stopping.cancel()
             for t in [*self.tasks.values(), *([self._sweep] if self._sweep else [])]:
@@ -205,11 +217,39 @@ class Exporter:
     def wake(self, session_id: str) -> None:
         """Something may have changed the session (or started it): follow it now,
         again if it was parked, at once if discovery has not seen it yet."""
+        timer = self._step_timers.pop(session_id, None)
+        if timer is not None:
+            timer.cancel()
         if session_id in self.tasks:
             self._woken.add(session_id)  # its follower must not park on what it saw
         else:
             self.parked.pop(session_id, None)
             self.follow(session_id)
+
+    def _wake_at_next_step(self, session_id: str,
+                           state: follower.SessionExport | None) -> None:
+        """A parked session whose request will be reminded or escalated (issue 26) is
+        woken just after that is due: it writes into history only, and a wake then
+        finds it there, or the workflow task that writes it still pending (a follower
+        does not park on one). Due already (its timer fires late): tried again later."""
+        at = state.mapper.next_wait_step() if state is not None else None
+        if at is None:
+            return
+        delay = (at - datetime.now(UTC)).total_seconds()
+        # overdue (its timer fires late, e.g. a loaded server): again after as long as
+        # it has been overdue, between the margin and STEP_WAKE_RETRY_S
+        delay = delay + STEP_WAKE_MARGIN_S if delay > 0 else \
+            min(max(-delay, STEP_WAKE_MARGIN_S), STEP_WAKE_RETRY_S)
+        loop = asyncio.get_running_loop()
+        old = self._step_timers.pop(session_id, None)
+        if old is not None:
+            old.cancel()
+        self._step_timers[session_id] = loop.call_later(delay, self._step_due, session_id)
+
+    def _step_due(self, session_id: str) -> None:
+        self._step_timers.pop(session_id, None)
+        if session_id in self.parked:
+            self.wake(session_id)
 
     async def _may_park(self, session_id: str, run_id: str, last_event_id: int) -> bool:
         """Park only at the very end of history, with no workflow task pending (a
@@ -265,6 +305,7 @@ class Exporter:
                         while len(self.kept) > self.keep_parked:
                             self.kept.popitem(last=False)
                     if session_id not in self._woken:
+                        self._wake_at_next_step(session_id, result.state)
                         return  # parked: this task ends, wake() starts another
                     self._woken.discard(session_id)
                     self.parked.pop(session_id, None)

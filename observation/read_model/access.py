@@ -2,7 +2,8 @@
 
 The session's people come from its config (the ``RUN_CREATED`` line carries it);
 the pending request's approvers, rule, digest and approvals from the
-``ISSUE_OPENED`` line and the approvals recorded after it. The store keeps them
+``ISSUE_OPENED`` line and the approvals recorded after it; an escalation
+(``ISSUE_ESCALATED``, issue 26) replaces its approvers. The store keeps them
 as rows of ``rm_access`` (``session_id, role, entry``) so that the session list
 filters by them in its query: ``owner``, ``approver`` and ``viewer`` (the
 session's people) and ``answer`` (the pending request's own approvers, when its
@@ -65,10 +66,26 @@ class AccessFold:
                 self._clear()
         elif kind in (ev.RUN_COMPLETED, ev.RUN_FAILED):
             self._clear()
+        elif kind in (ev.ISSUE_REMINDED, ev.ISSUE_ESCALATED):
+            self._wait_step(kind, p)
         elif _is_approval(kind) and self.request_id is not None and \
                 p.get("issue_id", self.request_id) == self.request_id and \
                 isinstance(p.get("principal"), dict):
             self.approvals.append(p["principal"])
+
+    def _wait_step(self, kind: str, p: dict[str, Any]) -> None:
+        """A reminder or an escalation of the pending request (issue 26): an escalation
+        changes whom it is for (the ``answer`` rows: ``waiting_for=me``, may-see)."""
+        if self.request_id is None or p.get("issue_id") != self.request_id:
+            return
+        if kind == ev.ISSUE_REMINDED:
+            self.pending["reminded_at"] = p.get("reminded_at")
+            return
+        self.pending["approvers"] = [e for e in p.get("approvers") or [] if isinstance(e, str)]
+        self.pending["escalated_to"] = [e for e in p.get("escalated_to") or []
+                                        if isinstance(e, str)]
+        self.pending["escalated_at"] = p.get("escalated_at")
+        self.changed = True
 
     def _clear(self) -> None:
         if self.request_id is not None or self.pending:

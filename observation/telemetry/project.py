@@ -299,6 +299,18 @@ class TelemetryProjector(LogFold):
         else:
             self._set(run, issue_resolution=p.get("resolution"), answered_by=p.get("by"))
 
+    @folds(ev.ISSUE_REMINDED, ev.ISSUE_ESCALATED)
+    def _wait_step(self, p: Event) -> None:
+        """The wait's steps (issue 26), on the work item's run like its request."""
+        run = self.runs.get(self._by_span.get(self._e["span_id"], ""))
+        if run is None or run is self._session:
+            return
+        if self._e["type"] == ev.ISSUE_REMINDED:
+            self._set(run, issue_reminded_at=p.get("reminded_at"))
+        else:
+            self._set(run, issue_escalated_at=p.get("escalated_at"),
+                      issue_escalated_to=", ".join(p.get("escalated_to") or []))
+
     @folds(ev.ARTIFACT_WRITTEN)
     def _artifact(self, p: Event) -> None:
         run = self.runs.get(self._by_span.get(self._e["span_id"], ""))

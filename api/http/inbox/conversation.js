@@ -122,6 +122,13 @@ function entry(type, p, seq) {
       return line(`Answered by ${p.by || "someone"}`, "person", seq, answerText(p.answer));
     case "ISSUE_RESOLVED": // what the answer line does not say: edits, standing decisions
       return decisionLine(p, seq);
+    case "ISSUE_REMINDED": // the wait's steps (issue 26)
+      return line("Reminded", "ask", seq, `request ${p.issue_id} (${p.kind}): `,
+        `for ${(p.approvers || []).join(", ") || "its addressees"}`);
+    case "ISSUE_ESCALATED":
+      return line("Escalated", "ask", seq, `request ${p.issue_id} (${p.kind}) to `,
+        `${(p.escalated_to || []).join(", ") || "no one new"}; now for `,
+        `${(p.approvers || []).join(", ")}`);
     case "STANDING_DECISION_REVOKED":
       return line("Revoked", "end", seq, `standing decision ${p.standing_id} (`,
         h("code", {}, p.tool || ""), `, set by ${nameOf(p.set_by)}) by ${nameOf(p.revoked_by)}`);

@@ -112,6 +112,16 @@ function onEvent(s, type, id, data) {
   scheduleRefresh(s, { min_seq: String(seq) });
 }
 
+// The wait's steps done so far on the waiting request (issue 26): reminded, escalated.
+function waitSteps(p) {
+  if (!p || (!p.reminded_at && !p.escalated_at)) return "";
+  const who = (entries) => (entries || []).join(", ") || "no one new";
+  return h("p", { class: "meta", id: "wait-steps" },
+    p.reminded_at ? ["Reminded at ", when(p.reminded_at)] : "",
+    p.reminded_at && p.escalated_at ? " · " : "",
+    p.escalated_at ? [`Escalated to ${who(p.escalated_to)} at `, when(p.escalated_at)] : "");
+}
+
 function render(s) {
   const v = s.session;
   const plural = (n, one, many) => `${n} ${n === 1 ? one : many}`;
@@ -122,6 +132,7 @@ function render(s) {
       : "",
     ` · ${plural(v.turns, "turn", "turns")}, ${plural(v.replies, "reply", "replies")}`),
     v.failure_reason ? h("p", { class: "notice" }, `Failed: ${v.failure_reason}`) : "",
+    waitSteps(v.pending),
     v.stale ? h("p", { class: "meta" }, "(the read model has not caught up yet)") : "");
   renderPending(s);
   renderConversation(s);
