@@ -21,10 +21,7 @@ from typing import Any
 from observation import event_types as ev
 from workflows.canonical import canonical_json
 
-# Another part of issue 26 adds these lines (the wait policy's reminder and
-# escalation); their constants land in event_types.py when it is merged.
-ISSUE_REMINDED = getattr(ev, "ISSUE_REMINDED", "ISSUE_REMINDED")
-ISSUE_ESCALATED = getattr(ev, "ISSUE_ESCALATED", "ISSUE_ESCALATED")
+ISSUE_REMINDED, ISSUE_ESCALATED = ev.ISSUE_REMINDED, ev.ISSUE_ESCALATED
 EXPIRED_RESOLUTION = "interaction.reply.expired"
 AUTO_DECIDED_RESOLUTION = "auto_decided"
 #: The request kinds that ask no one a question worth a message.

@@ -102,6 +102,6 @@ async def test_remind_escalate_and_auto_decide_once_each_across_a_whole_stack_re
     seen = log_types(data_dir, sid)
     assert (seen["ISSUE_REMINDED"], seen["ISSUE_ESCALATED"],
             seen["ISSUE_RESOLVED:auto_decided"]) == (1, 1, 1), seen
-    escalated = [r.payload["data"] for r in receiver.received
-                 if r.payload["type"].endswith(".escalated")][0]
+    escalated = next(r.payload["data"] for r in receiver.received
+                     if r.payload["type"].endswith(".escalated"))
     assert "group:oncall" in escalated["addressees"]
