@@ -56,8 +56,8 @@ class Timing(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     # Every activity's heartbeat timeout. At least 10 s: the worker enforces it
-    # locally on the SDK's heartbeats too, and a tool call's start only 8 s into an
-    # attempt (``activities.mcp.tools.SDK_BEAT_AFTER_S``).
+    # locally on the SDK's heartbeats too, and a tool call's SDK heartbeats start only
+    # 8 s into an attempt (``activities.mcp.tools.SDK_BEAT_AFTER_S``).
     heartbeat_s: float | None = Field(default=None, ge=10, le=600)
     # The first interval between attempts of a freely retried activity (it doubles).
     retry_s: float | None = Field(default=None, ge=0.1, le=60)
