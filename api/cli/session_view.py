@@ -104,6 +104,12 @@ def render_pending(session_id: str, pending: dict, stack: Stack | None = None) -
         console.print(f"    approvals: {len(pending.get('approvals') or [])} of "
                       f"{pending['approvals_required']} ({who})", markup=False,
                       highlight=False)
+    for step, at in (("reminded", pending.get("reminded_at")),
+                     ("escalated", pending.get("escalated_at"))):
+        if at:  # the wait's steps (docs/session-config.md), as the inbox shows them
+            added = (pending.get("escalated_to") or []) if step == "escalated" else []
+            to = f" to {', '.join(added)}" if added else ""
+            console.print(f"    {step}{to} at {at}", markup=False, highlight=False)
     commands, note = reply_hints(session_id, pending, stack)
     console.print("    [dim]answer with:[/]")
     for line in commands:
