@@ -12,6 +12,7 @@ from temporalio.exceptions import ActivityError, ApplicationError, TimeoutType
 from temporalio.exceptions import TimeoutError as ActivityTimeout
 
 with workflow.unsafe.imports_passed_through():
+    from workflows.messages import Timing
     from workflows.outcome import failed_call_outcome
     from workflows.provider_wait import ProviderFailure
 
@@ -32,6 +33,24 @@ LIST_TOOLS_HEARTBEAT = timedelta(seconds=10)
 # a model that thinks long before its first token): a lost worker is seen within
 # this, not after the whole call's timeout.
 LLM_HEARTBEAT = timedelta(seconds=30)
+
+
+def heartbeat(default: timedelta, timing: Timing | None) -> timedelta:
+    """An activity's heartbeat timeout: ``default``, unless the session's input
+    sets a shorter one (``Timing.heartbeat_s``: tests)."""
+    if timing is None or timing.heartbeat_s is None:
+        return default
+    return timedelta(seconds=timing.heartbeat_s)
+
+
+def retry_freely(timing: Timing | None) -> RetryPolicy:
+    """``RETRY_FREELY``, starting at ``Timing.retry_s`` when the session's input
+    sets it (tests); the same number of attempts either way."""
+    if timing is None or timing.retry_s is None:
+        return RETRY_FREELY
+    return RetryPolicy(initial_interval=timedelta(seconds=timing.retry_s),
+                       maximum_interval=RETRY_FREELY.maximum_interval,
+                       maximum_attempts=RETRY_FREELY.maximum_attempts)
 
 
 # Errors raised before a tool call was sent (the worker's MCP pool was full): the

@@ -22,13 +22,14 @@ with workflow.unsafe.imports_passed_through():
         LIST_TOOLS_HEARTBEAT,
         LLM_HEARTBEAT,
         ONE_ATTEMPT,
-        RETRY_FREELY,
         TOOL_HEARTBEAT,
         TOOL_TIMEOUT,
         call_outcome,
         failure_text,
+        heartbeat,
         not_sent,
         provider_failure,
+        retry_freely,
         unreached,
     )
     from workflows.config import EcsRequest, ToolCallRequest
@@ -137,8 +138,9 @@ class AgentTurn:
         try:
             catalog = await self._activity(
                 "list_tools", ListToolsInput(servers=servers), result_type=ToolCatalog,
-                start_to_close_timeout=timedelta(minutes=2), retry_policy=RETRY_FREELY,
-                heartbeat_timeout=LIST_TOOLS_HEARTBEAT,
+                start_to_close_timeout=timedelta(minutes=2),
+                retry_policy=retry_freely(self._input.timing),
+                heartbeat_timeout=heartbeat(LIST_TOOLS_HEARTBEAT, self._input.timing),
             )
         except ActivityError as err:
             self._close(E.RUN_FAILED, f"could not list the MCP tools: {failure_text(err)}",
@@ -174,8 +176,8 @@ class AgentTurn:
                     ),
                     result_type=LLMCallResult,
                     start_to_close_timeout=timedelta(seconds=llm.timeout_s + 30),
-                    heartbeat_timeout=LLM_HEARTBEAT,
-                    retry_policy=ONE_ATTEMPT if v2 else RETRY_FREELY,
+                    heartbeat_timeout=heartbeat(LLM_HEARTBEAT, self._input.timing),
+                    retry_policy=ONE_ATTEMPT if v2 else retry_freely(self._input.timing),
                 )
                 break
             except ActivityError as err:
@@ -339,8 +341,9 @@ class AgentTurn:
                     ),
                     result_type=ToolCallResult,
                     start_to_close_timeout=TOOL_TIMEOUT,
-                    heartbeat_timeout=TOOL_HEARTBEAT,
-                    retry_policy=AT_MOST_ONCE if once else RETRY_FREELY, contract=c,
+                    heartbeat_timeout=heartbeat(TOOL_HEARTBEAT, self._input.timing),
+                    retry_policy=AT_MOST_ONCE if once else retry_freely(self._input.timing),
+                    contract=c,
                 )
             except ActivityError as err:
                 msg, code = failure_text(err), None

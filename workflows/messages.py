@@ -9,7 +9,15 @@ from __future__ import annotations
 from enum import IntEnum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from workflows.config import SessionConfig
 from workflows.execution_views import ExecutionFact, ExecutionSnapshot
@@ -38,6 +46,23 @@ class Behaviour(IntEnum):
 CURRENT_BEHAVIOUR = max(Behaviour)
 
 
+class Timing(BaseModel):
+    """How soon a session takes an activity's worker for lost, and how soon it tries a
+    freely retried activity again. Unset, each is the default of
+    ``workflows.activity_calls`` that every session runs with. Tests set small values:
+    a lost worker costs the heartbeat timeout in real time, and a tool that cannot be
+    reached costs the retries' intervals. Part of the session's input, so its history
+    says what was scheduled, and a replay schedules the same."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    # Every activity's heartbeat timeout. At least 10 s: the worker enforces it
+    # locally on the SDK's heartbeats too, and a tool call's SDK heartbeats start only
+    # 8 s into an attempt (``activities.mcp.tools.SDK_BEAT_AFTER_S``).
+    heartbeat_s: float | None = Field(default=None, ge=10, le=600)
+    # The first interval between attempts of a freely retried activity (it doubles).
+    retry_s: float | None = Field(default=None, ge=0.1, le=60)
+
+
 class SessionInput(BaseModel):
     session_id: str
     # The session config; a continued run finds it in ``state`` instead (once).
@@ -52,6 +77,16 @@ class SessionInput(BaseModel):
     # The session's :class:`Behaviour` (set to ``CURRENT_BEHAVIOUR`` by whoever starts
     # it, and by continue-as-new). Absent in older histories: they replay as they ran.
     behaviour: int = Behaviour.ORIGINAL
+    # Shorter activity timeouts and retries (tests; None: the defaults). Left out of
+    # the JSON while unset, so inputs are what they were before it.
+    timing: Timing | None = None
+
+    @model_serializer(mode="wrap")
+    def _compact(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data = handler(self)
+        if data.get("timing", False) is None:
+            data.pop("timing")
+        return data
 
     @model_validator(mode="after")
     def _has_config(self) -> SessionInput:

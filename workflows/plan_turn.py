@@ -19,7 +19,7 @@ from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     import workflows.decisions as decisions
-    from workflows.activity_calls import call_outcome, failure_text
+    from workflows.activity_calls import call_outcome, failure_text, heartbeat
     from workflows.cancel import cancelled_in_flight
     from workflows.contract import ActionType, Actor, ExecutionContract, Trigger
     from workflows.io import CommandInput, CommandResult, ToolCallInput, ToolCallResult
@@ -167,7 +167,7 @@ class PlanTurn:
             return await self._activity(
                 "run_command", inp, CommandResult, retry_policy=ONCE, contract=c,
                 start_to_close_timeout=timedelta(seconds=timeout_s + 60),
-                heartbeat_timeout=STEP_HEARTBEAT)
+                heartbeat_timeout=heartbeat(STEP_HEARTBEAT, self._input.timing))
         except ActivityError as err:
             return CommandResult(exit_code=-1, stderr=f"outcome unknown: {err.cause or err}")
 
@@ -201,7 +201,8 @@ class PlanTurn:
                         session_id=self._s.session_id, execution_id=c.execution_id,
                         server=server, tool=run.tool, arguments=run.arguments,
                         idempotency_key=c.execution_id, attempt_id=attempt_id),
-                    ToolCallResult, retry_policy=ONCE, heartbeat_timeout=STEP_HEARTBEAT,
+                    ToolCallResult, retry_policy=ONCE,
+                    heartbeat_timeout=heartbeat(STEP_HEARTBEAT, self._input.timing),
                     start_to_close_timeout=timedelta(seconds=step.timeout_s), contract=c)
             except ActivityError as err:
                 if windowed and call_outcome(err, attempt_id) == "not_sent":
@@ -226,7 +227,7 @@ class PlanTurn:
         run = workflow.start_activity(
             "run_command", inp, result_type=CommandResult, retry_policy=ONCE,
             start_to_close_timeout=timedelta(seconds=step.timeout_s + 60),
-            heartbeat_timeout=STEP_HEARTBEAT)
+            heartbeat_timeout=heartbeat(STEP_HEARTBEAT, self._input.timing))
         self._s.pending = PendingRequest(
             request_id=c.execution_id, kind="window", execution_id=None,
             prompt=f"step {i} runs in a window; approve or skip to decide it now",

@@ -93,8 +93,10 @@ class McpToolActivities:
 
 HEARTBEAT_EVERY_S = 2.0
 # The SDK's heartbeat starts this long into an attempt: well within the heartbeat
-# timeout (15 s, whose expiry the worker enforces locally too), and late enough that a
-# call sent in its first seconds has only precise heartbeats before its mark.
+# timeout (15 s, or a session's ``Timing.heartbeat_s``, at least 10 s; the worker
+# enforces its expiry locally too; tests/workflows/test_timing.py keeps the two
+# apart), and late enough that a call sent in its first seconds has only precise
+# heartbeats before its mark.
 SDK_BEAT_AFTER_S = 8.0
 
 

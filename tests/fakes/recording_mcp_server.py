@@ -19,21 +19,16 @@ holds the pid of the one serving.
     python -m tests.fakes.recording_mcp_server --dir DIR
 """
 
-from __future__ import annotations
-
 import argparse
 import json
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import anyio
-from mcp.server.mcpserver import Context, MCPServer
-from mcp_types import ToolAnnotations
+if TYPE_CHECKING:
+    from mcp.server.mcpserver import MCPServer
 
-IRREVERSIBLE = ToolAnnotations(read_only_hint=False, destructive_hint=True)
-REVERSIBLE = ToolAnnotations(read_only_hint=False, destructive_hint=False,
-                             idempotent_hint=True)
 IDEMPOTENCY_META_KEY = "hitlflow/idempotency_key"
 
 
@@ -45,10 +40,20 @@ def _take(flag: Path) -> bool:
     return True
 
 
-def build_server(root: Path) -> MCPServer:
+def build_server(root: Path) -> "MCPServer":
+    # Imported here, not at the top: a server told to fail or hang at start does so
+    # without a second of imports (tests wait for every such start). No `from
+    # __future__ import annotations` in this file: the tools' annotations name these.
+    import anyio
+    from mcp.server.mcpserver import Context, MCPServer
+    from mcp_types import ToolAnnotations
+
+    irreversible = ToolAnnotations(read_only_hint=False, destructive_hint=True)
+    reversible = ToolAnnotations(read_only_hint=False, destructive_hint=False,
+                                 idempotent_hint=True)
     mcp: MCPServer = MCPServer("hitlflow-test-recording", log_level="WARNING")
 
-    @mcp.tool(annotations=IRREVERSIBLE)
+    @mcp.tool(annotations=irreversible)
     async def delete(name: str, ctx: Context) -> str:
         """Delete something (irreversible)."""
         key = (ctx.request_context.meta or {}).get(IDEMPOTENCY_META_KEY)
@@ -63,7 +68,7 @@ def build_server(root: Path) -> MCPServer:
             await anyio.sleep_forever()
         return f"deleted {name}"
 
-    @mcp.tool(annotations=REVERSIBLE)
+    @mcp.tool(annotations=reversible)
     async def put(name: str, ctx: Context) -> str:
         """Put something (reversible): recorded like ``delete``, with ``"tool": "put"``."""
         key = (ctx.request_context.meta or {}).get(IDEMPOTENCY_META_KEY)

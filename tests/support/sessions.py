@@ -13,14 +13,28 @@ from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
+from temporalio.api.common.v1 import WorkflowExecution
+from temporalio.api.workflowservice.v1 import ResetStickyTaskQueueRequest
 from temporalio.client import Client, WorkflowHandle
 
 from activities.mcp.pool import McpClientPool
 from api.runtime.worker import build_worker
 from observation.exporter.note import Signer
 from workflows.config import SessionConfig
-from workflows.messages import CURRENT_BEHAVIOUR, LiveSession, SessionInput, SessionResult
+from workflows.messages import (
+    CURRENT_BEHAVIOUR,
+    LiveSession,
+    SessionInput,
+    SessionResult,
+    Timing,
+)
 from workflows.statechart import SessionStatus
+
+#: A session's input timing for tests that lose a worker or cannot reach a tool: a lost
+#: worker is noticed after 10 s (not 15 s, or 30 s for the LLM), a freely retried
+#: activity tries again after 0.1 s, 0.2 s ... (not 1 s, 2 s ...). What fires is the
+#: same, sooner.
+QUICK = Timing(heartbeat_s=10, retry_s=0.1)
 
 
 @asynccontextmanager
@@ -86,6 +100,18 @@ def worker_process(client: Client, task_queue: str,
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait()
+
+
+async def forget_worker(client: Client, *handles: WorkflowHandle) -> None:
+    """Tell Temporal that the worker which ran these sessions is gone with its cache
+    (``ResetStickyTaskQueue``, what the server does itself once it sees the worker
+    gone): their next workflow task goes to the task queue, for any worker, instead
+    of first waiting out the killed worker's sticky queue (10 s). Call it right after
+    a worker was killed, before anything schedules a workflow task; what the lost
+    worker held still costs its timeout."""
+    for h in handles:
+        await client.workflow_service.reset_sticky_task_queue(ResetStickyTaskQueueRequest(
+            namespace=client.namespace, execution=WorkflowExecution(workflow_id=h.id)))
 
 
 async def until_file(path: Path, limit_s: float = 60) -> None:

@@ -18,6 +18,8 @@ from activities.mcp.pool import McpClientPool
 from observation.exporter.follower import export_session
 from tests.support.mcp_servers import gone, received, recording_server
 from tests.support.sessions import (
+    QUICK,
+    forget_worker,
     running_worker,
     start_session,
     until,
@@ -26,7 +28,6 @@ from tests.support.sessions import (
     worker_process,
 )
 from tests.workflows.test_session_devserver import recorded
-from workflows.activity_calls import TOOL_HEARTBEAT
 from workflows.config import SessionConfig
 from workflows.messages import Behaviour, ReplyInput, SessionResult
 from workflows.outcome import (
@@ -129,8 +130,8 @@ async def test_killed_worker_retries_a_never_sent_call_and_asks_about_a_maybe_se
     task_queue = f"tq-{uuid.uuid4().hex[:8]}"
     # Idle servers close at once: the approved call starts its server anew.
     with worker_process(client, task_queue, env={"HITLFLOW_MCP_IDLE_S": "0"}):
-        a = await start_session(client, delete_then_end(unsent), task_queue)
-        b = await start_session(client, delete_then_end(maybe), task_queue)
+        a = await start_session(client, delete_then_end(unsent), task_queue, timing=QUICK)
+        b = await start_session(client, delete_then_end(maybe), task_queue, timing=QUICK)
         await until(a, lambda s: s.status == W)  # its tools are listed
         (unsent / "hang-start").touch()  # the next start of its server hangs
         await until_gone(unsent / "server.pid")  # the server that listed them closed
@@ -138,6 +139,7 @@ async def test_killed_worker_retries_a_never_sent_call_and_asks_about_a_maybe_se
         await approve(b)
         await until_file(unsent / "start-hung")  # starting the server: nothing sent
         await until_received(maybe, 1)  # the server holds the call: it may have run
+    await forget_worker(client, a, b)
     async with running_worker(client, task_queue):
         result: SessionResult = await a.result()  # after the heartbeat timeout
         state = await a.query("state", result_type=SessionState)
@@ -230,8 +232,9 @@ async def test_a_call_longer_than_the_heartbeat_timeout_completes(
         dev_worker, task_queue, tmp_path):
     """The precise heartbeats go through the client; the SDK's own heartbeat must go
     on too, or the worker's local heartbeat timeout (15 s) cancels a long call."""
-    (tmp_path / "slow-call").write_text(str(TOOL_HEARTBEAT.total_seconds() + 3))
-    h = await start_session(dev_worker.client, delete_then_end(tmp_path), task_queue)
+    (tmp_path / "slow-call").write_text(str(QUICK.heartbeat_s + 3))
+    h = await start_session(dev_worker.client, delete_then_end(tmp_path), task_queue,
+                            timing=QUICK)
     await approve(h)
     assert (await h.result()).status is SessionStatus.SUCCEEDED
     state = await h.query("state", result_type=SessionState)

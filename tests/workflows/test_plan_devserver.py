@@ -5,7 +5,13 @@ from __future__ import annotations
 
 import uuid
 
-from tests.support.sessions import running_worker, start_session, until_file, worker_process
+from tests.support.sessions import (
+    forget_worker,
+    running_worker,
+    start_session,
+    until_file,
+    worker_process,
+)
 from workflows.config import SessionConfig
 from workflows.messages import SessionResult
 from workflows.session_state import SessionState
@@ -25,6 +31,7 @@ async def test_worker_killed_mid_step_resumes_at_the_same_cursor(dev_env, tmp_pa
     with worker_process(client, task_queue):
         h = await start_session(client, cfg, task_queue)
         await until_file(started)  # step 1 is running now: kill the worker
+    await forget_worker(client, h)
     async with running_worker(client, task_queue):
         result: SessionResult = await h.result()
         state = await h.query("state", result_type=SessionState)

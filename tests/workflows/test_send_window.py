@@ -19,6 +19,8 @@ from activities.mcp.pool import McpClientPool
 from observation.exporter.follower import export_session
 from tests.support.mcp_servers import received, recording_server
 from tests.support.sessions import (
+    QUICK,
+    forget_worker,
     running_worker,
     start_session,
     until,
@@ -157,17 +159,20 @@ async def test_an_approved_call_survives_workers_killed_while_its_server_starts(
     client = dev_env.client
     idle = {"HITLFLOW_MCP_IDLE_S": "0"}  # the approved call starts its server anew
     with worker_process(client, task_queue, env=idle):
-        h = await start_session(client, delete_then_end(tmp_path, 600), task_queue)
+        h = await start_session(client, delete_then_end(tmp_path, 600), task_queue,
+                                timing=QUICK)
         await until(h, lambda s: s.status == W)  # its tools are listed
         (tmp_path / "hang-start").touch()  # the next start of its server hangs
         await until_gone(tmp_path / "server.pid")  # the server that listed them closed
         await approve(h)
         await until_file(tmp_path / "start-hung")  # starting the server: nothing sent
+    await forget_worker(client, h)
     for _ in range(2):  # the worker was killed; the next one meets a hung start again
         (tmp_path / "start-hung").unlink()
         (tmp_path / "hang-start").touch()
         with worker_process(client, task_queue, env=idle):
             await until_file(tmp_path / "start-hung")
+        await forget_worker(client, h)
     async with running_worker(client, task_queue):
         result: SessionResult = await h.result()
         state = await h.query("state", result_type=SessionState)
@@ -196,7 +201,9 @@ async def test_a_reversible_call_that_cannot_reach_its_tool_is_tried_again_for_t
             {"text": "finished", "end": True}]},
             "tools": [recording_server(tmp_path).model_dump()]}})
     async with running_worker(client, task_queue, pool=McpClientPool(idle_s=0)):
-        h = await start_session(client, config, task_queue, behaviour=behaviour)
+        # QUICK: each run of five attempts takes 0.1 s + 0.2 s + 0.4 s + 0.8 s, not 15 s.
+        h = await start_session(client, config, task_queue, behaviour=behaviour,
+                                timing=QUICK)
         snap = await until(h, lambda s: s.status == W)  # its tools are listed
         (tmp_path / "fail-start").touch()  # from now on the server cannot start
         await until_gone(tmp_path / "server.pid")

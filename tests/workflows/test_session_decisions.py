@@ -22,6 +22,7 @@ from api.runtime.worker import SESSION_RUNNER
 from observation.exporter import export_session
 from observation.schemas import load
 from tests.support.sessions import (
+    forget_worker,
     running_worker,
     start_session,
     until,
@@ -416,6 +417,7 @@ async def test_two_people_approve_across_continue_as_new_and_a_worker_kill(
                                                  principal=BOB))
         assert (again.type, again.details[0]["code"]) == (ANSWER_CONFLICT, "already_approved")
     # the worker was killed; the next one replays (the run continued as new meanwhile)
+    await forget_worker(client, h)
     async with running_worker(client, task_queue):
         state = await query_after_a_kill(h)
         assert state.continued_runs >= 1

@@ -16,6 +16,8 @@ from api.runtime.worker import run_worker
 from api.settings import HitlflowSettings
 from observation.exporter.decode import journal_of
 from tests.support.sessions import (
+    QUICK,
+    forget_worker,
     running_worker,
     start_session,
     until,
@@ -101,6 +103,7 @@ async def test_worker_killed_mid_session_loses_nothing(dev_env, notes, notes_dir
         h = await start_session(client, approve_then_confirm(notes), task_queue)
         snap = await until_status(h, W)
         assert snap.pending.kind == "approval"
+    await forget_worker(client, h)
     stop = asyncio.Event()
     # The killed worker's poller stays in the server's memory for a while; a window of
     # 0 s treats it as gone (as the default 90 s would a moment later): a cold start.
@@ -147,8 +150,9 @@ async def test_worker_lost_mid_call_fails_an_at_most_once_contract_as_unknown(
     task_queue = f"tq-{uuid.uuid4().hex[:8]}"
     launches = tmp_path / "launches.log"
     with worker_process(client, task_queue):
-        h = await start_session(client, cfg, task_queue)
+        h = await start_session(client, cfg, task_queue, timing=QUICK)
         await until_file(launches)  # the tool is running now: kill the worker
+    await forget_worker(client, h)
     async with running_worker(client, task_queue):
         result: SessionResult = await h.result()  # after the heartbeat timeout
         state = await h.query("state", result_type=SessionState)

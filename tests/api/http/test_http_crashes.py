@@ -42,7 +42,7 @@ from tests.api.http_support import (
     stack_settings,
     waiting,
 )
-from tests.support.sessions import running_exporter, worker_process
+from tests.support.sessions import forget_worker, running_exporter, worker_process
 
 _UPDATE_ACCEPTED = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED
 _TASK_TIMED_OUT = EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT
@@ -108,7 +108,9 @@ async def test_replies_across_a_killed_worker_are_answered_truthfully(
             assert r.status_code == 201, r.text
             sid = r.json()["session_id"]
             view = await session_until(http, sid, waiting("confirm"), consistency="live")
-        # The worker is gone (SIGKILL). Another takes the next task and is lost with it.
+        # The worker is gone (SIGKILL). Another takes the next task and is lost with it
+        # (at once: not after the killed worker's sticky queue timed it out first).
+        await forget_worker(client, client.get_workflow_handle(sid))
         rid = view["pending"]["request_id"]
         path = f"/api/sessions/{sid}/reply"
         lost = asyncio.create_task(_take_and_die(client, tq))

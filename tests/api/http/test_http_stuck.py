@@ -95,6 +95,9 @@ async def stuck_stack(dev_env: WorkflowEnvironment, free_port: Callable[[], int]
             stack = HttpStack(http=http, url=server.url, client=dev_env.client,
                               settings=settings)
             stack.poisoned = poisoned  # type: ignore[attr-defined]
+            # Started now, so the retries of its first task (the second attempt times
+            # out after 10 s) go on while the other test runs.
+            stack.stuck_at_start = await _start(stack, ON_START)  # type: ignore[attr-defined]
             yield stack
     finally:
         for sid in poisoned:  # they would retry for ever: end them
@@ -224,7 +227,8 @@ async def test_session_stuck_on_its_first_task(stuck_stack: HttpStack):
     """No task ever completed: the query waits for one and times out; the view from
     Temporal's record shows the session stuck in the status it was started with."""
     http = stuck_stack.http
-    sid = await _start(stuck_stack, ON_START)
+    sid = stuck_stack.stuck_at_start  # type: ignore[attr-defined]
+    assert sid.startswith(ON_START)
     view = await session_until(http, sid, _refusing, what="the session shown as stuck")
     assert view["status"] == "queued" and view["live"] is False
     assert "at the first task" in view["stuck"]["reason"]
