@@ -34,6 +34,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.messages import (
         Behaviour,
         EndInput,
+        MessageInput,
         ReplyInput,
         SessionInput,
         SessionResult,
@@ -48,6 +49,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.session_handlers import SessionHandlers
     from workflows.session_state import JOURNAL_MEMO_KEY, PendingRequest, SessionState
     from workflows.statechart import SessionEvent, SessionStatus, is_terminal
+    from workflows.steering import INTERRUPTED, InFlight, Interrupted, cut_message
 
 E, S = SessionEvent, SessionStatus
 
@@ -70,6 +72,11 @@ class SessionWorkflow(SessionHandlers, AgentTurn, PlanTurn):
         self._journal_for_activity: list[dict[str, Any]] | None = None
         self._published_since: Any = None
         self._refusals_recorded = 0  # record_refusal signals recorded in this run
+        self._in_flight: tuple[InFlight, Any] | None = None  # steering (issue 27)
+        self._interrupt: MessageInput | None = None
+        self._cutting: Any = None
+        self._waited_for: InFlight | None = None
+        self._cut_calls: tuple[int, int] | None = None
 
     @property
     def _s(self) -> SessionState:
@@ -129,27 +136,49 @@ class SessionWorkflow(SessionHandlers, AgentTurn, PlanTurn):
         return out
 
     async def _activity(self, name: str, arg: Any, result_type: type, *,
-                        contract: ExecutionContract | None = None, **options: Any) -> Any:
+                        contract: ExecutionContract | None = None,
+                        steering: InFlight | None = None, **options: Any) -> Any:
         """Every activity goes through here. Temporal delivers the session's
         cancellation as the activity's (an ActivityError whose cause is a
         CancelledError): turn it back into the session's, or the caller would take it
         for an ordinary failure and carry on. ``contract`` is the one the activity
-        works for: it ends CANCELLED, saying whether its outcome is unknown."""
+        works for: it ends CANCELLED, saying whether its outcome is unknown.
+        ``steering``: what the turn awaits, for an interrupt (``workflows.steering``):
+        cut by one, the activity raises ``Interrupted`` (its contract CANCELLED)."""
         self._flush(before_activity=True)
         handle = workflow.start_activity(name, arg, result_type=result_type, **options)
         if self._journal_for_activity is not None:
             raise RuntimeError("the journal was not carried: build the worker with "
                                "workflows.journal_carrier.INTERCEPTORS")
+        self._in_flight = (steering, handle) if steering is not None else None
         try:
             return await handle
         except ActivityError as err:
             if not is_cancelled_exception(err):
                 raise
+            if self._cutting is handle and steering is not None:
+                self._cutting = None
+                if contract is not None and not contract.is_terminal:
+                    by = decisions.name_of(self._interrupter())
+                    self._book.transition(contract, Trigger.CANCEL, Actor.USER,
+                                          workflow.now(), error_message=cut_message(by),
+                                          reason_code=INTERRUPTED)
+                raise Interrupted(steering) from err
             if contract is not None and not contract.is_terminal:
                 self._book.transition(contract, Trigger.CANCEL, Actor.USER, workflow.now(),
                                       error_message=cancelled_in_flight(contract),
                                       reason_code=cancelled_in_flight_code(contract))
             raise asyncio.CancelledError(CANCELLED) from err
+        finally:
+            self._in_flight = None
+            if self._cutting is handle:  # it had ended before its cancel could cut it
+                self._cutting = None
+
+    def _interrupter(self) -> PrincipalRef:
+        """Who asked for the interrupt under way (the log's ``by``)."""
+        order = self._interrupt
+        who = None if order is None else decisions.decider(order.principal, self._s.config)
+        return (who or TEMPORAL_ACCESS).ref()
 
     async def _wait(self, condition: Any, timeout: timedelta | None = None) -> None:
         self._flush()
