@@ -106,6 +106,12 @@ function onEvent(s, type, id, data) {
   if (id === null || !/^\d+$/.test(id) || type === "ecs" || type === "error") return;
   const seq = Number(id);
   if (type === "text") s.typing = "";
+  if (type === "TURN_INTERRUPTED" && payload.cut && payload.cut.kind === "llm_call") {
+    // the cut call's streamed text, kept on its line and marked as cut (live only: the
+    // log has what was cut, never the text of a call that did not finish)
+    if (s.typing) payload = { ...payload, partial_text: s.typing };
+    s.typing = "";
+  }
   add(s, seq, type, payload);
   if (type === "conversation.state.changed" && TERMINAL.has(payload.to)) s.ended = true;
   renderConversation(s);
