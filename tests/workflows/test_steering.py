@@ -17,7 +17,7 @@ from pydantic import ValidationError
 from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
 
 from observation.exporter import export_session
-from tests.fakes.openai_server import FakeOpenAIServer, tool_call
+from tests.fakes.openai_server import FakeOpenAIServer
 from tests.support.mcp_servers import received, recording_server
 from tests.support.sessions import start_session, until
 from workflows.config import SessionConfig
@@ -241,3 +241,41 @@ async def test_interrupt_while_waiting_is_a_plain_message_even_after_continue_as
     log = await log_of(client, h, tmp_path)
     cuts = [e["payload"] for e in log if e["type"] == "TURN_INTERRUPTED"]
     assert [c["cut"]["kind"] for c in cuts] == ["llm_call"]  # only the busy one cut
+
+
+async def test_interrupt_cuts_a_reversible_tool_call(dev_worker, task_queue, tmp_path):
+    (tmp_path / "hold-call").touch()
+    config = SessionConfig.model_validate({"mode": "auto", "initial_message": "put", "agent": {
+        "llm": {"provider": "scripted", "responses": [
+            {"tool_calls": [{"tool": "put", "arguments": {"name": "b"}}]},
+            {"text": "as you wish", "end": True}]},
+        "tools": [recording_server(tmp_path).model_dump()]}})
+    client = dev_worker.client
+    h = await start_session(client, config, task_queue, search_attributes=False)
+    try:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 30
+        while not received(tmp_path):  # the server holds the reversible call
+            assert loop.time() < deadline
+            await asyncio.sleep(0.02)
+        await h.execute_update("send_message", MessageInput(text="never mind",
+                                                            if_busy="interrupt"))
+        result = await h.result()
+    finally:
+        (tmp_path / "release").touch()
+    assert result.status is S.SUCCEEDED
+    state = await h.query("state", result_type=SessionState)
+    (put,) = [c for c in state.contracts if c.action_detail.get("tool") == "put"]
+    assert (put.status.value, put.reason_code) == ("cancelled", "interrupted")
+    assert len(received(tmp_path)) == 1  # cut, and not sent again
+    assert put.error_message == (
+        f"interrupted by {TEMPORAL} while the call was under way; cut")
+    log = await log_of(client, h, tmp_path)
+    (cut,) = [e["payload"] for e in log if e["type"] == "TURN_INTERRUPTED"]
+    assert cut["cut"] == {"kind": "tool_call", "id": put.execution_id, "tool": "put",
+                          "server": "recorder", "safety": "reversible"}
+    kinds = [e["type"] for e in log]
+    assert kinds.index("TURN_INTERRUPTED") < kinds.index("message", kinds.index(
+        "TURN_INTERRUPTED"))  # then the new turn, with the message
+    told = [m for m in state.conversation if m.role == "tool"]
+    assert len(told) == 1 and told[0].tool_call_id == put.action_detail["tool_call_id"]
