@@ -267,9 +267,16 @@ def say(session_id: SessionArg, text: Annotated[str, typer.Argument()],
     if if_busy is not IfBusy.enqueue:
         body["if_busy"] = if_busy.value
     with api_of(stack) as api:
-        readable(api, session_id, api.post(f"/api/sessions/{session_id}/messages", body))
-    typer.echo("message accepted" + (" (interrupting the agent's turn)"
-                                     if if_busy is IfBusy.interrupt else ""))
+        ack = api.post(f"/api/sessions/{session_id}/messages", body)
+        if (ack or {}).get("status") == "running":
+            # The agent works: the message is taken at its next step (or once the call
+            # an interrupt waits for is done), not now: nothing to wait for here.
+            typer.echo("message accepted" + (
+                ": interrupting the agent's turn" if if_busy is IfBusy.interrupt
+                else ": the agent takes it at its next step"))
+            return
+        readable(api, session_id, ack)
+    typer.echo("message accepted")
 
 
 session_app.command("say")(stack_options(say))
