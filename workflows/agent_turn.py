@@ -80,6 +80,7 @@ with workflow.unsafe.imports_passed_through():
         InFlight,
         Interrupted,
         cancelled_message,
+        cut_text_message,
         dropped_tool_text,
         interrupted_entry,
     )
@@ -156,6 +157,9 @@ class AgentTurn:
         if cut is not None and cut.kind == "llm_call":
             self._cut_calls = (s.llm_calls, self._cut_calls[1] + 1 if self._cut_calls
                                and self._cut_calls[0] == s.llm_calls else 1)
+            if cut.partial_text:  # the model sees what it had written, marked as cut
+                self._book.say(ChatMessage(role="assistant",
+                                           content=cut_text_message(cut.partial_text, by)))
         elif cut is not None:  # the read-only or reversible call cut (CANCELLED)
             c = s.contract(cut.id)
             self._book.say(agent.consequence_message(c, c.action_detail.get("tool_call_id")))

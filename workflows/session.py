@@ -13,6 +13,7 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
+from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, is_cancelled_exception
 
 with workflow.unsafe.imports_passed_through():
@@ -49,7 +50,15 @@ with workflow.unsafe.imports_passed_through():
     from workflows.session_handlers import SessionHandlers
     from workflows.session_state import JOURNAL_MEMO_KEY, PendingRequest, SessionState
     from workflows.statechart import SessionEvent, SessionStatus, is_terminal
-    from workflows.steering import INTERRUPTED, InFlight, Interrupted, cut_message
+    from workflows.steering import (
+        INTERRUPTED,
+        CutText,
+        CutTextInput,
+        InFlight,
+        Interrupted,
+        cut_message,
+        with_partial,
+    )
 
 E, S = SessionEvent, SessionStatus
 
@@ -163,6 +172,8 @@ class SessionWorkflow(SessionHandlers, AgentTurn, PlanTurn):
                     self._book.transition(contract, Trigger.CANCEL, Actor.USER,
                                           workflow.now(), error_message=cut_message(by),
                                           reason_code=INTERRUPTED)
+                if steering.kind == "llm_call":
+                    steering = with_partial(steering, await self._cut_text(steering.id))
                 raise Interrupted(steering) from err
             if contract is not None and not contract.is_terminal:
                 self._book.transition(contract, Trigger.CANCEL, Actor.USER, workflow.now(),
@@ -173,6 +184,18 @@ class SessionWorkflow(SessionHandlers, AgentTurn, PlanTurn):
             self._in_flight = None
             if self._cutting is handle:  # it had ended before its cancel could cut it
                 self._cutting = None
+
+    async def _cut_text(self, call_id: str) -> CutText | None:
+        """What the cut LLM call had streamed (a local activity: the worker's memory of
+        it), or None when it cannot say."""
+        self._flush()
+        try:
+            return await workflow.execute_local_activity(
+                "llm_cut_text", CutTextInput(session_id=self._s.session_id, call_id=call_id),
+                result_type=CutText, start_to_close_timeout=timedelta(seconds=10),
+                retry_policy=RetryPolicy(maximum_attempts=1))
+        except ActivityError:
+            return None
 
     def _interrupter(self) -> PrincipalRef:
         """Who asked for the interrupt under way (the log's ``by``)."""

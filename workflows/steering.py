@@ -43,6 +43,10 @@ class InFlight(BaseModel):
     tool: str | None = None
     server: str | None = None
     safety: str | None = None  # a tool call's SafetyClass value
+    # A cut LLM call: the text it had streamed (clipped to PARTIAL_LIMIT) and its length,
+    # as the worker that ran it knew them (None: not known here)
+    partial_text: str | None = None
+    partial_chars: int | None = None
 
     def cuttable(self) -> bool:
         """An LLM call, a read-only or a reversible tool call may be cut; an
@@ -53,6 +57,37 @@ class InFlight(BaseModel):
 
     def described(self) -> dict[str, Any]:
         return self.model_dump(mode="json", exclude_none=True)
+
+
+#: The most of a cut call's streamed text the log and the conversation keep.
+PARTIAL_LIMIT = 4000
+
+
+class CutTextInput(BaseModel):
+    """The ``llm_cut_text`` local activity's input: which cut call's text."""
+
+    session_id: str
+    call_id: str
+
+
+class CutText(BaseModel):
+    """What a cut LLM call had streamed, as the worker that ran it knew it."""
+
+    text: str | None = None
+    chars: int = 0
+
+
+def with_partial(cut: InFlight, text: CutText | None) -> InFlight:
+    """The cut LLM call with the text it had streamed, clipped, when known."""
+    if text is None or text.text is None:
+        return cut
+    return cut.model_copy(update={"partial_text": text.text[:PARTIAL_LIMIT],
+                                  "partial_chars": text.chars})
+
+
+def cut_text_message(partial: str, by: str) -> str:
+    """What the conversation keeps of a cut answer: its text, marked as cut."""
+    return f"{partial}\n\n[cut: interrupted by {by} before the answer was finished]"
 
 
 class Interrupted(Exception):

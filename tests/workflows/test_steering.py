@@ -25,7 +25,14 @@ from workflows.messages import MessageInput, ReplyInput
 from workflows.people import TEMPORAL_ACCESS
 from workflows.session_state import SessionState
 from workflows.statechart import SessionStatus
-from workflows.steering import InFlight, steer
+from workflows.steering import (
+    PARTIAL_LIMIT,
+    CutText,
+    InFlight,
+    cut_text_message,
+    steer,
+    with_partial,
+)
 
 S = SessionStatus
 KEY_ENV = "TEST_STEER_LLM_KEY"
@@ -153,7 +160,13 @@ async def test_interrupt_cuts_a_slow_llm_call_and_starts_a_new_turn_reject_chang
         ("message", "stop: write a haiku"), ("LLM_CALL_STARTED", f"{cut_id}-after-cut1"),
         ("LLM_CALL_FINISHED", f"{cut_id}-after-cut1"), ("text", f"{cut_id}-after-cut1")]
     (cut,) = [e["payload"] for e in log if e["type"] == "TURN_INTERRUPTED"]
-    assert cut["cut"] == {"kind": "llm_call", "id": cut_id}
+    # the text the call had streamed, kept and marked as cut: in the log and for the model
+    assert cut["cut"] == {"kind": "llm_call", "id": cut_id, "partial_text": "Once upon",
+                          "partial_chars": 9}
+    assert [(m["role"], m["content"]) for m in fake_openai.requests[1].body["messages"]
+            if m["role"] == "assistant"] == [
+        ("assistant", f"Once upon\n\n[cut: interrupted by {TEMPORAL} before the answer was "
+                      "finished]")]
     assert (cut["reason"], cut["by"], cut["turn"]) == ("interrupt", TEMPORAL, 2)
     # the cut call is in the log by its id, once: it never started nor finished there
     assert not any(e["payload"].get("call_id") == cut_id for e in log)
@@ -279,3 +292,12 @@ async def test_interrupt_cuts_a_reversible_tool_call(dev_worker, task_queue, tmp
         "TURN_INTERRUPTED"))  # then the new turn, with the message
     told = [m for m in state.conversation if m.role == "tool"]
     assert len(told) == 1 and told[0].tool_call_id == put.action_detail["tool_call_id"]
+
+
+def test_a_cut_calls_text_is_kept_clipped_and_marked():
+    long = CutText(text="x" * (PARTIAL_LIMIT + 10), chars=PARTIAL_LIMIT + 10)
+    kept = with_partial(LLM, long)
+    assert kept.partial_text == "x" * PARTIAL_LIMIT and kept.partial_chars == PARTIAL_LIMIT + 10
+    assert with_partial(LLM, None) == LLM == with_partial(LLM, CutText())
+    assert cut_text_message("Once", "ann") == (
+        "Once\n\n[cut: interrupted by ann before the answer was finished]")
