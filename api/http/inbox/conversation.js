@@ -135,9 +135,12 @@ function entry(type, p, seq) {
     case "ISSUE_RESOLVED": // what the answer line does not say: edits, standing decisions
       return decisionLine(p, seq);
     case "TURN_INTERRUPTED": // a message cut the agent's turn (issue 27)
+    { // what the cut call had streamed: from the log, else what this page saw stream
+      const partial = (p.cut && p.cut.partial_text) || p.partial_text;
       return line(`Interrupted by ${p.by || "someone"}`, "person", seq, cutText(p),
-        p.partial_text ? [" ", h("span", { class: "text cut", title: "cut: the rest was "
-          + "never written" }, `${p.partial_text} [cut]`)] : "");
+        partial ? [" ", h("span", { class: "text cut", title: "cut: the rest was never "
+          + "written" }, `${partial} [cut]`)] : "");
+    }
     case "ISSUE_REMINDED": // the wait's steps (issue 26)
       return line("Reminded", "ask", seq, `request ${p.issue_id} (${p.kind}): `,
         `for ${(p.approvers || []).join(", ") || "its addressees"}`);

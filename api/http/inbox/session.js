@@ -107,9 +107,9 @@ function onEvent(s, type, id, data) {
   const seq = Number(id);
   if (type === "text") s.typing = "";
   if (type === "TURN_INTERRUPTED" && payload.cut && payload.cut.kind === "llm_call") {
-    // the cut call's streamed text, kept on its line and marked as cut (live only: the
-    // log has what was cut, never the text of a call that did not finish)
-    if (s.typing) payload = { ...payload, partial_text: s.typing };
+    // the cut call's streamed text, shown on its line marked as cut (the log has it
+    // when the worker that streamed it could say; else what this page saw stream)
+    if (s.typing && !payload.cut.partial_text) payload = { ...payload, partial_text: s.typing };
     s.typing = "";
   }
   add(s, seq, type, payload);
