@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+import uuid
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,14 @@ from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
 from observation.exporter import export_session
 from tests.fakes.openai_server import FakeOpenAIServer
 from tests.support.mcp_servers import received, recording_server
-from tests.support.sessions import start_session, until
+from tests.support.sessions import (
+    QUICK,
+    forget_worker,
+    running_worker,
+    start_session,
+    until,
+    worker_process,
+)
 from workflows.config import SessionConfig
 from workflows.messages import MessageInput, ReplyInput
 from workflows.people import TEMPORAL_ACCESS
@@ -301,3 +309,35 @@ def test_a_cut_calls_text_is_kept_clipped_and_marked():
     assert with_partial(LLM, None) == LLM == with_partial(LLM, CutText())
     assert cut_text_message("Once", "ann") == (
         "Once\n\n[cut: interrupted by ann before the answer was finished]")
+
+
+async def test_an_interrupt_after_a_worker_kill_loses_nothing_and_runs_nothing_twice(
+        dev_env, fake_openai, api_key, tmp_path):
+    """The worker that runs the slow call is killed; the interrupt is taken by the next
+    worker: the lost call is cut (its text is not known there), the new turn runs once."""
+    held = threading.Event()
+    fake_openai.reply_text("Once upon a time", pieces=["Once upon", " a time"], hold=held,
+                           hold_after=1)
+    fake_openai.reply_text("Short, then.")
+    client = dev_env.client
+    task_queue = f"tq-{uuid.uuid4().hex[:8]}"
+    try:
+        with worker_process(client, task_queue):
+            h = await start_session(client, openai_config(fake_openai), task_queue,
+                                    search_attributes=False, timing=QUICK)
+            await until_requests(fake_openai, 1)
+        await forget_worker(client, h)  # killed (SIGKILL) with the call under way
+        update = asyncio.create_task(h.execute_update(
+            "send_message", MessageInput(text="make it short", if_busy="interrupt")))
+        async with running_worker(client, task_queue):
+            await update
+            result = await h.result()
+    finally:
+        held.set()
+    assert result.status is S.SUCCEEDED
+    assert len(fake_openai.requests) == 2  # the held call, then the new turn's: once each
+    assert said_by_user(fake_openai.requests[1]) == ["write a long essay", "make it short"]
+    log = await log_of(client, h, tmp_path)
+    (cut,) = [e["payload"] for e in log if e["type"] == "TURN_INTERRUPTED"]
+    assert cut["cut"] == {"kind": "llm_call", "id": f"{h.id}-llm-0"}  # no text known here
+    assert [e["payload"]["text"] for e in log if e["type"] == "text"] == ["Short, then."]
