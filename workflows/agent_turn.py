@@ -152,7 +152,7 @@ class AgentTurn:
         s, now = self._s, workflow.now()
         who = self._interrupter()
         by = decisions.name_of(who)
-        order, waited = self._interrupt, self._waited_for
+        waited = self._waited_for
         self._interrupt, self._waited_for = None, None
         if cut is not None and cut.kind == "llm_call":
             self._cut_calls = (s.llm_calls, self._cut_calls[1] + 1 if self._cut_calls
@@ -184,8 +184,7 @@ class AgentTurn:
         s.turns += 1
         s.turn_llm_calls = 0
         self._book.journal("turn.interrupted", now, interrupted_entry(
-            by=by, principal=who.model_dump(mode="json") if order is not None
-            and order.principal is not None else None, cut=cut, waited_for=waited,
+            by=by, principal=who.model_dump(mode="json"), cut=cut, waited_for=waited,
             cancelled=cancelled, dropped=dropped, turn=s.turns))
 
     def _loop_v2(self) -> bool:

@@ -176,6 +176,7 @@ async def test_interrupt_cuts_a_slow_llm_call_and_starts_a_new_turn_reject_chang
         ("assistant", f"Once upon\n\n[cut: interrupted by {TEMPORAL} before the answer was "
                       "finished]")]
     assert (cut["reason"], cut["by"], cut["turn"]) == ("interrupt", TEMPORAL, 2)
+    assert cut["principal"] == TEMPORAL_ACCESS.ref().model_dump(mode="json")  # who
     # the cut call is in the log by its id, once: it never started nor finished there
     assert not any(e["payload"].get("call_id") == cut_id for e in log)
 
