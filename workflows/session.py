@@ -165,7 +165,10 @@ class SessionWorkflow(SessionHandlers, AgentTurn, PlanTurn):
         except ActivityError as err:
             if not is_cancelled_exception(err):
                 raise
-            if self._cutting is handle and steering is not None:
+            task = asyncio.current_task()
+            if self._cutting is handle and steering is not None and not (
+                    task is not None and task.cancelling()):  # not the session's cancel
+                # (that wins: it came for the same activity while the cut was on its way)
                 self._cutting = None
                 if contract is not None and not contract.is_terminal:
                     by = decisions.name_of(self._interrupter())

@@ -15,7 +15,12 @@ from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
-from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.client import (
+    WorkflowExecutionStatus,
+    WorkflowFailureError,
+    WorkflowHandle,
+    WorkflowUpdateFailedError,
+)
 
 from observation.exporter import export_session
 from tests.fakes.openai_server import FakeOpenAIServer
@@ -342,3 +347,25 @@ async def test_an_interrupt_after_a_worker_kill_loses_nothing_and_runs_nothing_t
     (cut,) = [e["payload"] for e in log if e["type"] == "TURN_INTERRUPTED"]
     assert cut["cut"] == {"kind": "llm_call", "id": f"{h.id}-llm-0"}  # no text known here
     assert [e["payload"]["text"] for e in log if e["type"] == "text"] == ["Short, then."]
+
+
+async def test_a_cancel_right_after_an_interrupt_still_cancels_the_session(
+        dev_worker, task_queue, fake_openai, api_key):
+    held = threading.Event()
+    for text in ("Once upon a time", "A haiku"):
+        fake_openai.reply_text(text, pieces=[text[:4], text[4:]], hold=held, hold_after=1)
+    client = dev_worker.client
+    try:
+        h = await start_session(client, openai_config(fake_openai), task_queue,
+                                search_attributes=False)
+        await until_requests(fake_openai, 1)
+        await h.execute_update("send_message", MessageInput(text="a haiku",
+                                                            if_busy="interrupt"))
+        await h.cancel()  # the session's cancel wins over the turn's cut, in any order
+        with pytest.raises(WorkflowFailureError):
+            await h.result()
+    finally:
+        held.set()
+    desc = await h.describe()
+    assert desc.status == WorkflowExecutionStatus.CANCELED
+    assert len(fake_openai.requests) <= 2
