@@ -69,5 +69,9 @@ async def test_the_person_interrupts_the_agent_from_the_inbox(
         await expect(conversation).to_contain_text("A haiku, then.")
         await expect(page.get_by_label("Your message")).to_be_visible()  # its next turn ended
         assert "wait for me" not in await conversation.inner_text()
+        # the read model counts the turns as the workflow does: the cut one, the new one
+        live = await http_stack.client.get_workflow_handle(sid).query("snapshot")
+        read = (await http_stack.http.get(f"/api/sessions/{sid}")).json()
+        assert live["turns"] == read["turns"] == 2
     finally:
         held.set()
