@@ -13,6 +13,7 @@ import threading
 import uuid
 from pathlib import Path
 
+import jsonschema
 import pytest
 from pydantic import ValidationError
 from temporalio.client import (
@@ -23,6 +24,7 @@ from temporalio.client import (
 )
 
 from observation.exporter import export_session
+from observation.schemas import load
 from tests.fakes.openai_server import FakeOpenAIServer
 from tests.support.mcp_servers import received, recording_server
 from tests.support.sessions import (
@@ -125,10 +127,18 @@ async def until_requests(server: FakeOpenAIServer, n: int, limit_s: float = 30) 
         await asyncio.sleep(0.02)
 
 
+EVENT_SCHEMA = jsonschema.Draft202012Validator(load("event"),
+                                               format_checker=jsonschema.FormatChecker())
+
+
 async def log_of(client, h: WorkflowHandle, tmp_path: Path) -> list[dict]:
+    """The session's exported log; every line validates against the event schema."""
     await export_session(client, h.id, tmp_path / "runs")
     text = (tmp_path / "runs" / h.id / "events.ndjson").read_text()
-    return [json.loads(line) for line in text.splitlines()]
+    lines = [json.loads(line) for line in text.splitlines()]
+    for line in lines:
+        EVENT_SCHEMA.validate(line)
+    return lines
 
 
 def said_by_user(request) -> list[str]:
