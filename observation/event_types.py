@@ -52,6 +52,7 @@ ISSUE_APPROVAL_RECORDED = "ISSUE_APPROVAL_RECORDED"  # one approval of several (
 STANDING_DECISION_REVOKED = "STANDING_DECISION_REVOKED"  # "do not ask again" undone
 ISSUE_REMINDED = "ISSUE_REMINDED"  # the wait's reminder (issue 26)
 ISSUE_ESCALATED = "ISSUE_ESCALATED"  # the wait's escalation: the request's addressees grow
+TURN_INTERRUPTED = "TURN_INTERRUPTED"  # a message cut the agent's turn (issue 27)
 REPLY_REFUSED = "interaction.reply.refused"
 MESSAGE = "message"
 PROVIDER_WAITING = "provider.waiting"
@@ -125,6 +126,7 @@ EVENT_TYPES: tuple[LogEventType, ...] = (
     _T(STANDING_DECISION_REVOKED, "journal", schema="STANDING_DECISION_REVOKED", sse=True),
     _T(ISSUE_REMINDED, "journal", schema="ISSUE_REMINDED", sse=True),
     _T(ISSUE_ESCALATED, "journal", schema="ISSUE_ESCALATED", sse=True),
+    _T(TURN_INTERRUPTED, "journal", schema="TURN_INTERRUPTED", sse=True),
     *(_T(t, "journal") for t in FCMP_INTERACTION_TYPES),
     _T(CONVERSATION_STATE_CHANGED, "journal", schema="conversation.state.changed", sse=True),
     _T(REPLY_REFUSED, "journal"),
@@ -193,6 +195,7 @@ JOURNAL_KINDS: Mapping[str, JournalLead] = {
     "standing.revoked": JournalLead((STANDING_DECISION_REVOKED,)),
     "request.reminded": JournalLead((ISSUE_REMINDED,)),
     "request.escalated": JournalLead((ISSUE_ESCALATED,)),
+    "turn.interrupted": JournalLead((TURN_INTERRUPTED,)),
 }
 _LEAD_OF: dict[str, JournalLead] = {t: lead for lead in JOURNAL_KINDS.values()
                                     for t in lead.types}

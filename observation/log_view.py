@@ -203,6 +203,10 @@ class SessionLogView(LogFold):
         elif not waiting:
             self.waiting_since = None
 
+    @folds(ev.TURN_INTERRUPTED)
+    def _interrupted(self, p: dict[str, Any], _: dict[str, Any]) -> None:
+        self.turns += 1  # a message cut the turn: a new one starts (issue 27)
+
     def _fcmp(self, event: dict[str, Any]) -> None:
         # A status change's FCMP events follow it, from the same history event.
         if self.history and self._change_from == _history_event(event["event_id"]):

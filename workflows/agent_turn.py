@@ -75,6 +75,15 @@ with workflow.unsafe.imports_passed_through():
     from workflows.safety import SafetyClass, at_most_once
     from workflows.session_state import PendingRequest, QueuedAction
     from workflows.statechart import SessionEvent, SessionStatus
+    from workflows.steering import (
+        INTERRUPTED,
+        InFlight,
+        Interrupted,
+        cancelled_message,
+        cut_text_message,
+        dropped_tool_text,
+        interrupted_entry,
+    )
 
 E, S = SessionEvent, SessionStatus
 
@@ -85,30 +94,98 @@ class AgentTurn:
     _s: Any
     _input: SessionInput
     _book: Any
+    _interrupt: Any
+    _waited_for: InFlight | None
+    _cut_calls: tuple[int, int] | None  # (LLM call index, cuts at it) of the last cut
 
     async def _run_agent(self) -> None:
         if not await self._ensure_catalog():
             return
-        while self._s.status == S.RUNNING:
-            if await self._drain_actions():
-                return
-            answer = await self._think()
-            if answer is None:
-                return
-            if self._judge_mistakes(answer.tool_calls):
-                return
-            self._s.queued_actions = [QueuedAction(tool_call=c) for c in answer.tool_calls]
-            if answer.ecs_request is not None:
-                self._s.queued_actions.append(QueuedAction(ecs_request=answer.ecs_request))
-            if self._s.queued_actions:
-                continue
-            if answer.end or self._s.config.mode == "auto":
-                self._fire(E.RUN_SUCCEEDED, {"text": answer.text or ""})
-                return
-            self._ask(PendingRequest(
-                request_id=f"message-{self._s.llm_calls}", kind="message",
-                prompt=answer.text or "", created_at=workflow.now(),
-            ))
+        try:
+            while self._s.status == S.RUNNING:
+                try:
+                    if await self._turn_step():
+                        return
+                except Interrupted as ended:
+                    self._end_interrupted_turn(ended.cut)
+        finally:
+            # the turn left RUNNING (it asks the person, or ended): an interrupt not
+            # taken yet is a plain message now (it is in the inbox)
+            self._interrupt, self._waited_for = None, None
+
+    async def _turn_step(self) -> bool:
+        """One LLM answer and its actions; True once the turn is over."""
+        self._check_interrupt()
+        if await self._drain_actions():
+            return True
+        answer = await self._think()
+        if answer is None:
+            return True
+        if self._judge_mistakes(answer.tool_calls):
+            return True
+        self._s.queued_actions = [QueuedAction(tool_call=c) for c in answer.tool_calls]
+        if answer.ecs_request is not None:
+            self._s.queued_actions.append(QueuedAction(ecs_request=answer.ecs_request))
+        if self._s.queued_actions:
+            return False
+        if answer.end or self._s.config.mode == "auto":
+            self._fire(E.RUN_SUCCEEDED, {"text": answer.text or ""})
+            return True
+        self._ask(PendingRequest(
+            request_id=f"message-{self._s.llm_calls}", kind="message",
+            prompt=answer.text or "", created_at=workflow.now(),
+        ))
+        return True
+
+    # -- steering (issue 27: workflows.steering) ---------------------------------------
+
+    def _check_interrupt(self) -> None:
+        """A cut point between two steps of the turn: an interrupt asked for ends it."""
+        if self._interrupt is not None:
+            raise Interrupted(None)
+
+    def _end_interrupted_turn(self, cut: InFlight | None) -> None:
+        """The old turn ends: its approved calls that have not run are cancelled and its
+        queued actions dropped (the model is told of each), the log says what was cut,
+        why and by whom (``turn.interrupted``); the next LLM call starts the new turn
+        with the message (it is in the inbox)."""
+        s, now = self._s, workflow.now()
+        who = self._interrupter()
+        by = decisions.name_of(who)
+        waited = self._waited_for
+        self._interrupt, self._waited_for = None, None
+        if cut is not None and cut.kind == "llm_call":
+            self._cut_calls = (s.llm_calls, self._cut_calls[1] + 1 if self._cut_calls
+                               and self._cut_calls[0] == s.llm_calls else 1)
+            if cut.partial_text:  # the model sees what it had written, marked as cut
+                self._book.say(ChatMessage(role="assistant",
+                                           content=cut_text_message(cut.partial_text, by)))
+        elif cut is not None:  # the read-only or reversible call cut (CANCELLED)
+            c = s.contract(cut.id)
+            self._book.say(agent.consequence_message(c, c.action_detail.get("tool_call_id")))
+        cancelled = []
+        for c in [c for c in s.contracts if c.status.value == "running"
+                  and c.action_type is ActionType.TOOL_CALL]:
+            self._book.transition(c, Trigger.CANCEL, Actor.USER, now,
+                                  error_message=cancelled_message(by),
+                                  reason_code=INTERRUPTED)
+            self._book.say(agent.consequence_message(c, c.action_detail.get("tool_call_id")))
+            cancelled.append(c.execution_id)
+        dropped: list[dict[str, Any]] = []
+        for action in s.queued_actions:
+            if action.tool_call is not None:
+                self._book.say(ChatMessage(role="tool", content=dropped_tool_text(by),
+                                           tool_call_id=action.tool_call.id))
+                dropped.append({"tool_call_id": action.tool_call.id,
+                                "tool": action.tool_call.tool})
+            elif action.ecs_request is not None:
+                dropped.append({"ecs_request": action.ecs_request.kind})
+        s.queued_actions = []
+        s.turns += 1
+        s.turn_llm_calls = 0
+        self._book.journal("turn.interrupted", now, interrupted_entry(
+            by=by, principal=who.model_dump(mode="json"), cut=cut, waited_for=waited,
+            cancelled=cancelled, dropped=dropped, turn=s.turns))
 
     def _loop_v2(self) -> bool:
         """Sessions started before the agent loop learned provider waits, model
@@ -165,6 +242,8 @@ class AgentTurn:
         v2, waits, attempt = self._loop_v2(), ProviderWaits(), 0
         while True:
             call_id = f"{s.session_id}-llm-{s.llm_calls}" + (f"-retry{attempt}" if attempt else "")
+            if self._cut_calls and self._cut_calls[0] == s.llm_calls:  # after a cut call
+                call_id += f"-after-cut{self._cut_calls[1]}"
             try:
                 answer = await self._activity(
                     "llm_call",
@@ -178,6 +257,7 @@ class AgentTurn:
                     start_to_close_timeout=timedelta(seconds=llm.timeout_s + 30),
                     heartbeat_timeout=heartbeat(LLM_HEARTBEAT, self._input.timing),
                     retry_policy=ONE_ATTEMPT if v2 else retry_freely(self._input.timing),
+                    steering=InFlight(kind="llm_call", id=call_id),
                 )
                 break
             except ActivityError as err:
@@ -191,6 +271,7 @@ class AgentTurn:
                     self._close(E.RUN_FAILED, retry.fail_reason, Actor.REASONING)
                     return None
                 await self._wait_for_provider(call_id, failure, retry)
+                self._check_interrupt()  # asked for during the wait: no retry
                 waits, attempt = retry.waits, attempt + 1
         if attempt:
             workflow.set_current_details(waiting_details(s))
@@ -234,8 +315,10 @@ class AgentTurn:
                   and c.action_type is ActionType.TOOL_CALL]:
             if s.status != S.RUNNING:  # it asked the person what became of a call
                 break
+            self._check_interrupt()
             await self._execute(c)
         while s.queued_actions and s.status == S.RUNNING:
+            self._check_interrupt()
             action = s.queued_actions.pop(0)
             if action.ecs_request is not None:
                 self._ask_person(action.ecs_request)
@@ -343,7 +426,9 @@ class AgentTurn:
                     start_to_close_timeout=TOOL_TIMEOUT,
                     heartbeat_timeout=heartbeat(TOOL_HEARTBEAT, self._input.timing),
                     retry_policy=AT_MOST_ONCE if once else retry_freely(self._input.timing),
-                    contract=c,
+                    contract=c, steering=InFlight(kind="tool_call", id=c.execution_id,
+                                                  tool=d["tool"], server=d["server"],
+                                                  safety=d["safety"]),
                 )
             except ActivityError as err:
                 msg, code = failure_text(err), None

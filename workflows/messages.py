@@ -25,6 +25,7 @@ from workflows.limits import MAX_DEPTH_CEILING, value_problem
 from workflows.people import Principal
 from workflows.session_state import PendingRequest, SessionState, StatusChange
 from workflows.statechart import SessionStatus
+from workflows.steering import IfBusy
 
 
 class Behaviour(IntEnum):
@@ -159,6 +160,17 @@ class MessageInput(BaseModel):
     text: str = Field(min_length=1, max_length=100_000)
     by: str = Field(default="user", min_length=1, max_length=200)
     principal: Principal | None = None
+    # What the message does while the agent works (issue 27, ``workflows.steering``):
+    # wait for the next LLM call (enqueue), cut the turn (interrupt), or be refused
+    # (reject). Left out of the JSON while "enqueue", so inputs are what they were.
+    if_busy: IfBusy = "enqueue"
+
+    @model_serializer(mode="wrap")
+    def _compact(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data = handler(self)
+        if data.get("if_busy") == "enqueue":
+            data.pop("if_busy")
+        return data
 
 
 class EndInput(BaseModel):

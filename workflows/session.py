@@ -13,6 +13,7 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
+from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, is_cancelled_exception
 
 with workflow.unsafe.imports_passed_through():
@@ -34,6 +35,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.messages import (
         Behaviour,
         EndInput,
+        MessageInput,
         ReplyInput,
         SessionInput,
         SessionResult,
@@ -48,6 +50,15 @@ with workflow.unsafe.imports_passed_through():
     from workflows.session_handlers import SessionHandlers
     from workflows.session_state import JOURNAL_MEMO_KEY, PendingRequest, SessionState
     from workflows.statechart import SessionEvent, SessionStatus, is_terminal
+    from workflows.steering import (
+        INTERRUPTED,
+        CutText,
+        CutTextInput,
+        InFlight,
+        Interrupted,
+        cut_message,
+        with_partial,
+    )
 
 E, S = SessionEvent, SessionStatus
 
@@ -70,6 +81,11 @@ class SessionWorkflow(SessionHandlers, AgentTurn, PlanTurn):
         self._journal_for_activity: list[dict[str, Any]] | None = None
         self._published_since: Any = None
         self._refusals_recorded = 0  # record_refusal signals recorded in this run
+        self._in_flight: tuple[InFlight, Any] | None = None  # steering (issue 27)
+        self._interrupt: MessageInput | None = None
+        self._cutting: Any = None
+        self._waited_for: InFlight | None = None
+        self._cut_calls: tuple[int, int] | None = None
 
     @property
     def _s(self) -> SessionState:
@@ -129,27 +145,66 @@ class SessionWorkflow(SessionHandlers, AgentTurn, PlanTurn):
         return out
 
     async def _activity(self, name: str, arg: Any, result_type: type, *,
-                        contract: ExecutionContract | None = None, **options: Any) -> Any:
+                        contract: ExecutionContract | None = None,
+                        steering: InFlight | None = None, **options: Any) -> Any:
         """Every activity goes through here. Temporal delivers the session's
         cancellation as the activity's (an ActivityError whose cause is a
         CancelledError): turn it back into the session's, or the caller would take it
         for an ordinary failure and carry on. ``contract`` is the one the activity
-        works for: it ends CANCELLED, saying whether its outcome is unknown."""
+        works for: it ends CANCELLED, saying whether its outcome is unknown.
+        ``steering``: what the turn awaits, for an interrupt (``workflows.steering``):
+        cut by one, the activity raises ``Interrupted`` (its contract CANCELLED)."""
         self._flush(before_activity=True)
         handle = workflow.start_activity(name, arg, result_type=result_type, **options)
         if self._journal_for_activity is not None:
             raise RuntimeError("the journal was not carried: build the worker with "
                                "workflows.journal_carrier.INTERCEPTORS")
+        self._in_flight = (steering, handle) if steering is not None else None
         try:
             return await handle
         except ActivityError as err:
             if not is_cancelled_exception(err):
                 raise
+            task = asyncio.current_task()
+            if self._cutting is handle and steering is not None and not (
+                    task is not None and task.cancelling()):  # not the session's cancel
+                # (that wins: it came for the same activity while the cut was on its way)
+                self._cutting = None
+                if contract is not None and not contract.is_terminal:
+                    by = decisions.name_of(self._interrupter())
+                    self._book.transition(contract, Trigger.CANCEL, Actor.USER,
+                                          workflow.now(), error_message=cut_message(by),
+                                          reason_code=INTERRUPTED)
+                if steering.kind == "llm_call":
+                    steering = with_partial(steering, await self._cut_text(steering.id))
+                raise Interrupted(steering) from err
             if contract is not None and not contract.is_terminal:
                 self._book.transition(contract, Trigger.CANCEL, Actor.USER, workflow.now(),
                                       error_message=cancelled_in_flight(contract),
                                       reason_code=cancelled_in_flight_code(contract))
             raise asyncio.CancelledError(CANCELLED) from err
+        finally:
+            self._in_flight = None
+            if self._cutting is handle:  # it had ended before its cancel could cut it
+                self._cutting = None
+
+    async def _cut_text(self, call_id: str) -> CutText | None:
+        """What the cut LLM call had streamed (a local activity: the worker's memory of
+        it), or None when it cannot say."""
+        self._flush()
+        try:
+            return await workflow.execute_local_activity(
+                "llm_cut_text", CutTextInput(session_id=self._s.session_id, call_id=call_id),
+                result_type=CutText, start_to_close_timeout=timedelta(seconds=10),
+                retry_policy=RetryPolicy(maximum_attempts=1))
+        except ActivityError:
+            return None
+
+    def _interrupter(self) -> PrincipalRef:
+        """Who asked for the interrupt under way (the log's ``by``)."""
+        order = self._interrupt
+        who = None if order is None else decisions.decider(order.principal, self._s.config)
+        return (who or TEMPORAL_ACCESS).ref()
 
     async def _wait(self, condition: Any, timeout: timedelta | None = None) -> None:
         self._flush()

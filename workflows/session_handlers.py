@@ -42,6 +42,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.plan_dispatch import step_command_problem
     from workflows.session_state import PendingRequest, SessionState
     from workflows.statechart import SessionStatus, is_terminal
+    from workflows.steering import InFlight, SteerDecision, steer
 
 S = SessionStatus
 
@@ -57,6 +58,12 @@ class SessionHandlers:
     _end: EndInput | None
     _recover: bool
     _refusals_recorded: int
+    # steering (issue 27): what the turn awaits now, with its activity's handle; the
+    # interrupt asked for (the message that asked it), and whether its call was cut
+    _in_flight: tuple[InFlight, Any] | None
+    _interrupt: MessageInput | None
+    _cutting: Any
+    _waited_for: InFlight | None
 
     # -- signals and updates (operators can send the signals from the Temporal UI) --
 
@@ -170,15 +177,37 @@ class SessionHandlers:
         if why is not None:
             self._refuse("submit_message", args, why.message, why)
             return
-        self._take_message(message)
+        decision = self._steer(message)
+        if decision.problem is not None:
+            self._refuse("submit_message", args, decision.problem.message, decision.problem)
+            return
+        self._take_message(message, decision)
 
-    def _take_message(self, message: MessageInput) -> None:
+    def _steer(self, message: MessageInput) -> SteerDecision:
+        """What the message's ``if_busy`` does now (``workflows.steering``)."""
+        return steer(message.if_busy, self._s.status, plan=self._s.config.plan is not None,
+                     in_flight=self._in_flight[0] if self._in_flight else None)
+
+    def _take_message(self, message: MessageInput,
+                      decision: SteerDecision | None = None) -> None:
         who = decisions.decider(message.principal, self._s.config)
         self._book.take_message(message.text, who.ref() if who is not None else None)
+        if decision is None or decision.action not in ("cut", "after_call"):
+            return
+        if self._interrupt is None:  # a second interrupt of the same turn: one cut
+            self._interrupt = message
+        if decision.action == "after_call" and self._in_flight is not None:
+            self._waited_for = self._in_flight[0]  # never cut: its outcome is awaited
+        if decision.action == "cut" and self._in_flight is not None \
+                and self._cutting is None:
+            # The activity's cancellation (Temporal's, TRY_CANCEL: the turn goes on at
+            # once); ``_activity`` turns it into ``Interrupted``.
+            self._cutting = self._in_flight[1]
+            self._in_flight[1].cancel()
 
     @workflow.update(name="send_message")
     def send_message(self, message: MessageInput) -> Ack:
-        self._take_message(message)
+        self._take_message(message, self._steer(message))
         return Ack(status=self._s.status, journal_seq=self._s.journal_seq + 1)
 
     @send_message.validator
@@ -188,6 +217,9 @@ class SessionHandlers:
         refused = self._from_temporal_refused(message.principal)
         if refused:
             self._raise(refused)
+        problem = self._steer(message).problem
+        if problem is not None:  # 409 session_busy / not_interruptible at the API
+            self._raise(problem)
 
     @workflow.signal(name="end_conversation", description=SIGNALS["end_conversation"])
     def end_conversation_signal(self, *args: Any) -> None:

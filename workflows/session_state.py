@@ -150,6 +150,8 @@ JournalKind = Literal[
     "approval.recorded", "request.decided", "standing.revoked",
     # issue 26: the wait's steps (workflows.wait_policy): a reminder, an escalation
     "request.reminded", "request.escalated",
+    # issue 27: a message with if_busy interrupt ended the agent's turn (workflows.steering)
+    "turn.interrupted",
 ]
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import OrderedDict
 
 from temporalio import activity
 
@@ -18,6 +19,10 @@ from activities.llm.failures import call_failed
 from activities.llm.payloads import llm_call_started
 from activities.llm.streaming import StreamWriter
 from workflows.io import LLMCallFinished, LLMCallInput, LLMCallResult
+from workflows.steering import CutText, CutTextInput
+
+#: Cut calls whose text a worker keeps for ``llm_cut_text`` once they ended.
+KEEP_CUT_CALLS = 64
 
 
 def _elapsed_ms(t0: float) -> int:
@@ -30,16 +35,41 @@ class LlmActivities:
 
     def __init__(self, deltas: DeltaBus | None = None) -> None:
         self.deltas: DeltaBus = deltas or NullDeltaBus()
+        # The calls being written now, and the text of the last calls that were cut
+        # (cancelled): what ``llm_cut_text`` answers (issue 27).
+        self._writing: dict[tuple[str, str], StreamWriter] = {}
+        self._cut: OrderedDict[tuple[str, str], CutText] = OrderedDict()
 
     @activity.defn(name="llm_call")
     async def llm_call(self, input: LLMCallInput) -> LLMCallResult:
         writer = StreamWriter(self.deltas, input)
+        key = (input.session_id, input.call_id)
+        self._writing[key] = writer
         ticker = asyncio.create_task(writer.tick())
         try:
             return await self._call(input, writer)
+        except asyncio.CancelledError:
+            self._cut[key] = CutText(text=writer.so_far(), chars=writer.chars)
+            while len(self._cut) > KEEP_CUT_CALLS:
+                self._cut.popitem(last=False)
+            raise
         finally:
             ticker.cancel()
+            if self._writing.get(key) is writer:
+                del self._writing[key]
             self.deltas.finish(input.session_id, input.call_id)
+
+    @activity.defn(name="llm_cut_text")
+    async def llm_cut_text(self, input: CutTextInput) -> CutText:
+        """What a call the session cut (an interrupt, issue 27) had streamed, as this
+        worker knows it: the call still being written here, or one cut here lately.
+        A local activity of the session's worker: a call another worker ran is not
+        known (no text)."""
+        key = (input.session_id, input.call_id)
+        writer = self._writing.get(key)
+        if writer is not None:
+            return CutText(text=writer.so_far(), chars=writer.chars)
+        return self._cut.pop(key, None) or CutText()
 
     async def _call(self, input: LLMCallInput, writer: StreamWriter) -> LLMCallResult:
         started = llm_call_started(input)

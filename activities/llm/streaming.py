@@ -14,6 +14,8 @@ from temporalio import activity
 from activities.deltas import DeltaBus
 from workflows.io import LLMCallInput
 
+#: How much of a call's text the writer keeps for a cut (``llm_cut_text``).
+KEEP_CHARS = 4000
 #: Seconds between two heartbeats of a call being streamed (the SDK throttles too).
 HEARTBEAT_EVERY_S = 1.0
 #: Seconds between two heartbeats while nothing streams (the workflow's heartbeat
@@ -27,13 +29,22 @@ class StreamWriter:
     def __init__(self, bus: DeltaBus, input: LLMCallInput) -> None:
         self.bus, self.session_id, self.call_id = bus, input.session_id, input.call_id
         self.chars, self._first, self._beat_at = 0, True, -HEARTBEAT_EVERY_S
+        self._pieces: list[str] = []  # the attempt's text so far (a cut call keeps it)
+        self._kept = 0
 
     def text(self, piece: str | None) -> None:
         if piece:
             self.bus.publish(self.session_id, self.call_id, piece, first=self._first)
             self._first = False
             self.chars += len(piece)
+            if self._kept < KEEP_CHARS:
+                self._pieces.append(piece)
+                self._kept += len(piece)
         self.beat()
+
+    def so_far(self) -> str:
+        """The text streamed so far (its first ``KEEP_CHARS`` characters at least)."""
+        return "".join(self._pieces)
 
     async def tick(self) -> None:
         """Heartbeats while no piece comes (the wait for the first token)."""

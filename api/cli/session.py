@@ -249,15 +249,38 @@ session_app.command("approve")(_decide(True))
 session_app.command("reject")(_decide(False))
 
 
-@session_app.command("message")
-@stack_options
-def message(session_id: SessionArg, text: Annotated[str, typer.Argument()],
-            *, stack: Stack) -> None:
-    """Send the session a new message (starts a turn)."""
+class IfBusy(StrEnum):
+    enqueue = "enqueue"
+    interrupt = "interrupt"
+    reject = "reject"
+
+
+def say(session_id: SessionArg, text: Annotated[str, typer.Argument()],
+        if_busy: Annotated[IfBusy, typer.Option("--if-busy", help=(
+            "While the agent works: enqueue (wait for its next LLM call), interrupt (cut "
+            "the turn; a new one starts with the message) or reject (refused, nothing "
+            "changes)."))] = IfBusy.enqueue,
+        *, stack: Stack) -> None:
+    """Send the session a message (it starts a turn; while the agent works, --if-busy
+    says what it does)."""
+    body: dict[str, Any] = {"text": text}
+    if if_busy is not IfBusy.enqueue:
+        body["if_busy"] = if_busy.value
     with api_of(stack) as api:
-        readable(api, session_id, api.post(f"/api/sessions/{session_id}/messages",
-                                            {"text": text}))
+        ack = api.post(f"/api/sessions/{session_id}/messages", body)
+        if (ack or {}).get("status") == "running":
+            # The agent works: the message is taken at its next step (or once the call
+            # an interrupt waits for is done), not now: nothing to wait for here.
+            typer.echo("message accepted" + (
+                ": interrupting the agent's turn" if if_busy is IfBusy.interrupt
+                else ": the agent takes it at its next step"))
+            return
+        readable(api, session_id, ack)
     typer.echo("message accepted")
+
+
+session_app.command("say")(stack_options(say))
+session_app.command("message", help="The same as `say`.")(stack_options(say))
 
 
 @session_app.command("end")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.markup import escape
@@ -134,6 +134,11 @@ def render_event(session_id: str, msg: SseMessage, text: AgentText,
         return text.delta(d)
     if msg.event == ev.TEXT:
         return text.final(d)
+    if msg.event == ev.TURN_INTERRUPTED:  # the cut call's text: marked, never completed
+        cut = d.get("cut") or {}
+        if text.open is not None and text.open == cut.get("id"):
+            text.console.print(escape(" [cut]"), end="")
+        text.said.add(str(cut.get("id")))
     text.close()
     if msg.event == ev.CONVERSATION_STATE_CHANGED:
         console.print(f"[bold]session[/] {d.get('from')} → {d.get('to')} "
@@ -151,8 +156,28 @@ def render_event(session_id: str, msg: SseMessage, text: AgentText,
     elif msg.event == ev.TOOL_RESULT:
         what = d.get("error_message") if d.get("is_error") else d.get("text")
         console.print(f"  [magenta]tool {d.get('tool')}[/]: {escape(str(what or ''))[:200]}")
+    elif msg.event == ev.TURN_INTERRUPTED:
+        console.print(f"  [yellow]interrupted[/] by {escape(str(d.get('by', 'someone')))}: "
+                      f"{escape(interrupt_summary(d))}")
     elif msg.event == ev.PROVIDER_WAITING:
         console.print(f"  [yellow]{escape(str(d.get('message', 'waiting for the model')))}[/]")
+
+
+def interrupt_summary(d: dict[str, Any]) -> str:
+    """What a ``TURN_INTERRUPTED`` line says was cut (issue 27), in words."""
+    def call(c: dict[str, Any]) -> str:
+        if c.get("kind") == "llm_call":
+            return f"the model's answer ({c.get('id')})"
+        server = f"{c['server']}." if c.get("server") else ""
+        return f"the tool call {server}{c.get('tool') or c.get('id')}"
+    cut, waited = d.get("cut"), d.get("waited_for")
+    parts = [f"cut {call(cut)}" if cut else "ended the turn between two steps"]
+    if waited:
+        parts.append(f"after {call(waited)} finished (never cut)")
+    dropped = len(d.get("cancelled") or []) + len(d.get("dropped") or [])
+    if dropped:
+        parts.append(f"{dropped} action{'' if dropped == 1 else 's'} of the old turn not run")
+    return "; ".join(parts)
 
 
 def follow_events(api: ApiClient, session_id: str, on_event: Callable[[SseMessage], None],

@@ -20,6 +20,7 @@ from workflows.config import SESSION_ID_RE
 from workflows.people import PrincipalRef, StandingDecision
 from workflows.session_state import RequestKind
 from workflows.statechart import SessionStatus
+from workflows.steering import IfBusy
 
 SESSION_ID_PATTERN = SESSION_ID_RE.pattern
 ExecutionStatusName = Literal[
@@ -111,6 +112,12 @@ class ReplyRequest(_Request):
 class MessageRequest(_Request):
     text: str = Field(min_length=1, max_length=100_000)
     by: str = Field(default="user", min_length=1, max_length=200)
+    if_busy: IfBusy = Field(default="enqueue", description=(
+        "What the message does while the agent works: `enqueue` (it waits for the next "
+        "LLM call), `interrupt` (the LLM call in flight is cut, as is a read-only or "
+        "reversible tool call; an irreversible or at-most-once call is waited for; then "
+        "a new turn starts with the message) or `reject` (409 `session_busy`, nothing "
+        "changes). While the agent does not work, every message is a plain message."))
 
 
 class EndRequest(_Request):

@@ -52,13 +52,15 @@ def build_worker(
     """``deltas``: where the LLM activity's text goes while it is written (SSE
     ``text.delta``); without one, nowhere."""
     tools = McpToolActivities(pool)
+    llm = LlmActivities(deltas)  # llm_cut_text reads what this one's llm_call streamed
     return Worker(
         client,
         task_queue=task_queue,
         workflows=[SessionWorkflow],
         interceptors=[*INTERCEPTORS, *options.pop("interceptors", [])],
         workflow_runner=options.pop("workflow_runner", SESSION_RUNNER),
-        activities=[LlmActivities(deltas).llm_call, tools.list_tools, tools.call_tool, run_command],
+        activities=[llm.llm_call, llm.llm_cut_text, tools.list_tools, tools.call_tool,
+                    run_command],
         **options,
     )
 

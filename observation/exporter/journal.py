@@ -204,6 +204,12 @@ class JournalMapper:
     def _j_message_accepted(self, d: dict[str, Any], at: str) -> None:
         self.emit(ev.MESSAGE, {"text": d["text"], "at": at, **_present(d, ("by", "principal"))})
 
+    def _j_turn_interrupted(self, d: dict[str, Any], at: str) -> None:
+        """A message with if_busy interrupt ended the agent's turn (workflows.steering):
+        what was cut (an LLM call, a read-only or reversible tool call, or nothing),
+        the call it waited for instead, why and by whom."""
+        self.emit(ev.TURN_INTERRUPTED, {**d, "at": at})
+
     def _j_llm_waiting(self, d: dict[str, Any], at: str) -> None:
         # The session waits for the model provider (rate limited, or an error that
         # may pass) until ``retry_at``: workflows/provider_wait.py.

@@ -9,7 +9,10 @@ or die at the two points that matter for "outcome unknown":
   connection is lost after the request arrived: it may have run);
 - ``<dir>/fail-start`` present when it starts: it exits at once (a server that
   cannot start; the file stays);
-- ``<dir>/slow-call`` holds a number of seconds ``delete`` takes before answering.
+- ``<dir>/slow-call`` holds a number of seconds ``delete`` takes before answering;
+- ``<dir>/hold-call`` present when ``delete`` or ``put`` is called: it records the
+  call, then answers only once ``<dir>/release`` exists (a call under way for as long
+  as a test needs it to be).
 
 Every ``delete`` (and reversible ``put``) call it receives is one JSON line in
 ``<dir>/calls.log`` (name and idempotency key), written before anything else
@@ -53,6 +56,11 @@ def build_server(root: Path) -> "MCPServer":
                                  idempotent_hint=True)
     mcp: MCPServer = MCPServer("hitlflow-test-recording", log_level="WARNING")
 
+    async def _held(root: Path) -> None:
+        if (root / "hold-call").exists():
+            while not (root / "release").exists():
+                await anyio.sleep(0.02)
+
     @mcp.tool(annotations=irreversible)
     async def delete(name: str, ctx: Context) -> str:
         """Delete something (irreversible)."""
@@ -66,6 +74,7 @@ def build_server(root: Path) -> "MCPServer":
             await anyio.sleep(float(slow.read_text()))
         if _take(root / "hang-call"):
             await anyio.sleep_forever()
+        await _held(root)
         return f"deleted {name}"
 
     @mcp.tool(annotations=reversible)
@@ -74,6 +83,7 @@ def build_server(root: Path) -> "MCPServer":
         key = (ctx.request_context.meta or {}).get(IDEMPOTENCY_META_KEY)
         with (root / "calls.log").open("a") as f:
             f.write(json.dumps({"name": name, "key": key, "tool": "put"}) + "\n")
+        await _held(root)
         return f"put {name}"
 
     return mcp

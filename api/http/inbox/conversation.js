@@ -46,6 +46,18 @@ export function add(s, seq, type, payload) {
   if (s.lastSeq === null || seq > s.lastSeq) s.lastSeq = seq;
 }
 
+// What an interrupt cut (issue 27): the call in flight, the one it waited for, the
+// old turn's actions that never ran.
+function cutText(p) {
+  const call = (c) => c.kind === "llm_call" ? `the model's answer (${c.id})`
+    : `the tool call ${c.server ? `${c.server}.` : ""}${c.tool || c.id}`;
+  const parts = [p.cut ? `cut ${call(p.cut)}` : "ended the turn between two steps"];
+  if (p.waited_for) parts.push(`after ${call(p.waited_for)} finished (never cut)`);
+  const dropped = (p.cancelled || []).length + (p.dropped || []).length;
+  if (dropped) parts.push(`${dropped} action${dropped === 1 ? "" : "s"} of the old turn not run`);
+  return parts.join("; ");
+}
+
 export function renderConversation(s) {
   const items = [...s.entries.values()].sort((a, b) => a.seq - b.seq)
     .map((e) => entry(e.type, e.payload, e.seq)).flat().filter(Boolean);
@@ -122,6 +134,13 @@ function entry(type, p, seq) {
       return line(`Answered by ${p.by || "someone"}`, "person", seq, answerText(p.answer));
     case "ISSUE_RESOLVED": // what the answer line does not say: edits, standing decisions
       return decisionLine(p, seq);
+    case "TURN_INTERRUPTED": // a message cut the agent's turn (issue 27)
+    { // what the cut call had streamed: from the log, else what this page saw stream
+      const partial = (p.cut && p.cut.partial_text) || p.partial_text;
+      return line(`Interrupted by ${p.by || "someone"}`, "person", seq, cutText(p),
+        partial ? [" ", h("span", { class: "text cut", title: "cut: the rest was never "
+          + "written" }, `${partial} [cut]`)] : "");
+    }
     case "ISSUE_REMINDED": // the wait's steps (issue 26)
       return line("Reminded", "ask", seq, `request ${p.issue_id} (${p.kind}): `,
         `for ${(p.approvers || []).join(", ") || "its addressees"}`);

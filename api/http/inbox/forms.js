@@ -27,7 +27,8 @@ export function renderPending(s) {
     const status = s.session.status || "unknown";
     s.els.pending.replaceChildren(title, notice, h("p", { class: "meta" },
       TERMINAL.has(status) ? `The session has ended: it ${status}.`
-        : `The session is ${status.replace("_", " ")}; this page follows it live.`));
+        : `The session is ${status.replace("_", " ")}; this page follows it live.`),
+      status === "running" ? steerForm(s) : "");
   } else if (!mine) {
     s.els.pending.className = "pending not-yours";
     s.els.pending.replaceChildren(title, notice, decide.notYours(s.session));
@@ -155,6 +156,32 @@ function formFor(s, p) {
   }
   const named = (p.approvers || []).length ? decide.forWhom(p) : "";
   form.append(prompt, named, decide.approvalsLine(p), decide.digestLine(p), ...body.flat(2));
+  return form;
+}
+
+// A message while the agent works (issue 27): it waits for the agent's next LLM call,
+// interrupts its turn (a new one starts with it), or is refused if the agent still works.
+const IF_BUSY = [
+  ["enqueue", "Wait for the agent's next step"],
+  ["interrupt", "Interrupt the agent (a call that cannot be undone is let finish)"],
+  ["reject", "Send only if the agent is not working"],
+];
+
+function steerForm(s) {
+  const form = h("form", { id: "steer" });
+  const text = h("textarea", { id: "steer-message", required: true, maxlength: "100000" });
+  const choice = h("select", { id: "if-busy", name: "if_busy" },
+    ...IF_BUSY.map(([v, label]) => h("option", { value: v }, label)));
+  form.append(h("label", { for: "steer-message" }, "Message to the agent"), text,
+    h("label", { for: "if-busy" }, "While the agent works"), choice,
+    h("div", { class: "actions" }, h("button", { class: "primary", type: "submit" }, "Send")));
+  form.addEventListener("submit", (e) => {
+    e.preventDefault();
+    if (!text.value.trim()) return;
+    const body = { text: text.value };
+    if (choice.value !== "enqueue") body.if_busy = choice.value;
+    submit(s, form, "messages", body);
+  });
   return form;
 }
 

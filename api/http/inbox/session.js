@@ -106,6 +106,12 @@ function onEvent(s, type, id, data) {
   if (id === null || !/^\d+$/.test(id) || type === "ecs" || type === "error") return;
   const seq = Number(id);
   if (type === "text") s.typing = "";
+  if (type === "TURN_INTERRUPTED" && payload.cut && payload.cut.kind === "llm_call") {
+    // the cut call's streamed text, shown on its line marked as cut (the log has it
+    // when the worker that streamed it could say; else what this page saw stream)
+    if (s.typing && !payload.cut.partial_text) payload = { ...payload, partial_text: s.typing };
+    s.typing = "";
+  }
   add(s, seq, type, payload);
   if (type === "conversation.state.changed" && TERMINAL.has(payload.to)) s.ended = true;
   renderConversation(s);

@@ -405,15 +405,27 @@ async def reply(session_id: SessionIdDep, body: ReplyRequest, client: ClientDep,
                     journal_seq=ack.journal_seq)
 
 
+_MESSAGE_REFUSALS: dict[int | str, dict[str, Any]] = {
+    **_REFUSALS,
+    409: {"model": ErrorBody, "description": "The session ended (`message_refused`), the "
+          "agent is working and the message says `if_busy: reject` (`session_busy`), or "
+          "it says `interrupt` to a plan session while its plan runs "
+          "(`not_interruptible`); nothing changed"},
+}
+
+
 @router.post("/{session_id}/messages", status_code=202, response_model=Accepted,
-             responses=_REFUSALS)
+             responses=_MESSAGE_REFUSALS)
 async def send_message(session_id: SessionIdDep, body: MessageRequest, client: ClientDep,
                        tuning: TuningDep, changed: OnChangeDep, settings: SettingsDep,
                        principal: PrincipalDep, request: Request,
                        key: IdempotencyKeyDep) -> Accepted:
     """A new message from the person; it starts a turn (at once when the session
-    waits for a message, else after the current one). 409 once the session ended;
-    403 for a principal who is not its owner, an approver or an operator."""
+    waits for a message, else after the current one). While the agent works,
+    `if_busy` says what it does: `enqueue` (the default: it waits for the next LLM
+    call), `interrupt` (the turn is cut and a new one starts with it) or `reject`
+    (409 `session_busy`, nothing changes). 409 once the session ended; 403 for a
+    principal who is not its owner, an approver or an operator."""
     await check_act(request, client, principal, session_id, "message")
     message = MessageInput(**{**body.model_dump(), "by": _decider(principal)},
                            principal=principal)
