@@ -9,12 +9,13 @@ message; it is replaced whole (written, then renamed)::
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 import stat
 import tempfile
 from pathlib import Path
+
+from api.identity.private_file import PrivateFileError, read_private
 
 CREDENTIALS_FILE = "credentials.json"
 
@@ -39,22 +40,11 @@ def api_key_of(url: str) -> str:
 
 def _read(path: Path) -> dict[str, dict[str, str]]:
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except FileNotFoundError:
+        raw = read_private(path, what="the credentials file", limit=1024 * 1024)
+    except PrivateFileError as err:
+        raise CredentialsError(f"{err} (or remove it and log in again)") from None
+    if raw is None:
         return {}
-    except OSError as err:
-        why = "it is a symbolic link" if err.errno == errno.ELOOP else err.strerror
-        raise CredentialsError(f"{path} cannot be read ({why}): remove it and log in "
-                               "again") from None
-    info = os.fstat(fd)
-    if not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid():
-        os.close(fd)
-        raise CredentialsError(f"{path} is not a file of yours: remove it and log in again")
-    with os.fdopen(fd, "rb") as f:
-        if stat.S_IMODE(info.st_mode) & 0o077:
-            raise CredentialsError(f"{path} may be read by others (mode "
-                                   f"{stat.S_IMODE(info.st_mode):o}): chmod 600 {path}")
-        raw = f.read(1024 * 1024)
     try:
         data = json.loads(raw)
         apis = data["apis"]

@@ -24,7 +24,6 @@ Shape::
 from __future__ import annotations
 
 import contextlib
-import errno
 import fcntl
 import hashlib
 import hmac
@@ -32,7 +31,6 @@ import json
 import os
 import re
 import secrets
-import stat
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -49,9 +47,11 @@ from pydantic import (
     model_validator,
 )
 
+from api.identity.private_file import PrivateFileError, read_private
 from workflows.people import Principal, Role
 
 PEOPLE_FILE = "people.json"
+MAX_PEOPLE_FILE_BYTES = 16 * 1024 * 1024
 #: What a person's name may be: it is their subject, in logs and session configs.
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}$"
 KEY_PREFIX = "hfk_"
@@ -160,29 +160,11 @@ def _read_checked(path: Path) -> PeopleDoc:
     """The file's people, after the checks of the module's docstring; none when it does
     not exist."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except FileNotFoundError:
+        raw = read_private(path, what="the people file", limit=MAX_PEOPLE_FILE_BYTES)
+    except PrivateFileError as err:
+        raise PeopleFileError(str(err)) from None
+    if raw is None:
         return PeopleDoc()
-    except OSError as err:
-        if err.errno == errno.ELOOP:
-            raise PeopleFileError(f"{path} is a symbolic link: the people file must be a "
-                                  "file of its own (remove the link)") from None
-        raise PeopleFileError(f"{path} cannot be read: {err.strerror}") from None
-    info = os.fstat(fd)
-    if not stat.S_ISREG(info.st_mode):
-        os.close(fd)
-        raise PeopleFileError(f"{path} is not a regular file")
-    with os.fdopen(fd, "rb") as f:
-        if info.st_uid != os.getuid():
-            raise PeopleFileError(f"{path} belongs to another user (uid {info.st_uid}): "
-                                  "only the user who runs hitlflow may own it")
-        mode = stat.S_IMODE(info.st_mode)
-        if mode & 0o077:
-            raise PeopleFileError(f"{path} may be read or written by others (mode "
-                                  f"{mode:o}): chmod 600 {path}")
-        raw = f.read(16 * 1024 * 1024 + 1)
-    if len(raw) > 16 * 1024 * 1024:
-        raise PeopleFileError(f"{path} is larger than 16 MiB: not a people file")
     try:
         data = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as err:

@@ -17,13 +17,11 @@ from __future__ import annotations
 import base64
 import binascii
 import contextlib
-import errno
 import hashlib
 import hmac
 import json
 import os
 import secrets
-import stat
 import tempfile
 from datetime import datetime
 from pathlib import Path
@@ -32,6 +30,7 @@ from urllib.parse import quote
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from api.identity.private_file import PrivateFileError, read_private
 from api.notify.model import Links, Notice
 from api.notify.settings import NotifyConfig
 from workflows.people import Principal, PrincipalRef, Role
@@ -103,29 +102,14 @@ class LinkClaims(BaseModel):
 # -- the key ----------------------------------------------------------------------------
 
 
-def _read_key(path: Path) -> bytes:
-    """The key in ``path`` after the checks of people.json (a regular file of this
-    user, not a symbolic link, readable by nobody else, the right size)."""
+def _read_key(path: Path) -> bytes | None:
+    """The key in ``path`` after the checks of every private file (a regular file of
+    this user, not a symbolic link, readable by nobody else) and of its size."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError as err:
-        if err.errno == errno.ELOOP:
-            raise LinkKeyError(f"{path} is a symbolic link: the link key must be a file "
-                               "of its own (remove the link)") from None
-        raise
-    with os.fdopen(fd, "rb") as f:
-        info = os.fstat(f.fileno())
-        if not stat.S_ISREG(info.st_mode):
-            raise LinkKeyError(f"{path} is not a regular file")
-        if info.st_uid != os.getuid():
-            raise LinkKeyError(f"{path} belongs to another user (uid {info.st_uid}): only "
-                               "the user who runs hitlflow may own it")
-        mode = stat.S_IMODE(info.st_mode)
-        if mode & 0o077:
-            raise LinkKeyError(f"{path} may be read or written by others (mode {mode:o}): "
-                               f"chmod 600 {path}")
-        key = f.read(KEY_BYTES + 1)
-    if len(key) != KEY_BYTES:
+        key = read_private(path, what="the link key", limit=KEY_BYTES)
+    except PrivateFileError as err:
+        raise LinkKeyError(str(err)) from None
+    if key is not None and len(key) != KEY_BYTES:
         raise LinkKeyError(f"{path} does not hold a {KEY_BYTES}-byte key: remove it (every "
                            "action link sent so far stops working) and start again")
     return key
@@ -138,12 +122,9 @@ def link_secret(data_dir: Path) -> bytes:
     user's, readable by others or of the wrong size is a :class:`LinkKeyError`."""
     data_dir = Path(data_dir)
     path = data_dir / LINK_KEY_NAME
-    try:
-        return _read_key(path)
-    except FileNotFoundError:
-        pass
-    except OSError as err:
-        raise LinkKeyError(f"{path} cannot be read: {err.strerror}") from None
+    key = _read_key(path)
+    if key is not None:
+        return key
     try:
         data_dir.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=data_dir, prefix=".link-key.", suffix=".tmp")
@@ -161,10 +142,10 @@ def link_secret(data_dir: Path) -> bytes:
     finally:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
-    try:
-        return _read_key(path)
-    except OSError as err:
-        raise LinkKeyError(f"{path} cannot be read: {err.strerror}") from None
+    key = _read_key(path)
+    if key is None:  # made and gone at once: someone else's doing
+        raise LinkKeyError(f"{path} was removed while it was made")
+    return key
 
 
 # -- tokens -----------------------------------------------------------------------------
