@@ -16,6 +16,7 @@ from typing import Any
 from temporalio.api.common.v1 import WorkflowExecution
 from temporalio.api.workflowservice.v1 import ResetStickyTaskQueueRequest
 from temporalio.client import Client, WorkflowHandle
+from temporalio.service import RPCError
 
 from activities.mcp.pool import McpClientPool
 from api.runtime.worker import build_worker
@@ -110,8 +111,12 @@ async def forget_worker(client: Client, *handles: WorkflowHandle) -> None:
     a worker was killed, before anything schedules a workflow task; what the lost
     worker held still costs its timeout."""
     for h in handles:
-        await client.workflow_service.reset_sticky_task_queue(ResetStickyTaskQueueRequest(
-            namespace=client.namespace, execution=WorkflowExecution(workflow_id=h.id)))
+        request = ResetStickyTaskQueueRequest(
+            namespace=client.namespace, execution=WorkflowExecution(workflow_id=h.id))
+        try:
+            await client.workflow_service.reset_sticky_task_queue(request, retry=True)
+        except RPCError as err:  # only a shortcut: without it the sticky timeout passes
+            print(f"forget_worker: {h.id}: {err} (the sticky queue times out instead)")
 
 
 async def until_file(path: Path, limit_s: float = 60) -> None:
