@@ -64,6 +64,16 @@ class Timing(BaseModel):
     retry_s: float | None = Field(default=None, ge=0.1, le=60)
 
 
+class ForkedFrom(BaseModel):
+    """Where a fork began (issue 27): the parent session, the log line it forked at and
+    that line's ``line_hash``, which ``hitlflow log verify`` checks in the parent's log."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    session_id: str = Field(min_length=1, max_length=200)
+    seq: int = Field(ge=1)
+    line_hash: str = Field(pattern=r"^[0-9a-f]{64}$")
+
+
 class SessionInput(BaseModel):
     session_id: str
     # The session config; a continued run finds it in ``state`` instead (once).
@@ -81,12 +91,16 @@ class SessionInput(BaseModel):
     # Shorter activity timeouts and retries (tests; None: the defaults). Left out of
     # the JSON while unset, so inputs are what they were before it.
     timing: Timing | None = None
+    # A fork's first run: the parent it was rebuilt from (issue 27). Left out of the
+    # JSON while unset, so every other input is what it was.
+    forked_from: ForkedFrom | None = None
 
     @model_serializer(mode="wrap")
     def _compact(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         data = handler(self)
-        if data.get("timing", False) is None:
-            data.pop("timing")
+        for key in ("timing", "forked_from"):
+            if data.get(key, False) is None:
+                data.pop(key)
         return data
 
     @model_validator(mode="after")
@@ -100,7 +114,7 @@ class SessionInput(BaseModel):
         the scripted responses already played (DESIGN invariant 7)."""
         state = state.carried()
         state.config = state.config.carried(state.llm_calls)
-        return self.model_copy(update={"config": None, "state": state,
+        return self.model_copy(update={"config": None, "state": state, "forked_from": None,
                                        "behaviour": CURRENT_BEHAVIOUR})
 
     def does(self, behaviour: Behaviour) -> bool:

@@ -1,0 +1,145 @@
+"""Fork (issue 27): a new session from a point of a session's past, its state rebuilt
+from the log and the history (``observation/fork.py``), nothing run again; its log's
+line 1 names the parent's line and hash, and ``verify_dir`` checks that link.
+
+Real parts: the dev server, a worker, a real MCP server that records every call it
+receives (``tests/fakes/recording_mcp_server.py``), the exporter's own code."""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from pathlib import Path
+
+import pytest
+from temporalio.client import Client, WorkflowHandle
+
+from observation.exporter import export_session
+from observation.exporter.verify import ChainBrokenError, verify_dir
+from observation.fork import ForkRefused, rebuild
+from tests.support.mcp_servers import received, recording_server
+from tests.support.sessions import running_worker, start_session, until
+from workflows.config import SessionConfig
+from workflows.fork import fork_input
+from workflows.messages import ForkedFrom, MessageInput, SessionResult
+from workflows.session import SessionWorkflow
+from workflows.statechart import SessionStatus
+
+W = SessionStatus.WAITING_USER
+pytestmark = pytest.mark.slow
+
+
+def script(folder: Path) -> SessionConfig:
+    """Two turns, each a reversible call of the recording server and an answer."""
+    return SessionConfig.model_validate({
+        "mode": "interactive", "initial_message": "first",
+        "agent": {"tools": [recording_server(folder).model_dump()],
+                  "llm": {"provider": "scripted", "responses": [
+                      {"tool_calls": [{"tool": "put", "arguments": {"name": "a"}}]},
+                      {"text": "put a"},
+                      {"tool_calls": [{"tool": "put", "arguments": {"name": "b"}}]},
+                      {"text": "put b"}]}}})
+
+
+async def turns_done(h: WorkflowHandle, n: int) -> None:
+    await until(h, lambda s: s.status == W and s.pending is not None
+                and s.pending.kind == "message" and s.llm_calls == 2 * n)
+
+
+async def say(h: WorkflowHandle, text: str) -> None:
+    await h.execute_update("send_message", MessageInput(text=text))
+
+
+async def finish(client: Client, h: WorkflowHandle) -> None:
+    from workflows.messages import EndInput
+    await h.execute_update("end", EndInput(reason="done"))
+    await h.result()
+
+
+def lines(runs: Path, sid: str) -> list[dict]:
+    return [json.loads(x) for x in (runs / sid / "events.ndjson").read_bytes().splitlines()]
+
+
+def wait_point(log: list[dict], n: int) -> int:
+    """The seq of the last line of the n-th wait for a message (1-based)."""
+    waits = [i for i, x in enumerate(log) if x["type"] == "RUN_STATE_CHANGED"
+             and x["payload"]["new_state"] == "waiting_user"
+             and x["payload"]["detail"].get("kind") == "message"]
+    i = waits[n - 1]
+    ref = log[i]["event_id"].rsplit(":", 1)[0]
+    while i + 1 < len(log) and log[i + 1]["event_id"].rsplit(":", 1)[0] == ref:
+        i += 1
+    return log[i]["seq"]
+
+
+VARYING = re.compile(r"\"(latency|duration)_ms\": [0-9]+|[0-9a-f]{12,64}|[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:.]+Z?|"
+                     r"[0-9]+\.[0-9]+|[0-9a-f-]{36}")
+
+
+def shape(log: list[dict], *same: str) -> list[tuple[str, str]]:
+    """Each line's type and payload, without what differs between two sessions run
+    alike: ``same`` (their ids, run ids, tool folders), hashes, times, durations."""
+    out = []
+    for x in log:
+        text = json.dumps(x["payload"], sort_keys=True)
+        for i, value in enumerate(same):
+            text = text.replace(value, f"<{i}>")
+        out.append((x["type"], VARYING.sub("~", text)))
+    return out
+
+
+async def test_a_fork_reuses_the_past_runs_the_rest_and_links_to_its_parent(
+        dev_env, tmp_path):
+    client, runs = dev_env.client, tmp_path / "runs"
+    parent_dir, control_dir = tmp_path / "parent", tmp_path / "control"
+    parent_dir.mkdir(), control_dir.mkdir()
+    tq = f"tq-{uuid.uuid4().hex[:8]}"
+    async with running_worker(client, tq):
+        parent = await start_session(client, script(parent_dir), tq)
+        control = await start_session(client, script(control_dir), tq)
+        for h in (parent, control):
+            await turns_done(h, 1)
+        await export_session(client, parent.id, runs)
+        at = wait_point(lines(runs, parent.id), 1)
+        before = (runs / parent.id / "events.ndjson").read_bytes()
+
+        rebuilt = await rebuild(client, runs, parent.id, at, SessionWorkflow)
+        assert [m.content for m in rebuilt.state.conversation if m.role == "assistant"][-1:] \
+            == ["put a"]
+        fork_id = f"s-{uuid.uuid4().hex[:12]}"
+        start = fork_input(rebuilt.state, fork_id, ForkedFrom(
+            session_id=parent.id, seq=at, line_hash=rebuilt.line_hash), owner="someone",
+            message="second, otherwise")
+        fork = await client.start_workflow("SessionWorkflow", start, id=fork_id,
+                                           task_queue=tq, result_type=SessionResult)
+        await turns_done(fork, 2)
+        for h in (parent, control):
+            await say(h, "second")
+            await turns_done(h, 2)
+        for h in (fork, parent, control):
+            await finish(client, h)
+        state = await fork.query("state")
+    # nothing before the fork point ran again: one `put a` (the parent's; the fork
+    # shares its tool server), then `put b` by each of them
+    calls = received(parent_dir)
+    assert sorted(c["name"] for c in calls) == ["a", "b", "b"], calls
+    assert len({c["key"] for c in calls}) == 3
+    assert [c["name"] for c in received(control_dir)] == ["a", "b"]
+    assert state["llm_calls"] == 4 and state["session_id"] == fork.id
+    said = [m["content"] for m in state["conversation"] if m["role"] == "user"]
+    assert said == ["first", "second, otherwise"]
+    for sid in (fork.id, parent.id, control.id):
+        await export_session(client, sid, runs)
+    flog = lines(runs, fork.id)
+    assert flog[0]["type"] == "SESSION_FORKED" and flog[1]["type"] == "RUN_CREATED"
+    assert flog[0]["payload"] == {"session_id": fork.id, "parent_session_id": parent.id,
+                                  "parent_seq": at, "parent_line_hash": rebuilt.line_hash}
+    verify_dir(runs / fork.id)  # with the link to the parent
+    # the parent is untouched: what it had is still there, byte for byte, and its log
+    # is the control's, but for ids and times
+    assert (runs / parent.id / "events.ndjson").read_bytes().startswith(before)
+    plog, clog = lines(runs, parent.id), lines(runs, control.id)
+    assert len(plog) > at + 10
+    assert shape(plog, parent.id, plog[0]["payload"]["temporal_run_id"], str(parent_dir)) \
+        == shape(clog, control.id, clog[0]["payload"]["temporal_run_id"], str(control_dir))
