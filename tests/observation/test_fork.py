@@ -16,13 +16,13 @@ import pytest
 from temporalio.client import Client, WorkflowHandle
 
 from observation.exporter import export_session
-from observation.exporter.verify import ChainBrokenError, verify_dir
+from observation.exporter.verify import ChainBrokenError, check_parent, verify_dir
 from observation.fork import ForkRefused, rebuild
 from tests.support.mcp_servers import received, recording_server
 from tests.support.sessions import running_worker, start_session, until
 from workflows.config import SessionConfig
 from workflows.fork import fork_input
-from workflows.messages import ForkedFrom, MessageInput, SessionResult
+from workflows.messages import EndInput, ForkedFrom, MessageInput, SessionResult
 from workflows.session import SessionWorkflow
 from workflows.statechart import SessionStatus
 
@@ -52,7 +52,6 @@ async def say(h: WorkflowHandle, text: str) -> None:
 
 
 async def finish(client: Client, h: WorkflowHandle) -> None:
-    from workflows.messages import EndInput
     await h.execute_update("end", EndInput(reason="done"))
     await h.result()
 
@@ -73,8 +72,8 @@ def wait_point(log: list[dict], n: int) -> int:
     return log[i]["seq"]
 
 
-VARYING = re.compile(r"\"(latency|duration)_ms\": [0-9]+|[0-9a-f]{12,64}|[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:.]+Z?|"
-                     r"[0-9]+\.[0-9]+|[0-9a-f-]{36}")
+VARYING = re.compile(r"\"(latency|duration)_ms\": [0-9]+|[0-9a-f]{12,64}|"
+                     r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:.]+Z?|[0-9]+\.[0-9]+|[0-9a-f-]{36}")
 
 
 def shape(log: list[dict], *same: str) -> list[tuple[str, str]]:
@@ -143,3 +142,56 @@ async def test_a_fork_reuses_the_past_runs_the_rest_and_links_to_its_parent(
     assert len(plog) > at + 10
     assert shape(plog, parent.id, plog[0]["payload"]["temporal_run_id"], str(parent_dir)) \
         == shape(clog, control.id, clog[0]["payload"]["temporal_run_id"], str(control_dir))
+
+    # the points a fork may not start at: refused, naming the nearest fork points
+    second = wait_point(plog, 2)
+    with pytest.raises(ForkRefused, match=r"inside a turn.*nearest fork points: "
+                       rf"{at}, {second}") as refused:
+        await rebuild(client, runs, parent.id, at - 1, SessionWorkflow)
+    assert refused.value.status == 409 and refused.value.nearest[:2] == [at, second]
+    with pytest.raises(ForkRefused, match="inside a turn") as refused:
+        await rebuild(client, runs, parent.id, at + 1, SessionWorkflow)
+    assert refused.value.status == 409
+    with pytest.raises(ForkRefused, match=rf"past the end of the log \({len(plog)} lines"
+                       ) as refused:
+        await rebuild(client, runs, parent.id, len(plog) + 1, SessionWorkflow)
+    assert refused.value.status == 422
+    with pytest.raises(ForkRefused, match="has no log") as refused:
+        await rebuild(client, runs, "s-nosuchsession", 1, SessionWorkflow)
+    assert refused.value.status == 404
+    assert (await rebuild(client, runs, parent.id, second, SessionWorkflow)).state.llm_calls \
+        == 4
+
+    # a parent line after the fork point changed: the parent's log no longer verifies,
+    # the fork's link still does; one at or before it: the fork's verify fails
+    log = runs / parent.id / "events.ndjson"
+    good = log.read_bytes()
+    raw = good.splitlines(keepends=True)
+    raw[at] = raw[at].replace(b'"seq":', b'"seq": ', 1)
+    log.write_bytes(b"".join(raw))
+    with pytest.raises(ChainBrokenError):
+        verify_dir(runs / parent.id)
+    verify_dir(runs / fork.id)
+    for k in (at, 1):
+        raw = good.splitlines(keepends=True)
+        raw[k - 1] = raw[k - 1].replace(b'"ts":"', b'"ts":"1', 1)
+        log.write_bytes(b"".join(raw))
+        with pytest.raises(ChainBrokenError, match=rf"line 1: the parent session {parent.id}"
+                           rf"'s log does not verify up to the fork point, line {at}: "
+                           rf"EVENT_CHAIN_BROKEN: line {k}: "):
+            verify_dir(runs / fork.id)
+    log.unlink()
+    with pytest.raises(ChainBrokenError, match="the fork's link cannot be checked"):
+        verify_dir(runs / fork.id)
+    log.write_bytes(good)
+    verify_dir(runs / fork.id)
+    assert verify_dir(runs / fork.id, parent=False).events == len(flog)
+    # a parent log rewritten whole (its chain consistent again) no longer has the hash
+    # the fork recorded; and a lineage that names no parent is refused
+    lineage = {**flog[0]["payload"], "parent_line_hash": "0" * 64}
+    with pytest.raises(ChainBrokenError, match=rf"line {at}'s line_hash is not the one the "
+                       "fork recorded"):
+        check_parent(runs / fork.id, lineage)
+    for broken in ({**lineage, "parent_session_id": "../x"}, {**lineage, "parent_seq": 0}):
+        with pytest.raises(ChainBrokenError, match="does not name its parent"):
+            check_parent(runs / fork.id, broken)
