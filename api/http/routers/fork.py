@@ -74,9 +74,7 @@ async def fork_session(
                                 SessionWorkflow)
     except ForkRefused as err:
         code = {404: "not_found", 409: "not_a_fork_point", 422: "validation_error"}[err.status]
-        raise ApiError(err.status, code, str(err),
-                       extra={"nearest": err.nearest} if err.status != 404 else None
-                       ) from None
+        raise ApiError(err.status, code, str(err)) from None
     sid = f"s-{uuid.uuid4().hex[:12]}"
     lineage = ForkedFrom(session_id=session_id, seq=rebuilt.seq, line_hash=rebuilt.line_hash)
     start = fork_input(rebuilt.state, sid, lineage, owner=principal.subject,
