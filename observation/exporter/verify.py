@@ -98,6 +98,7 @@ class Verified:
     events: int
     last_hash: str
     log_version: int | None = None  # None: an empty log
+    forked_from: tuple[str, int] | None = None  # a fork's parent and seq, its link checked
 
 
 class _Numbers:
@@ -430,6 +431,8 @@ def verify_dir(run_dir: Path, *, artifacts: bool = True, live: bool = False,
         check_head(verified, head, what)
     if lineage is not None and parent:
         check_parent(run_dir, lineage)
+        verified = Verified(count, last, version,
+                            (lineage["parent_session_id"], lineage["parent_seq"]))
     return verified
 
 

@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pytest
 from temporalio.client import Client, WorkflowHandle
+from typer.testing import CliRunner
 
+from api.cli.main import app as cli
 from observation.exporter import export_session
 from observation.exporter.verify import ChainBrokenError, check_parent, verify_dir
 from observation.fork import ForkRefused, rebuild
@@ -185,6 +187,13 @@ async def test_a_fork_reuses_the_past_runs_the_rest_and_links_to_its_parent(
         verify_dir(runs / fork.id)
     log.write_bytes(good)
     verify_dir(runs / fork.id)
+    out = CliRunner().invoke(cli, ["log", "verify", str(runs / fork.id)])
+    assert out.exit_code == 0, out.output
+    assert f"forked from {parent.id} at line {at}: the parent's log verifies" in out.output
+    log.write_bytes(good.replace(b'"put a"', b'"put A"', 1))
+    out = CliRunner().invoke(cli, ["log", "verify", str(runs / fork.id)])
+    assert out.exit_code == 1 and "does not verify up to the fork point" in out.output
+    log.write_bytes(good)
     assert verify_dir(runs / fork.id, parent=False).events == len(flog)
     # a parent log rewritten whole (its chain consistent again) no longer has the hash
     # the fork recorded; and a lineage that names no parent is refused
