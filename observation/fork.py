@@ -35,8 +35,16 @@ from temporalio.worker import (
 )
 
 from observation import event_types as ev
-from observation.exporter.verify import LOG_NAME, ChainBrokenError, read_lines, verify_lines
+from observation.exporter.verify import (
+    LOG_NAME,
+    ChainBrokenError,
+    read_head,
+    read_lines,
+    verify_lines,
+)
 from workflows.journal_carrier import INTERCEPTORS
+from workflows.lineage import ParentAction
+from workflows.people import digest_of
 from workflows.session_state import SessionState
 from workflows.statechart import SessionStatus
 
@@ -63,6 +71,7 @@ class Rebuilt:
     seq: int  # the point: a line of the parent's log
     line_hash: str  # that line's
     run_id: str  # the Temporal run the point is in
+    parent_actions: list[ParentAction]  # the once-only calls it sent after the point
 
 
 def _history_ref(event_id: str) -> tuple[str, int]:
@@ -93,6 +102,29 @@ def fork_points(lines: list[dict[str, Any]]) -> list[int]:
             j += 1
         points.append(lines[j]["seq"])
     return points
+
+
+#: The safety classes of the calls a fork asks before sending again.
+ONCE_ONLY = frozenset({"irreversible", "at_most_once"})
+
+
+def parent_actions(lines: list[dict[str, Any]], seq: int) -> list[ParentAction]:
+    """The irreversible and at-most-once tool calls sent after line ``seq`` (each
+    ``TOOL_CALL_STARTED``, its safety from its ``WORK_ITEM_QUEUED``), once per digest."""
+    safety: dict[str, str] = {}
+    out: dict[str, ParentAction] = {}
+    for line in lines:
+        p = line["payload"]
+        if line["type"] == ev.WORK_ITEM_QUEUED:
+            safety[p.get("work_item_id")] = (p.get("action_detail") or {}).get("safety")
+        elif line["type"] == ev.TOOL_CALL_STARTED and line["seq"] > seq and \
+                safety.get(p.get("work_item_id")) in ONCE_ONLY:
+            digest = digest_of({"server": p.get("server"), "tool": p.get("tool"),
+                                "arguments": p.get("arguments") or {}})
+            out.setdefault(digest, ParentAction(digest=digest, server=p.get("server"),
+                                                tool=p.get("tool"), seq=line["seq"],
+                                                at=line["ts"]))
+    return list(out.values())
 
 
 def _nearest(points: list[int], seq: int) -> list[int]:
@@ -171,7 +203,8 @@ async def _state_after(client: Client, session_id: str, run_id: str,
 
 async def rebuild(client: Client, runs_dir: Path, session_id: str, seq: int,
                   workflow_class: type) -> Rebuilt:
-    """The session's state at line ``seq`` of its log (see the module's text).
+    """The session's state at line ``seq`` of its log (see the module's text), and the
+    once-only calls it sent after it, as far as its log has them now.
     ``workflow_class``: ``workflows.session.SessionWorkflow`` (given by the caller:
     observation does not import the workflow's own dependencies)."""
     log = runs_dir / session_id / LOG_NAME
@@ -179,7 +212,8 @@ async def rebuild(client: Client, runs_dir: Path, session_id: str, seq: int,
         raise ForkRefused(404, f"session {session_id} has no log yet")
     if seq < 1:
         raise ForkRefused(422, f"at_seq {seq}: a log's lines count from 1")
-    lines = _read(log, session_id, seq + 1)
+    head = read_head(runs_dir / session_id)  # the lines up to it are whole
+    lines = _read(log, session_id, head[0] if head else 1 << 62)
     if len(lines) < seq:
         raise ForkRefused(422, f"at_seq {seq} is past the end of the log ({len(lines)} "
                           "lines)", _nearest(fork_points(lines), seq))
@@ -190,8 +224,8 @@ async def rebuild(client: Client, runs_dir: Path, session_id: str, seq: int,
     inside = nxt is not None and _history_ref(nxt["event_id"])[0] == run_id and \
         _history_ref(nxt["event_id"])[1] < after
     if state is None or inside:
-        every = fork_points(_read(log, session_id, 1 << 62))
         raise ForkRefused(409, f"line {seq} ({line['type']}) is inside a turn: a fork "
                           "starts where the session waits for the person's message",
-                          _nearest(every, seq))
-    return Rebuilt(state, session_id, seq, line["line_hash"], run_id)
+                          _nearest(fork_points(lines), seq))
+    return Rebuilt(state, session_id, seq, line["line_hash"], run_id,
+                   parent_actions(lines, seq))

@@ -22,6 +22,7 @@ from pydantic import (
 from workflows.config import SessionConfig
 from workflows.execution_views import ExecutionFact, ExecutionSnapshot
 from workflows.limits import MAX_DEPTH_CEILING, value_problem
+from workflows.lineage import ForkedFrom, ParentAction
 from workflows.people import Principal
 from workflows.session_state import PendingRequest, SessionState, StatusChange
 from workflows.statechart import SessionStatus
@@ -64,16 +65,6 @@ class Timing(BaseModel):
     retry_s: float | None = Field(default=None, ge=0.1, le=60)
 
 
-class ForkedFrom(BaseModel):
-    """Where a fork began (issue 27): the parent session, the log line it forked at and
-    that line's ``line_hash``, which ``hitlflow log verify`` checks in the parent's log."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    session_id: str = Field(min_length=1, max_length=200)
-    seq: int = Field(ge=1)
-    line_hash: str = Field(pattern=r"^[0-9a-f]{64}$")
-
-
 class SessionInput(BaseModel):
     session_id: str
     # The session config; a continued run finds it in ``state`` instead (once).
@@ -94,6 +85,9 @@ class SessionInput(BaseModel):
     # A fork's first run: the parent it was rebuilt from (issue 27). Left out of the
     # JSON while unset, so every other input is what it was.
     forked_from: ForkedFrom | None = None
+    # A fork's: the once-only calls its parent sent after the fork point; the fork asks
+    # before it sends one again (carried across continue-as-new; left out while empty).
+    parent_actions: list[ParentAction] = Field(default_factory=list)
 
     @model_serializer(mode="wrap")
     def _compact(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
@@ -101,6 +95,8 @@ class SessionInput(BaseModel):
         for key in ("timing", "forked_from"):
             if data.get(key, False) is None:
                 data.pop(key)
+        if data.get("parent_actions", False) == []:
+            data.pop("parent_actions")
         return data
 
     @model_validator(mode="after")

@@ -24,7 +24,7 @@ from tests.support.mcp_servers import received, recording_server
 from tests.support.sessions import running_worker, start_session, until
 from workflows.config import SessionConfig
 from workflows.fork import fork_input
-from workflows.messages import EndInput, ForkedFrom, MessageInput, SessionResult
+from workflows.messages import EndInput, ForkedFrom, MessageInput, ReplyInput, SessionResult
 from workflows.session import SessionWorkflow
 from workflows.statechart import SessionStatus
 
@@ -204,3 +204,62 @@ async def test_a_fork_reuses_the_past_runs_the_rest_and_links_to_its_parent(
     for broken in ({**lineage, "parent_session_id": "../x"}, {**lineage, "parent_seq": 0}):
         with pytest.raises(ChainBrokenError, match="does not name its parent"):
             check_parent(runs / fork.id, broken)
+
+
+# -- the world may have changed: what the parent did after the fork point ---------------
+
+
+def deleting(folder: Path) -> SessionConfig:
+    """One answer, then on the next message an irreversible ``delete`` that a rule
+    allows without asking, then a last answer."""
+    return SessionConfig.model_validate({
+        "mode": "interactive", "initial_message": "first",
+        "rules": [{"name": "deletes-ok", "tool": "delete", "decision": "allow"}],
+        "agent": {"tools": [recording_server(folder).model_dump()],
+                  "llm": {"provider": "scripted", "responses": [
+                      {"text": "ready"},
+                      {"tool_calls": [{"tool": "delete", "arguments": {"name": "x"}}]},
+                      {"text": "done"}]}}})
+
+
+async def test_a_fork_asks_before_it_repeats_what_its_parent_did_after_the_point(
+        dev_env, tmp_path):
+    client, runs, folder = dev_env.client, tmp_path / "runs", tmp_path / "tools"
+    folder.mkdir()
+    tq = f"tq-{uuid.uuid4().hex[:8]}"
+    async with running_worker(client, tq):
+        parent = await start_session(client, deleting(folder), tq)
+        await until(parent, lambda s: s.status == W and s.llm_calls == 1)
+        await say(parent, "delete x")
+        await until(parent, lambda s: s.status == W and s.llm_calls == 3)
+        assert [c["name"] for c in received(folder)] == ["x"]  # the rule let it run
+        await export_session(client, parent.id, runs)
+        plog = lines(runs, parent.id)
+        at = wait_point(plog, 1)
+        rebuilt = await rebuild(client, runs, parent.id, at, SessionWorkflow)
+        (done,) = rebuilt.parent_actions
+        started = next(x for x in plog if x["type"] == "TOOL_CALL_STARTED")
+        assert (done.tool, done.seq, done.at) == ("delete", started["seq"], started["ts"])
+        assert done.seq > at
+        fork_id = f"s-{uuid.uuid4().hex[:12]}"
+        start = fork_input(rebuilt.state, fork_id, ForkedFrom(
+            session_id=parent.id, seq=at, line_hash=rebuilt.line_hash), owner="someone",
+            message="delete x", parent_actions=rebuilt.parent_actions)
+        fork = await client.start_workflow("SessionWorkflow", start, id=fork_id,
+                                           task_queue=tq, result_type=SessionResult)
+        asked = await until(fork, lambda s: s.status == W and s.pending is not None
+                            and s.pending.kind == "approval")
+        p = asked.pending
+        assert p is not None and p.reason_code == "ran_in_parent"
+        assert p.prompt.startswith(f"This already ran in the parent session {parent.id} "
+                                   f"at {done.at} (its log's line {done.seq}); run it again "
+                                   "here? Approve irreversible action: ")
+        await fork.execute_update("reply", ReplyInput(request_id=p.request_id, approve=False))
+        await until(fork, lambda s: s.status == W and s.llm_calls == 3)
+        state = await fork.query("state")
+        await finish(client, fork)
+        await finish(client, parent)
+    # declined: it did not run again
+    assert [c["name"] for c in received(folder)] == ["x"]
+    (contract,) = [c for c in state["contracts"] if c["action_detail"].get("tool") == "delete"]
+    assert contract["status"] == "rejected", contract

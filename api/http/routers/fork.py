@@ -78,7 +78,7 @@ async def fork_session(
     sid = f"s-{uuid.uuid4().hex[:12]}"
     lineage = ForkedFrom(session_id=session_id, seq=rebuilt.seq, line_hash=rebuilt.line_hash)
     start = fork_input(rebuilt.state, sid, lineage, owner=principal.subject,
-                       message=body.message)
+                       message=body.message, parent_actions=rebuilt.parent_actions)
     config = start.config
     assert config is not None
     if refused := refused_commands(config, settings.api_allowed_commands):
