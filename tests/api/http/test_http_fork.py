@@ -4,13 +4,16 @@ who may fork, the fork's owner, and every broken input refused with nothing star
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from temporalio.testing import WorkflowEnvironment
+from typer.testing import CliRunner
 
+from api.cli.main import app as cli
 from observation.exporter.verify import verify_dir
 from tests.api.http_support import (
     chat_body,
@@ -111,6 +114,23 @@ async def test_who_may_fork_and_what_is_refused(dev_env: WorkflowEnvironment,
         # the parent still waits, untouched
         r = await http.get(f"/api/sessions/{sid}", headers=ann)
         assert waiting("message")(r.json()), r.json()
+
+        # the same through the command line, as Ann
+        env = {"HITLFLOW_API_URL": stack.url, "HITLFLOW_API_TOKEN": keys["ann"],
+               "NO_COLOR": "1", "HITLFLOW_API_PORT": None, "HITLFLOW_DATA_DIR": None}
+        out = await asyncio.to_thread(CliRunner().invoke, cli, [
+            "session", "fork", sid, "--at", str(at - 1)], env=env)
+        assert out.exit_code == 1 and "not_a_fork_point" in out.output, out.output
+        assert f"nearest fork points: {at}" in out.output
+        out = await asyncio.to_thread(CliRunner().invoke, cli, [
+            "session", "fork", sid, "--at", str(at), "--message", "once more", "--json"],
+            env=env)
+        assert out.exit_code == 0, out.output
+        made = json.loads(out.stdout)
+        assert (made["forked_from"], made["at_seq"]) == (sid, at)
+        out = await asyncio.to_thread(CliRunner().invoke, cli, [
+            "session", "fork", sid, "--at", "0"], env=env)
+        assert out.exit_code == 2, out.output
 
 
 async def _first_wait(data_dir: Path, sid: str) -> int | None:
