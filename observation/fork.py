@@ -53,8 +53,8 @@ NEAREST = 3
 
 
 class ForkRefused(ValueError):
-    """Not a point to fork at: ``status`` 404 (no log), 422 (out of range) or 409
-    (inside a turn), with the nearest fork points."""
+    """Not a point to fork at: ``status`` 404 (no log), 422 (before line 1) or 409
+    (past the log's end, inside a turn: the nearest fork points named)."""
 
     def __init__(self, status: int, message: str, nearest: list[int] | None = None):
         self.status, self.nearest = status, nearest or []
@@ -215,7 +215,7 @@ async def rebuild(client: Client, runs_dir: Path, session_id: str, seq: int,
     head = read_head(runs_dir / session_id)  # the lines up to it are whole
     lines = _read(log, session_id, head[0] if head else 1 << 62)
     if len(lines) < seq:
-        raise ForkRefused(422, f"at_seq {seq} is past the end of the log ({len(lines)} "
+        raise ForkRefused(409, f"at_seq {seq} is past the end of the log ({len(lines)} "
                           "lines)", _nearest(fork_points(lines), seq))
     line = lines[seq - 1]
     run_id, hev = _history_ref(line["event_id"])

@@ -157,7 +157,7 @@ async def test_a_fork_reuses_the_past_runs_the_rest_and_links_to_its_parent(
     with pytest.raises(ForkRefused, match=rf"past the end of the log \({len(plog)} lines"
                        ) as refused:
         await rebuild(client, runs, parent.id, len(plog) + 1, SessionWorkflow)
-    assert refused.value.status == 422
+    assert refused.value.status == 409
     with pytest.raises(ForkRefused, match="has no log") as refused:
         await rebuild(client, runs, "s-nosuchsession", 1, SessionWorkflow)
     assert refused.value.status == 404
@@ -263,3 +263,43 @@ async def test_a_fork_asks_before_it_repeats_what_its_parent_did_after_the_point
     assert [c["name"] for c in received(folder)] == ["x"]
     (contract,) = [c for c in state["contracts"] if c["action_detail"].get("tool") == "delete"]
     assert contract["status"] == "rejected", contract
+
+
+async def test_a_fork_point_in_a_continued_run(dev_env, tmp_path):
+    """The point's line names a later Temporal run (after continue-as-new): that run's
+    history alone is replayed, from the state the run was started with."""
+    client, runs = dev_env.client, tmp_path / "runs"
+    tq = f"tq-{uuid.uuid4().hex[:8]}"
+    config = SessionConfig.model_validate({
+        "mode": "interactive", "initial_message": "1",
+        "agent": {"llm": {"provider": "scripted", "responses": [
+            {"text": f"answer {n}"} for n in range(1, 6)]}}})
+    async with running_worker(client, tq):
+        parent = await start_session(client, config, tq, continue_as_new_after_events=10)
+        for n in range(1, 4):
+            await until(parent, lambda s, n=n: s.status == W and s.llm_calls == n)
+            await say(parent, str(n + 1))
+        await until(parent, lambda s: s.status == W and s.llm_calls == 4)
+        await export_session(client, parent.id, runs)
+        plog = lines(runs, parent.id)
+        at = wait_point(plog, 3)
+        assert plog[at - 1]["event_id"].split(":")[0] != plog[0]["event_id"].split(":")[0]
+        assert any(x["type"] == "RUN_CONTINUED_AS_NEW" for x in plog[:at])
+        rebuilt = await rebuild(client, runs, parent.id, at, SessionWorkflow)
+        assert rebuilt.run_id != plog[0]["payload"]["temporal_run_id"]
+        assert rebuilt.state.llm_calls == 3
+        fork_id = f"s-{uuid.uuid4().hex[:12]}"
+        fork = await client.start_workflow("SessionWorkflow", fork_input(
+            rebuilt.state, fork_id, ForkedFrom(session_id=parent.id, seq=at,
+                                               line_hash=rebuilt.line_hash),
+            owner="someone", message="4, otherwise"), id=fork_id, task_queue=tq,
+            result_type=SessionResult)
+        snap = await until(fork, lambda s: s.status == W and s.llm_calls == 4)
+        assert snap.last_text == "answer 4"
+        state = await fork.query("state")
+        for h in (fork, parent):
+            await finish(client, h)
+    said = [m["content"] for m in state["conversation"] if m["role"] == "user"]
+    assert said[-2:] == ["3", "4, otherwise"]
+    await export_session(client, fork.id, runs)
+    verify_dir(runs / fork.id)

@@ -30,6 +30,8 @@ from workflows.session import SessionWorkflow
 from workflows.statechart import SessionStatus
 
 router = APIRouter(prefix="/api/sessions", tags=["sessions"])
+#: The error code of each refusal of ``observation.fork``.
+REFUSED = {404: "session_not_found", 409: "not_a_fork_point", 422: "validation_error"}
 
 
 class ForkRequest(_Request):
@@ -52,9 +54,9 @@ class ForkCreated(SessionCreated):
           "may not see this one; nothing was started"},
     404: {"model": ErrorBody, "description": "No such session (or no log of it yet)"},
     409: {"model": ErrorBody, "description": "`not_a_fork_point`: the line is inside a "
-          "turn (the message names the nearest fork points), or the log does not verify "
-          "up to it"},
-    422: {"model": ErrorBody, "description": "A bad body, or `at_seq` past the log's end"}})
+          "turn or past the log's end (the message names the nearest fork points), or "
+          "the log does not verify up to it"},
+    422: {"model": ErrorBody, "description": "A bad body"}})
 async def fork_session(
     session_id: SessionIdDep, body: Annotated[ForkRequest, Body()], request: Request,
     response: Response, client: ClientDep, settings: SettingsDep, on_change: OnChangeDep,
@@ -73,8 +75,7 @@ async def fork_session(
         rebuilt = await rebuild(client, settings.data_dir / "runs", session_id, body.at_seq,
                                 SessionWorkflow)
     except ForkRefused as err:
-        code = {404: "not_found", 409: "not_a_fork_point", 422: "validation_error"}[err.status]
-        raise ApiError(err.status, code, str(err)) from None
+        raise ApiError(err.status, REFUSED[err.status], str(err)) from None
     sid = f"s-{uuid.uuid4().hex[:12]}"
     lineage = ForkedFrom(session_id=session_id, seq=rebuilt.seq, line_hash=rebuilt.line_hash)
     start = fork_input(rebuilt.state, sid, lineage, owner=principal.subject,

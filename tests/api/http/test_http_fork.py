@@ -80,7 +80,7 @@ async def test_who_may_fork_and_what_is_refused(dev_env: WorkflowEnvironment,
         assert f"nearest fork points: {at}" in await refused(
             409, "not_a_fork_point", {"at_seq": at - 1})
         assert "past the end of the log" in await refused(
-            422, "validation_error", {"at_seq": 10_000})
+            409, "not_a_fork_point", {"at_seq": 10_000})
         # no right: vic may see it but not start sessions; bob may start but not see it
         await refused(403, "forbidden", {"at_seq": at}, who=vic)
         await refused(403, "forbidden", {"at_seq": at}, who=bob)
