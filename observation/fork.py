@@ -15,6 +15,7 @@ says why and names the nearest fork points before and after it.
 
 from __future__ import annotations
 
+import json
 import uuid
 from dataclasses import dataclass
 from itertools import islice
@@ -125,6 +126,27 @@ def parent_actions(lines: list[dict[str, Any]], seq: int) -> list[ParentAction]:
                                                 tool=p.get("tool"), seq=line["seq"],
                                                 at=line["ts"]))
     return list(out.values())
+
+
+def lineage_of(run_dir: Path) -> dict[str, Any] | None:
+    """A fork's parent as its log's line 1 names it (``SESSION_FORKED``: the parent's
+    ``session_id``, ``seq`` and ``line_hash``); None for any other log, or none yet.
+    Read, not verified (``hitlflow log verify`` checks the link)."""
+    try:
+        with (run_dir / LOG_NAME).open("rb") as f:
+            first = f.readline(64 * 1024)
+        line = json.loads(first) if first.endswith(b"\n") else None
+    except (OSError, ValueError):
+        return None
+    if not isinstance(line, dict) or line.get("type") != ev.SESSION_FORKED:
+        return None
+    p = line.get("payload") or {}
+    found = {"session_id": p.get("parent_session_id"), "seq": p.get("parent_seq"),
+             "line_hash": p.get("parent_line_hash")}
+    if not (isinstance(found["session_id"], str) and type(found["seq"]) is int
+            and isinstance(found["line_hash"], str)):
+        return None
+    return found
 
 
 def _nearest(points: list[int], seq: int) -> list[int]:

@@ -111,9 +111,12 @@ async def test_who_may_fork_and_what_is_refused(dev_env: WorkflowEnvironment,
         assert flog[0]["payload"]["parent_session_id"] == sid
         assert flog[1]["payload"]["config"]["people"]["owner"] == "ann"
         verify_dir(data_dir / "runs" / fork)
+        assert done["forked_from"] == {"session_id": sid, "seq": at,
+                                       "line_hash": made["line_hash"]}
         # the parent still waits, untouched
         r = await http.get(f"/api/sessions/{sid}", headers=ann)
         assert waiting("message")(r.json()), r.json()
+        assert r.json()["forked_from"] is None
 
         # the same through the command line, as Ann
         env = {"HITLFLOW_API_URL": stack.url, "HITLFLOW_API_TOKEN": keys["ann"],
