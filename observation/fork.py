@@ -9,8 +9,10 @@ from history), and the workflow's state is taken where it then waits.
 
 A point is a fork point when the session waits there for the person's next message
 (a turn boundary: the agent answered, nothing is in flight, no contract is open) and
-the line is the last one of that workflow task. Anywhere else :class:`ForkRefused`
-says why and names the nearest fork points before and after it.
+the line is the last one of that workflow task. A person's ``message`` line stands for
+the wait it answered (the fork point before it; the caller may replace the message).
+Anywhere else :class:`ForkRefused` says why and names the nearest fork points before
+and after it.
 """
 
 from __future__ import annotations
@@ -73,6 +75,7 @@ class Rebuilt:
     line_hash: str  # that line's
     run_id: str  # the Temporal run the point is in
     parent_actions: list[ParentAction]  # the once-only calls it sent after the point
+    message: str | None = None  # asked at a person's message: its text (to replace)
 
 
 def _history_ref(event_id: str) -> tuple[str, int]:
@@ -239,6 +242,16 @@ async def rebuild(client: Client, runs_dir: Path, session_id: str, seq: int,
     if len(lines) < seq:
         raise ForkRefused(409, f"at_seq {seq} is past the end of the log ({len(lines)} "
                           "lines)", _nearest(fork_points(lines), seq))
+    asked_at, message = seq, None
+    if lines[seq - 1]["type"] == ev.MESSAGE:  # a person's message: the wait it answered
+        before = [p for p in fork_points(lines) if p < seq]
+        between = before and any(x["type"] in (ev.MESSAGE, ev.TURN_INTERRUPTED)
+                                 for x in lines[before[-1]:seq - 1])
+        if not before or between:
+            raise ForkRefused(409, f"line {seq} is a message the session did not wait "
+                              "for (the first one, or one sent while the agent worked)",
+                              _nearest(fork_points(lines), seq))
+        seq, message = before[-1], lines[asked_at - 1]["payload"].get("text")
     line = lines[seq - 1]
     run_id, hev = _history_ref(line["event_id"])
     state, after = await _state_after(client, session_id, run_id, hev, workflow_class)
@@ -250,4 +263,4 @@ async def rebuild(client: Client, runs_dir: Path, session_id: str, seq: int,
                           "starts where the session waits for the person's message",
                           _nearest(fork_points(lines), seq))
     return Rebuilt(state, session_id, seq, line["line_hash"], run_id,
-                   parent_actions(lines, seq))
+                   parent_actions(lines, seq), message)

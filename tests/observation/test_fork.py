@@ -163,6 +163,16 @@ async def test_a_fork_reuses_the_past_runs_the_rest_and_links_to_its_parent(
     assert refused.value.status == 404
     assert (await rebuild(client, runs, parent.id, second, SessionWorkflow)).state.llm_calls \
         == 4
+    # a person's message stands for the wait it answered, its text to be replaced
+    said = [x["seq"] for x in plog if x["type"] == "message"]
+    assert [plog[n - 1]["payload"]["text"] for n in said] == ["first", "second"]
+    at_message = await rebuild(client, runs, parent.id, said[1], SessionWorkflow)
+    assert (at_message.seq, at_message.message, at_message.line_hash) == (
+        at, "second", rebuilt.line_hash)
+    with pytest.raises(ForkRefused, match=rf"line {said[0]} is a message the session did "
+                       "not wait for") as refused:
+        await rebuild(client, runs, parent.id, said[0], SessionWorkflow)
+    assert refused.value.status == 409
 
     # a parent line after the fork point changed: the parent's log no longer verifies,
     # the fork's link still does; one at or before it: the fork's verify fails

@@ -37,7 +37,9 @@ REFUSED = {404: "session_not_found", 409: "not_a_fork_point", 422: "validation_e
 class ForkRequest(_Request):
     at_seq: int = Field(ge=1, le=2**53 - 1, description=(
         "The line of the session's log to fork at: where it waits for the person's "
-        "next message (a turn boundary). Anywhere else is a 409 naming the nearest."))
+        "next message (a turn boundary), or a person's `message` line (the fork starts "
+        "at the wait it answered, with that message unless `message` replaces it). "
+        "Anywhere else is a 409 naming the nearest."))
     message: str | None = Field(default=None, min_length=1, max_length=100_000, description=(
         "The person's message at that point, in place of the one the session got "
         "there; without it the fork waits for one."))
@@ -79,7 +81,8 @@ async def fork_session(
     sid = f"s-{uuid.uuid4().hex[:12]}"
     lineage = ForkedFrom(session_id=session_id, seq=rebuilt.seq, line_hash=rebuilt.line_hash)
     start = fork_input(rebuilt.state, sid, lineage, owner=principal.subject,
-                       message=body.message, parent_actions=rebuilt.parent_actions)
+                       message=body.message if body.message is not None else rebuilt.message,
+                       parent_actions=rebuilt.parent_actions)
     config = start.config
     assert config is not None
     if refused := refused_commands(config, settings.api_allowed_commands):
