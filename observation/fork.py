@@ -17,6 +17,7 @@ and after it.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import uuid
 from dataclasses import dataclass
@@ -53,6 +54,8 @@ from workflows.statechart import SessionStatus
 
 #: How many fork points either side of a refused one an answer names.
 NEAREST = 3
+#: A replay that takes longer is refused (a history it cannot end on).
+REPLAY_TIMEOUT_S = 60.0
 
 
 class ForkRefused(ValueError):
@@ -204,14 +207,21 @@ async def _state_after(client: Client, session_id: str, run_id: str,
     cut = next((i for i, e in enumerate(events) if e.event_id > history_event
                 and e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED), len(events))
     after = events[cut].event_id if cut < len(events) else events[-1].event_id + 1
+    if not any(e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED
+               for e in events[:cut]):
+        return None, after  # before the first workflow task: nothing waits yet
     probe_id = f"fork-probe-{uuid.uuid4().hex}"
     seen = _PROBES.setdefault(probe_id, [])
     try:
         replayer = Replayer(workflows=[workflow_class], interceptors=[*INTERCEPTORS, _Probe()],
                             data_converter=pydantic_data_converter,
                             workflow_runner=UnsandboxedWorkflowRunner())
-        result = await replayer.replay_workflow(WorkflowHistory(probe_id, events[:cut]),
-                                                raise_on_replay_failure=False)
+        result = await asyncio.wait_for(replayer.replay_workflow(
+            WorkflowHistory(probe_id, events[:cut]), raise_on_replay_failure=False),
+            REPLAY_TIMEOUT_S)
+    except TimeoutError:
+        raise ForkRefused(409, "the session's history did not replay to the point within "
+                          f"{REPLAY_TIMEOUT_S:.0f} s") from None
     finally:
         _PROBES.pop(probe_id, None)
     if result.replay_failure is not None:

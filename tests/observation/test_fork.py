@@ -151,9 +151,10 @@ async def test_a_fork_reuses_the_past_runs_the_rest_and_links_to_its_parent(
                        rf"{at}, {second}") as refused:
         await rebuild(client, runs, parent.id, at - 1, SessionWorkflow)
     assert refused.value.status == 409 and refused.value.nearest[:2] == [at, second]
-    with pytest.raises(ForkRefused, match="inside a turn") as refused:
-        await rebuild(client, runs, parent.id, at + 1, SessionWorkflow)
-    assert refused.value.status == 409
+    for inside in (at + 1, 1, 2):  # line 1: before the first workflow task
+        with pytest.raises(ForkRefused, match="inside a turn") as refused:
+            await rebuild(client, runs, parent.id, inside, SessionWorkflow)
+        assert refused.value.status == 409
     with pytest.raises(ForkRefused, match=rf"past the end of the log \({len(plog)} lines"
                        ) as refused:
         await rebuild(client, runs, parent.id, len(plog) + 1, SessionWorkflow)
