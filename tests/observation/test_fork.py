@@ -314,3 +314,45 @@ async def test_a_fork_point_in_a_continued_run(dev_env, tmp_path):
     assert said[-2:] == ["3", "4, otherwise"]
     await export_session(client, fork.id, runs)
     verify_dir(runs / fork.id)
+
+
+async def test_a_fork_in_the_middle_of_a_fifty_turn_session(dev_env, tmp_path):
+    """50 turns, each a recorded call and an answer; a fork at turn 25's end runs only
+    what comes after it (turn 26's call once more), and its log links to the parent's."""
+    client, runs, folder = dev_env.client, tmp_path / "runs", tmp_path / "tools"
+    folder.mkdir()
+    tq = f"tq-{uuid.uuid4().hex[:8]}"
+    turns = 50
+    responses = []
+    for n in range(1, turns + 1):
+        responses += [{"tool_calls": [{"tool": "put", "arguments": {"name": f"n{n}"}}]},
+                      {"text": f"put n{n}"}]
+    config = SessionConfig.model_validate({
+        "mode": "interactive", "initial_message": "turn 1",
+        "agent": {"tools": [recording_server(folder).model_dump()],
+                  "llm": {"provider": "scripted", "responses": responses}}})
+    async with running_worker(client, tq):
+        parent = await start_session(client, config, tq)
+        for n in range(1, turns + 1):
+            await turns_done(parent, n)
+            if n < turns:
+                await say(parent, f"turn {n + 1}")
+        await export_session(client, parent.id, runs)
+        at = wait_point(lines(runs, parent.id), 25)
+        rebuilt = await rebuild(client, runs, parent.id, at, SessionWorkflow)
+        assert rebuilt.state.llm_calls == 50
+        fork_id = f"s-{uuid.uuid4().hex[:12]}"
+        fork = await client.start_workflow("SessionWorkflow", fork_input(
+            rebuilt.state, fork_id, ForkedFrom(session_id=parent.id, seq=at,
+                                               line_hash=rebuilt.line_hash),
+            owner="someone", message="turn 26, again"), id=fork_id, task_queue=tq,
+            result_type=SessionResult)
+        await turns_done(fork, 26)
+        for h in (fork, parent):
+            await finish(client, h)
+    names = [c["name"] for c in received(folder)]
+    assert names == [f"n{n}" for n in range(1, turns + 1)] + ["n26"]
+    await export_session(client, fork.id, runs)
+    flog = lines(runs, fork.id)
+    assert flog[0]["type"] == "SESSION_FORKED" and flog[0]["payload"]["parent_seq"] == at
+    assert verify_dir(runs / fork.id).forked_from == (parent.id, at)
