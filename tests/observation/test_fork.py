@@ -17,9 +17,11 @@ from temporalio.client import Client, WorkflowHandle
 from typer.testing import CliRunner
 
 from api.cli.main import app as cli
-from observation.exporter import export_session
+from observation.exporter import export_session, ids
 from observation.exporter.verify import ChainBrokenError, check_parent, verify_dir
 from observation.fork import ForkRefused, rebuild
+from observation.telemetry.otel import to_span
+from observation.telemetry.project import TelemetryProjector
 from tests.support.mcp_servers import received, recording_server
 from tests.support.sessions import running_worker, start_session, until
 from workflows.config import SessionConfig
@@ -137,6 +139,18 @@ async def test_a_fork_reuses_the_past_runs_the_rest_and_links_to_its_parent(
     assert flog[0]["payload"] == {"session_id": fork.id, "parent_session_id": parent.id,
                                   "parent_seq": at, "parent_line_hash": rebuilt.line_hash}
     verify_dir(runs / fork.id)  # with the link to the parent
+    # telemetry links the two: the fork's session run names the parent's, and its span
+    # links to the parent session's span
+    (root,) = [r for r in TelemetryProjector(fork.id).apply_all(flog).ordered()
+               if r.parent_run_id is None]
+    assert root.attributes["forked_from_run_id"] == f"{parent.id}/session"
+    assert root.attributes["forked_from_seq"] == at
+    (link,) = to_span(root).links
+    assert (link.context.trace_id, link.context.span_id) == (
+        int(ids.trace_id(parent.id), 16), int(ids.session_span(parent.id), 16))
+    (proot,) = [r for r in TelemetryProjector(parent.id).apply_all(lines(runs, parent.id))
+                .ordered() if r.parent_run_id is None]
+    assert "forked_from_run_id" not in proot.attributes and not to_span(proot).links
     # the parent is untouched: what it had is still there, byte for byte, and its log
     # is the control's, but for ids and times
     assert (runs / parent.id / "events.ndjson").read_bytes().startswith(before)
