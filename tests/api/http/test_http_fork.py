@@ -86,7 +86,7 @@ async def test_who_may_fork_and_what_is_refused(dev_env: WorkflowEnvironment,
         await refused(403, "forbidden", {"at_seq": at}, who=bob)
         r = await http.post("/api/sessions/s-nosuchsession0/fork", headers=ann,
                             json={"at_seq": 1})
-        assert r.status_code in (403, 404), r.text
+        assert r.status_code == 404 and error_of(r)["code"] == "session_not_found", r.text
         assert sorted(p.name for p in (data_dir / "runs").iterdir()) == before  # nothing
 
         r = await http.post(url, headers=ann, json={"at_seq": at, "message": "hi again"})
