@@ -30,6 +30,7 @@ from workflows.statechart import SessionEvent
 
 # The session's run (Temporal's workflow runs): from history.
 RUN_CREATED = "RUN_CREATED"
+SESSION_FORKED = "SESSION_FORKED"  # a fork's line 1: its parent, seq and line hash (issue 27)
 RUN_CANCEL_REQUESTED = "RUN_CANCEL_REQUESTED"
 RUN_CONTINUED_AS_NEW = "RUN_CONTINUED_AS_NEW"
 RUN_COMPLETED = "RUN_COMPLETED"
@@ -106,6 +107,7 @@ PLAN_TYPE_OF: Mapping[type[BaseModel], str] = {m: t for t, m in _PLAN_MODELS.ite
 _T = LogEventType
 EVENT_TYPES: tuple[LogEventType, ...] = (
     _T(RUN_CREATED, "history", schema="RUN_CREATED", seed=True),
+    _T(SESSION_FORKED, "history", schema="SESSION_FORKED"),
     _T(RUN_CANCEL_REQUESTED, "history"),
     _T(RUN_CONTINUED_AS_NEW, "history"),
     _T(RUN_COMPLETED, "history", schema="RUN_ENDED", seed=True),

@@ -22,6 +22,7 @@ from workflows.contract import (
 from workflows.contract import idempotency_key_for as _key
 from workflows.execution_views import consequence_view, render_facts_for_prompt, render_for_prompt
 from workflows.io import ChatMessage, ToolCallResult, ToolSpec
+from workflows.lineage import RAN_IN_PARENT
 from workflows.messages import ReplyInput
 from workflows.safety import SafetyClass
 from workflows.session_state import PendingRequest, SessionState
@@ -272,11 +273,12 @@ def answer_of(pending: PendingRequest, reply: ReplyInput) -> dict[str, Any]:
 def auto_answer(pending: PendingRequest, config: SessionConfig) -> dict[str, Any]:
     """The documented default decision of ``interaction.auto_decide.timeout``.
 
-    approval and confirm follow ``auto_decision`` (default: reject); choose takes
+    approval and confirm follow ``auto_decision`` (default: reject; always reject for a
+    fork's call that its parent already sent, ``RAN_IN_PARENT``); choose takes
     the first option when approving, declines otherwise; a form is declined
     (values cannot be invented); a plan step is approved, or the plan stops.
     """
-    approve = config.auto_decision == "approve"
+    approve = config.auto_decision == "approve" and pending.reason_code != RAN_IN_PARENT
     if pending.kind == "step":  # a plan fails closed: 'reject' stops it
         return {"choice": "approve" if approve else "stop", "auto": True}
     if pending.kind in ("approval", "confirm"):

@@ -49,6 +49,7 @@ with workflow.unsafe.imports_passed_through():
         ToolCallResult,
         ToolCatalog,
     )
+    from workflows.lineage import RAN_IN_PARENT
     from workflows.messages import Behaviour, SessionInput
     from workflows.operators import waiting_details
     from workflows.outcome import (
@@ -353,20 +354,30 @@ class AgentTurn:
             self._book.say(agent.consequence_message(c, call.id))
             return None
         asked = decisions.asked_tool_call(d.detail["server"], call.tool, call.arguments)
+        # a fork's call that its parent already sent after the fork point (issue 27)
+        repeat = decisions.repeat_of(self._input.parent_actions, asked) \
+            if self._input.parent_actions else None
         verdict = decisions.tool_verdict(s.config.rules, s.standing_decisions,
                                          d.detail["server"], call.tool, call.arguments,
                                          safety_asks=d.kind == "approve_first",
-                                         safety=d.safety.value)
+                                         safety=d.safety.value, repeat=repeat is not None)
         if verdict.kind in ("allow", "deny", "standing"):
             return self._decided_without_asking(c, asked, verdict)
         if d.kind == "approve_first" or verdict.kind == "ask":
             self._book.transition(c, Trigger.SUSPEND, Actor.TOOL_NODE, now)
             what = "irreversible action" if d.kind == "approve_first" else "action"
+            prompt = f"Approve {what}: " + summarize_action(c.action_type, c.action_detail)
+            repeated: dict[str, Any] = {}
+            if repeat is not None:
+                parent = self._input.forked_from.session_id \
+                    if self._input.forked_from else "the parent"
+                prompt = decisions.repeat_note(repeat, parent) + " " + prompt
+                repeated = {"reason_code": RAN_IN_PARENT}
             self._ask(PendingRequest(
                 request_id=c.execution_id, kind="approval", execution_id=c.execution_id,
-                prompt=f"Approve {what}: " + summarize_action(c.action_type, c.action_detail),
-                created_at=now, **decisions.request_terms(s.config, asked, s.tool_catalog,
-                                                          d.safety.value),
+                prompt=prompt, created_at=now,
+                **decisions.request_terms(s.config, asked, s.tool_catalog, d.safety.value),
+                **repeated,
             ))
         return c
 

@@ -27,6 +27,7 @@ from pydantic import BaseModel, Field
 
 from workflows.config import SessionConfig
 from workflows.io import ToolSpec
+from workflows.lineage import ParentAction
 from workflows.people import (
     ANSWER_CONFLICT,
     ANSWER_FORBIDDEN,
@@ -118,15 +119,20 @@ class ToolVerdict(BaseModel):
 
 def tool_verdict(rules: list[DecisionRule], standing: list[StandingDecision],
                  server: str | None, tool: str, arguments: dict[str, Any], *,
-                 safety_asks: bool = True, safety: str | None = None) -> ToolVerdict:
+                 safety_asks: bool = True, safety: str | None = None,
+                 repeat: bool = False) -> ToolVerdict:
     """The first matching rule decides; a ``deny`` rule beats a standing decision, which
     beats ``ask`` and the safety class; ``allow`` runs it. ``safety_asks``: whether its
     safety class asks (an irreversible tool): where nothing would ask, ``allow`` and a
     standing decision change nothing and the verdict is ``default`` (no log line for a
-    call that runs as it always would)."""
+    call that runs as it always would). ``repeat``: a fork's call that its parent sent
+    after the fork point (``repeat_of``): only ``deny`` beats asking the person, in
+    every mode."""
     found = rule_for(rules, server, tool, arguments, safety)
     if found is not None and found[1].decision == "deny":
         return ToolVerdict(kind="deny", rule=found[0])
+    if repeat:
+        return ToolVerdict(kind="ask", rule=found[0] if found is not None else None)
     if not safety_asks and (found is None or found[1].decision != "ask"):
         return ToolVerdict(kind="default")
     if found is not None and found[1].decision == "allow":
@@ -137,6 +143,20 @@ def tool_verdict(rules: list[DecisionRule], standing: list[StandingDecision],
     if found is not None:
         return ToolVerdict(kind="ask", rule=found[0])
     return ToolVerdict(kind="default")
+
+
+def repeat_of(parent_actions: list[ParentAction], asked: dict[str, Any]
+              ) -> ParentAction | None:
+    """The parent's once-only call with the digest of ``asked`` (a fork's tool call),
+    if it sent one after the fork point: the world may already hold its effect."""
+    digest = digest_of(asked)
+    return next((a for a in parent_actions if a.digest == digest), None)
+
+
+def repeat_note(action: ParentAction, parent: str) -> str:
+    """What the person is told before the fork repeats ``action``."""
+    return (f"This already ran in the parent session {parent} at {action.at} (its log's "
+            f"line {action.seq}); run it again here?")
 
 
 def standing_for(pending: PendingRequest, remember: Literal["tool", "arguments"],

@@ -22,6 +22,7 @@ from pydantic import (
 from workflows.config import SessionConfig
 from workflows.execution_views import ExecutionFact, ExecutionSnapshot
 from workflows.limits import MAX_DEPTH_CEILING, value_problem
+from workflows.lineage import ForkedFrom, ParentAction
 from workflows.people import Principal
 from workflows.session_state import PendingRequest, SessionState, StatusChange
 from workflows.statechart import SessionStatus
@@ -81,12 +82,21 @@ class SessionInput(BaseModel):
     # Shorter activity timeouts and retries (tests; None: the defaults). Left out of
     # the JSON while unset, so inputs are what they were before it.
     timing: Timing | None = None
+    # A fork's first run: the parent it was rebuilt from (issue 27). Left out of the
+    # JSON while unset, so every other input is what it was.
+    forked_from: ForkedFrom | None = None
+    # A fork's: the once-only calls its parent sent after the fork point; the fork asks
+    # before it sends one again (carried across continue-as-new; left out while empty).
+    parent_actions: list[ParentAction] = Field(default_factory=list)
 
     @model_serializer(mode="wrap")
     def _compact(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         data = handler(self)
-        if data.get("timing", False) is None:
-            data.pop("timing")
+        for key in ("timing", "forked_from"):
+            if data.get(key, False) is None:
+                data.pop(key)
+        if data.get("parent_actions", False) == []:
+            data.pop("parent_actions")
         return data
 
     @model_validator(mode="after")
@@ -100,7 +110,7 @@ class SessionInput(BaseModel):
         the scripted responses already played (DESIGN invariant 7)."""
         state = state.carried()
         state.config = state.config.carried(state.llm_calls)
-        return self.model_copy(update={"config": None, "state": state,
+        return self.model_copy(update={"config": None, "state": state, "forked_from": None,
                                        "behaviour": CURRENT_BEHAVIOUR})
 
     def does(self, behaviour: Behaviour) -> bool:

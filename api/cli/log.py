@@ -46,8 +46,9 @@ def verify_command(
                                       "checkpoint file; check the log only grew from it."),
     *, stack: Stack,
 ) -> None:
-    """Check every hash, prev_hash, seq, every field, the head and the artifacts;
-    EVENT_CHAIN_BROKEN with the line number (exit 1) on the first failure. With --key,
+    """Check every hash, prev_hash, seq, every field, the head and the artifacts (a
+    fork's log: its link to its parent's, next to it, too); EVENT_CHAIN_BROKEN with the
+    line number (exit 1) on the first failure. With --key,
     the signed checkpoint too (CHECKPOINT_MISSING/INVALID/MISMATCH)."""
     # Only the verifier loads (observation.exporter.verify: no Temporal, no server side,
     # no settings for a run directory given as a path), so verify starts at once.
@@ -70,6 +71,10 @@ def verify_command(
     version = f"log format v{v.log_version}, " if v.log_version else ""
     upto = " up to the head" if live else ""
     typer.echo(f"OK: {v.events} events{upto}, {version}chain head {v.last_hash} ({d})")
+    if v.forked_from is not None:
+        parent, seq = v.forked_from
+        typer.echo(f"forked from {parent} at line {seq}: the parent's log verifies up to "
+                   "it and has the recorded line hash")
     if note:
         typer.echo(note)
 

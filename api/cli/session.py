@@ -335,6 +335,31 @@ def cancel(session_id: SessionArg, *, stack: Stack) -> None:
                else "cancel requested")
 
 
+@session_app.command("fork")
+@stack_options
+def fork(
+    session_id: SessionArg,
+    at: Annotated[int, typer.Option("--at", min=1, help=(
+        "The line (seq) of the session's log to fork at: where it waits for the "
+        "person's next message (`session tail` and `log show` print the seqs)."))],
+    message: Annotated[str | None, typer.Option("--message", help=(
+        "The person's message there, in place of the one the session got."))] = None,
+    as_json: AsJson = False, *, stack: Stack,
+) -> None:
+    """Start a new session from a point of this one's past: its state there, rebuilt
+    from the log and history, nothing run again; the session itself is not touched.
+    Prints the new session's id."""
+    body: dict[str, Any] = {"at_seq": at}
+    if message is not None:
+        body["message"] = message
+    with api_of(stack) as api:
+        created = api.post(f"/api/sessions/{session_id}/fork", body)
+    if as_json:
+        print_json(created)
+    else:
+        typer.echo(created["session_id"])
+
+
 TERMINAL = ("succeeded", "failed", "canceled")
 
 

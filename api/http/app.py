@@ -37,6 +37,7 @@ from api.http.routers import (
     audit,
     events,
     execution,
+    fork,
     health,
     inbox,
     notifications,
@@ -163,7 +164,7 @@ def create_app(
     app.include_router(inbox.router)
     for router in (sessions.router, session_list.router, past.router, events.router,
                    execution.router, audit.router, whoami.router, oidc_login.router,
-                   notifications.router, act.router):
+                   notifications.router, act.router, fork.router):
         app.include_router(router, responses=errors.ERROR_RESPONSES)
     app.add_middleware(JsonLimits, max_depth=settings.max_json_depth)  # inside BodyLimit
     app.add_middleware(BodyLimit, limit=tuning.max_body_bytes)

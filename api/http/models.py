@@ -269,6 +269,15 @@ class StandingList(BaseModel):
     standing: list[StandingDecision]
 
 
+class ForkedFromView(BaseModel):
+    """The session a fork began from: its id, the line of its log (``seq``) and that
+    line's ``line_hash`` (the fork's log's line 1, ``SESSION_FORKED``)."""
+
+    session_id: str
+    seq: int
+    line_hash: str
+
+
 class SessionView(BaseModel):
     """A session: canonical status, pending request, counters, and one page of its
     contracts as snapshots (the log's, overlaid by the live query's). Memory and
@@ -302,6 +311,8 @@ class SessionView(BaseModel):
     stale: bool = Field(default=False, description=STALE)
     you: YouView | None = Field(default=None, description=(
         "What the principal reading it may do to it now."))
+    forked_from: ForkedFromView | None = Field(default=None, description=(
+        "A fork's parent: the session and the line of its log it began at."))
 
 
 class MemoryPage(BaseModel):

@@ -2,7 +2,8 @@
 (``ids.py``, ``mapping.py``, ``activities.py``), beyond what the hashes cover.
 
 * ``run_id`` is the session (the run directory's name, else line 1's), and line 1 is
-  its ``RUN_CREATED`` (the only one);
+  its ``RUN_CREATED`` (the only one), or a fork's ``SESSION_FORKED`` and line 2 its
+  ``RUN_CREATED``;
 * ``trace_id`` is ``ids.trace_id(session)``; ``span_id`` and ``parent_span_id`` are
   16 lowercase hex digits, and only the session's span (``ids.session_span``) has no
   parent;
@@ -53,12 +54,16 @@ class LineFields:
         self.spans: set[str] = set()  # span ids seen well-formed
         self.ts = ""  # the last ts seen well-formed
         self.next_id: str | None = None  # the next line's event_id if of the same history event
+        self.forked = False  # line 1 is a fork's SESSION_FORKED
 
     def _session(self, obj: dict[str, Any], n: int) -> None:
         if self.session is None:
             self.session = obj["run_id"]
         self.trace, self.root = ids.trace_id(self.session), ids.session_span(self.session)
         p = obj["payload"]
+        if obj["type"] == ev.SESSION_FORKED and p.get("session_id") == obj["run_id"]:
+            self.forked = True  # a fork: its lineage, then its RUN_CREATED (issue 27)
+            return
         if obj["type"] != ev.RUN_CREATED or p.get("session_id") != obj["run_id"]:
             raise FieldError(n, f"line 1 is {obj['type']} (session_id "
                              f"{p.get('session_id')!r}), not the RUN_CREATED of "
@@ -67,8 +72,15 @@ class LineFields:
     def check(self, obj: dict[str, Any], n: int) -> None:
         if n == 1:
             self._session(obj, n)
+        elif n == 2 and self.forked:
+            if obj["type"] != ev.RUN_CREATED:
+                raise FieldError(n, f"line 2 is {obj['type']}, not the RUN_CREATED that "
+                                 "follows a fork's SESSION_FORKED")
         elif obj["type"] == ev.RUN_CREATED:
             raise FieldError(n, "a second RUN_CREATED: a log holds one session")
+        elif obj["type"] == ev.SESSION_FORKED:
+            raise FieldError(n, "SESSION_FORKED after line 1: only a fork's first line "
+                             "names its parent")
         if obj["run_id"] != self.session:
             where = "this directory's session" if self.from_dir else "the log's session"
             raise FieldError(n, f"run_id {obj['run_id']!r} is not {where} "

@@ -27,6 +27,7 @@ LLM_OUTPUT_SCHEMA = "hitlflow/llm_output/v1"
 #: The event types whose lines the verifier checks beyond the envelope (the names
 #: of ``observation/event_types.py``).
 RUN_CREATED = "RUN_CREATED"
+SESSION_FORKED = "SESSION_FORKED"
 RUN_CONTINUED_AS_NEW = "RUN_CONTINUED_AS_NEW"
 LLM_CALL_FINISHED = "LLM_CALL_FINISHED"
 ARTIFACT_WRITTEN = "ARTIFACT_WRITTEN"

@@ -87,6 +87,11 @@ class SessionMapper(ActivityMapper, JournalMapper):
         self.created = True
         inp = first_value(a.input) or {}
         self.session_config = inp.get("config")  # the wait's steps (next_wait_step)
+        fork = inp.get("forked_from")
+        if isinstance(fork, dict):  # a fork's line 1 names its parent (issue 27)
+            self.emit(ev.SESSION_FORKED, {
+                "session_id": self.sid, "parent_session_id": fork.get("session_id"),
+                "parent_seq": fork.get("seq"), "parent_line_hash": fork.get("line_hash")})
         self.emit(ev.RUN_CREATED, {
             "session_id": self.sid, "temporal_run_id": self.run_id,
             "workflow_type": a.workflow_type.name, "task_queue": a.task_queue.name,

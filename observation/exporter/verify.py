@@ -52,12 +52,14 @@ from observation.exporter.lines import (
     GENESIS,
     HASH_PREFIX,
     LINE_PREFIX,
+    SESSION_FORKED,
     read_json,
 )
 from observation.exporter.lines import number as double
 from workflows.canonical import canonical_text, jcs
 
 LOG_NAME, HEAD_NAME, SNAPSHOT_NAME = "events.ndjson", "head", "snapshot.json"
+_SESSION_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,127}")  # workflows.config.SESSION_ID_RE
 #: The fields of a v1 line; a v2 line has these and ``log_version``, ``line_hash``.
 ENVELOPE = frozenset({"seq", "event_id", "run_id", "ts", "type", "payload", "trace_id",
                       "span_id", "parent_span_id", "prev_hash", "event_hash"})
@@ -96,6 +98,7 @@ class Verified:
     events: int
     last_hash: str
     log_version: int | None = None  # None: an empty log
+    forked_from: tuple[str, int] | None = None  # a fork's parent and seq, its link checked
 
 
 class _Numbers:
@@ -387,14 +390,16 @@ def read_lines(path: Path) -> Iterator[bytes]:
         yield from f
 
 
-def verify_dir(run_dir: Path, *, artifacts: bool = True, live: bool = False) -> Verified:
+def verify_dir(run_dir: Path, *, artifacts: bool = True, live: bool = False,
+               parent: bool = True) -> Verified:
     """Verify ``run_dir`` (``events.ndjson``, ``head``, ``snapshot.json``, artifacts):
     the log of the session its name says (``runs/<session_id>/``).
 
     ``live``: the log may still be written. The exporter appends lines, fsyncs them,
     then replaces ``snapshot.json`` and ``head``; so ``head`` is read first and the
     lines up to its ``last_seq`` are checked (lines after it are a batch in flight,
-    checked against the next head), and ``snapshot.json`` is not compared."""
+    checked against the next head), and ``snapshot.json`` is not compared.
+    ``parent``: a fork's log also checks its link to its parent's (``check_parent``)."""
     log, head_path, snap_path = (run_dir / n for n in (LOG_NAME, HEAD_NAME, SNAPSHOT_NAME))
     for p in (log, head_path, snap_path):
         if not p.is_file():
@@ -402,11 +407,14 @@ def verify_dir(run_dir: Path, *, artifacts: bool = True, live: bool = False) -> 
                 ": a truncated tail cannot be ruled out" if p != log else ""))
     session = run_dir.resolve().name
     count, last, version = 0, GENESIS, None
+    lineage: dict[str, Any] | None = None
     try:
         heads = [(parse_head(head_path.read_bytes(), "head"), "head")] if live else []
         lines = read_lines(log)
         for event in verify_lines(islice(lines, heads[0][0]["last_seq"]) if live else lines,
                                   session):
+            if count == 0 and event["type"] == SESSION_FORKED:
+                lineage = event["payload"]
             count, last, version = event["seq"], event["event_hash"], line_version(event)
             if artifacts and event["type"] == ARTIFACT_WRITTEN:
                 check_artifact(run_dir, event)
@@ -421,4 +429,40 @@ def verify_dir(run_dir: Path, *, artifacts: bool = True, live: bool = False) -> 
     verified = Verified(count, last, version)
     for head, what in heads:
         check_head(verified, head, what)
+    if lineage is not None and parent:
+        check_parent(run_dir, lineage)
+        verified = Verified(count, last, version,
+                            (lineage["parent_session_id"], lineage["parent_seq"]))
     return verified
+
+
+def check_parent(run_dir: Path, lineage: dict[str, Any]) -> None:
+    """A fork's link (its ``SESSION_FORKED``, line 1): the parent's log, next to the
+    fork's, verifies from its line 1 up to ``parent_seq``, and that line's
+    ``line_hash`` is ``parent_line_hash``. Lines after it are not the fork's concern."""
+    parent, seq, want = (lineage.get(k) for k in
+                         ("parent_session_id", "parent_seq", "parent_line_hash"))
+    if not (isinstance(parent, str) and _SESSION_NAME.fullmatch(parent)
+            and type(seq) is int and seq >= 1 and isinstance(want, str)):
+        raise ChainBrokenError(1, "SESSION_FORKED does not name its parent (session, seq, "
+                               "line_hash)")
+    log = run_dir.resolve().parent / parent / LOG_NAME
+    where = f"the parent session {parent}'s log"
+    if not log.is_file():
+        raise ChainBrokenError(1, f"{where} is missing ({log}): the fork's link cannot be "
+                               "checked")
+    got: dict[str, Any] | None = None
+    try:
+        for event in verify_lines(islice(read_lines(log), seq), parent):
+            got = event
+    except ChainBrokenError as err:
+        raise ChainBrokenError(1, f"{where} does not verify up to the fork point, line "
+                               f"{seq}: {err}") from None
+    except OSError as err:
+        raise ChainBrokenError(1, f"cannot read {where}: {err.strerror}") from None
+    if got is None or got["seq"] != seq:
+        raise ChainBrokenError(1, f"{where} ends before line {seq}, the fork point")
+    if got.get("line_hash") != want:
+        raise ChainBrokenError(1, f"{where}: line {seq}'s line_hash is not the one the fork "
+                               "recorded (the parent's log changed at or before the fork "
+                               "point)")

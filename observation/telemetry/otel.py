@@ -25,7 +25,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor, SpanExporter
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
-from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
+from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
 from observation.telemetry.model import TelemetryRun
 
@@ -119,8 +119,15 @@ def to_span(run: TelemetryRun, resource: Resource | None = None) -> ReadableSpan
         status = Status(StatusCode.OK)
     start = run.started_at or run.attributes.get("queued_at") or run.ended_at or run.updated_at
     parent = _context(run.trace_id, run.parent_span_id) if run.parent_span_id else None
+    a = run.attributes
+    # a fork's session span links to its parent session's (issue 27)
+    links = [Link(_context(a["forked_from_trace_id"], a["forked_from_span_id"]),
+                  {"hitlflow.link": "forked_from", "hitlflow.parent_seq": a.get(
+                      "forked_from_seq") or 0})] \
+        if a.get("forked_from_trace_id") and a.get("forked_from_span_id") else []
     return ReadableSpan(
         name=span_name(run), context=_context(run.trace_id, run.span_id), parent=parent,
+        links=links,
         resource=resource or default_resource(), attributes=run_attributes(run),
         kind=SpanKind.CLIENT if run.job_type == "llm_call" else SpanKind.INTERNAL,
         status=status, start_time=time_ns(start),

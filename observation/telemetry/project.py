@@ -54,6 +54,7 @@ class TelemetryProjector(LogFold):
         self._e: Event = {}
         self._seq = 0
         self._changed: set[str] = set()
+        self._forked: dict[str, Any] = {}  # a fork's parent (its log's SESSION_FORKED)
 
     # -- the fold ----------------------------------------------------------------------
 
@@ -139,6 +140,17 @@ class TelemetryProjector(LogFold):
 
     # -- the session -------------------------------------------------------------------
 
+    @folds(ev.SESSION_FORKED)
+    def _forked_from(self, p: Event) -> None:
+        """A fork's line 1: its session run names the parent's (issue 27)."""
+        parent = p.get("parent_session_id")
+        if isinstance(parent, str):
+            self._forked = {
+                "forked_from_session_id": parent, "forked_from_seq": p.get("parent_seq"),
+                "forked_from_run_id": run_id(parent, "session"),
+                "forked_from_trace_id": ids.trace_id(parent),
+                "forked_from_span_id": ids.session_span(parent)}
+
     @folds(ev.RUN_CREATED)
     def _run_created(self, p: Event) -> None:
         if self._session is not None:
@@ -160,7 +172,7 @@ class TelemetryProjector(LogFold):
                 "temporal_run_ids": [p.get("temporal_run_id")],
                 "driver": "plan" if config.get("plan") else "agent" if config.get("agent")
                 else None, "mode": config.get("mode"), "llm_provider": self._provider,
-                "llm_model": llm.get("model")},
+                "llm_model": llm.get("model"), **self._forked},
             ordinal=0, first_seq=self._seq, last_seq=self._seq)
         self.runs[rid], self._by_span[span], self._session = run, rid, run
         self._touch(run)

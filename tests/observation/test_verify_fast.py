@@ -201,7 +201,7 @@ def test_a_torn_line_ending_in_a_space_is_not_taken(demo_lines):
 
 
 def test_the_event_type_names_are_observations():
-    for name in ("RUN_CREATED", "RUN_CONTINUED_AS_NEW", "LLM_CALL_FINISHED",
+    for name in ("RUN_CREATED", "SESSION_FORKED", "RUN_CONTINUED_AS_NEW", "LLM_CALL_FINISHED",
                  "ARTIFACT_WRITTEN"):
         assert getattr(line_names, name) == getattr(event_types, name)
 

@@ -60,7 +60,7 @@ function cutText(p) {
 
 export function renderConversation(s) {
   const items = [...s.entries.values()].sort((a, b) => a.seq - b.seq)
-    .map((e) => entry(e.type, e.payload, e.seq)).flat().filter(Boolean);
+    .map((e) => entry(e.type, e.payload, e.seq, s)).flat().filter(Boolean);
   if (s.logCut) {
     items.unshift(h("li", { class: "meta" }, "Earlier entries are not shown. ",
       h("button", { type: "button", "data-key": "full-log", onclick: () => download(s) },
@@ -101,10 +101,36 @@ function answerText(a) {
   return parts.join(" · ");
 }
 
-function entry(type, p, seq) {
+// "Fork from here" (issue 27): a new session from the wait this message answered, with
+// the message the person gives in its place (the API finds the wait, or says why not).
+async function forkFrom(s, seq, text) {
+  const message = window.prompt("The message the new session starts with, in place of "
+                                + "this one:", text);
+  if (message === null || message === "") return;
+  try {
+    const r = await api(`api/sessions/${enc(s.sid)}/fork`, { method: "POST",
+                                                             body: { at_seq: seq, message } });
+    if (!r.ok) throw new Error(await messageOf(r));
+    location.hash = `#/s/${enc((await r.json()).session_id)}`;
+  } catch (err) {
+    failed(err);
+  }
+}
+
+function entry(type, p, seq, s) {
   switch (type) {
     case "message":
-      return line("Person", "person", seq, h("span", { class: "text" }, p.text));
+      return line("Person", "person", seq, h("span", { class: "text" }, p.text),
+        seq > 1 && s ? [" ", h("button", { type: "button", class: "fork",
+                                           "data-key": `fork-${seq}`,
+                                           title: "Start a new session from just before "
+                                             + "this message, with another message",
+                                           onclick: () => forkFrom(s, seq, p.text) },
+                                "Fork from here")] : "");
+    case "SESSION_FORKED":
+      return line("Forked", "ask", seq, "from ",
+                  h("a", { href: `#/s/${enc(p.parent_session_id)}` }, p.parent_session_id),
+                  ` at line ${p.parent_seq}`);
     case "text":
       return p.text ? line("Agent", "agent", seq, h("span", { class: "text" }, p.text)) : null;
     case "WORK_ITEM_QUEUED": {

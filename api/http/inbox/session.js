@@ -136,7 +136,11 @@ function render(s) {
     "Status ", badge(v.status), v.mode ? ` · ${v.mode}` : "",
     v.waiting_since && v.status === "waiting_user" ? [" · waiting since ", when(v.waiting_since)]
       : "",
-    ` · ${plural(v.turns, "turn", "turns")}, ${plural(v.replies, "reply", "replies")}`),
+    ` · ${plural(v.turns, "turn", "turns")}, ${plural(v.replies, "reply", "replies")}`,
+    v.forked_from ? [" · forked from ", h("a", { href: `#/s/${enc(v.forked_from.session_id)}`,
+                                                 id: "forked-from" },
+                                          v.forked_from.session_id),
+                     ` at line ${v.forked_from.seq}`] : ""),
     v.failure_reason ? h("p", { class: "notice" }, `Failed: ${v.failure_reason}`) : "",
     waitSteps(v.pending),
     v.stale ? h("p", { class: "meta" }, "(the read model has not caught up yet)") : "");

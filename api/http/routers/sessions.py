@@ -60,6 +60,7 @@ from api.http.models import (
     CancelAccepted,
     EndRequest,
     ErrorBody,
+    ForkedFromView,
     MessageRequest,
     ReplyRequest,
     SessionCreated,
@@ -77,6 +78,7 @@ from api.http.reads import read_log, with_duration
 from api.http.routers.session_list import execution_status_of, status_of
 from api.http.routers.session_reads import describe, query, stored_page, stored_row
 from api.settings import HitlflowSettings
+from observation.fork import lineage_of
 from observation.log_pages import contract_page
 from observation.log_reader import LogViews
 from observation.log_view import SessionLogView
@@ -242,7 +244,9 @@ async def get_session(session_id: SessionIdDep, client: ClientDep, tuning: Tunin
                                memo=not principal.at_least("operator"))
     view = await _session_view(session_id, client, tuning, logs, request, response, paged)
     pending = view.pending.model_dump(mode="json") if view.pending is not None else None
-    return view.model_copy(update={"you": you(principal, people, pending)})
+    lineage = lineage_of(request.app.state.settings.data_dir / "runs" / session_id)
+    return view.model_copy(update={"you": you(principal, people, pending), "forked_from":
+                                   ForkedFromView(**lineage) if lineage else None})
 
 
 async def _session_view(session_id: str, client: Client, tuning: ApiTuning, logs: LogViews,

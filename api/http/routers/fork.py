@@ -1,0 +1,103 @@
+"""Fork: a new session from a point of a session's past (issue 27).
+
+The state at the point is rebuilt from what is recorded (``observation.fork``: the
+log verified up to it, the history replayed without running anything); the new
+session starts from it, its log's first line names the parent, the line and that
+line's hash. The parent is not touched."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Annotated
+
+from fastapi import APIRouter, Body, Request, Response
+from pydantic import Field
+from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDReusePolicy
+
+from api.http.authority import PEOPLE_MEMO, forbidden, require_see
+from api.http.command_policy import refusal_message, refused_commands
+from api.http.deps import ClientDep, OnChangeDep, PrincipalDep, SessionIdDep, SettingsDep
+from api.http.errors import ApiError, temporal_errors
+from api.http.limits import check_input_size
+from api.http.models import ErrorBody, SessionCreated, _Request
+from observation.fork import ForkRefused, rebuild
+from workflows.fork import fork_input
+from workflows.messages import ForkedFrom
+from workflows.operators import static_details, static_summary
+from workflows.people import may_start
+from workflows.search_attributes import SESSION_STATUS
+from workflows.session import SessionWorkflow
+from workflows.statechart import SessionStatus
+
+router = APIRouter(prefix="/api/sessions", tags=["sessions"])
+#: The error code of each refusal of ``observation.fork``.
+REFUSED = {404: "session_not_found", 409: "not_a_fork_point", 422: "validation_error"}
+
+
+class ForkRequest(_Request):
+    at_seq: int = Field(ge=1, le=2**53 - 1, description=(
+        "The line of the session's log to fork at: where it waits for the person's "
+        "next message (a turn boundary), or a person's `message` line (the fork starts "
+        "at the wait it answered, with that message unless `message` replaces it). "
+        "Anywhere else is a 409 naming the nearest."))
+    message: str | None = Field(default=None, min_length=1, max_length=100_000, description=(
+        "The person's message at that point, in place of the one the session got "
+        "there; without it the fork waits for one."))
+
+
+class ForkCreated(SessionCreated):
+    forked_from: str
+    at_seq: int
+    line_hash: str
+
+
+@router.post("/{session_id}/fork", status_code=201, response_model=ForkCreated, responses={
+    403: {"model": ErrorBody, "description": "The principal may not start sessions or "
+          "may not see this one; nothing was started"},
+    404: {"model": ErrorBody, "description": "No such session (or no log of it yet)"},
+    409: {"model": ErrorBody, "description": "`not_a_fork_point`: the line is inside a "
+          "turn or past the log's end (the message names the nearest fork points), or "
+          "the log does not verify up to it"},
+    422: {"model": ErrorBody, "description": "A bad body"}})
+async def fork_session(
+    session_id: SessionIdDep, body: Annotated[ForkRequest, Body()], request: Request,
+    response: Response, client: ClientDep, settings: SettingsDep, on_change: OnChangeDep,
+    principal: PrincipalDep,
+) -> ForkCreated:
+    """Start a new session from a point of this one's past: its state there, rebuilt
+    from the log and history (no LLM or tool call runs again), owned by the caller.
+    Its log's first line (`SESSION_FORKED`) names this session, `at_seq` and that
+    line's `line_hash`; `hitlflow log verify` checks the link. This session is not
+    touched. Needs the right to start sessions and to see this one. Rewinding in place
+    is a fork plus a cancel of this session."""
+    if refusal := may_start(principal):
+        raise forbidden(refusal)
+    await require_see(request, principal, session_id)
+    try:
+        rebuilt = await rebuild(client, settings.data_dir / "runs", session_id, body.at_seq,
+                                SessionWorkflow)
+    except ForkRefused as err:
+        raise ApiError(err.status, REFUSED[err.status], str(err)) from None
+    sid = f"s-{uuid.uuid4().hex[:12]}"
+    lineage = ForkedFrom(session_id=session_id, seq=rebuilt.seq, line_hash=rebuilt.line_hash)
+    start = fork_input(rebuilt.state, sid, lineage, owner=principal.subject,
+                       message=body.message if body.message is not None else rebuilt.message,
+                       parent_actions=rebuilt.parent_actions)
+    config = start.config
+    assert config is not None
+    if refused := refused_commands(config, settings.api_allowed_commands):
+        raise ApiError(403, "commands_not_allowed",
+                       refusal_message(refused, settings.api_allowed_commands))
+    check_input_size(client, start, settings.max_input_bytes, "the fork's state")
+    with temporal_errors(sid):
+        await client.start_workflow(
+            "SessionWorkflow", start, id=sid, task_queue=settings.task_queue,
+            id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+            memo={PEOPLE_MEMO: config.people.model_dump()},
+            search_attributes=TypedSearchAttributes(
+                [SearchAttributePair(SESSION_STATUS, SessionStatus.WAITING_USER.value)]),
+            static_summary=static_summary(config), static_details=static_details(config))
+    on_change(sid)
+    response.headers["Location"] = f"/api/sessions/{sid}"
+    return ForkCreated(session_id=sid, status=SessionStatus.WAITING_USER,
+                       forked_from=session_id, at_seq=lineage.seq, line_hash=lineage.line_hash)
