@@ -7,24 +7,32 @@ line's hash. The parent is not touched."""
 
 from __future__ import annotations
 
-import uuid
+import hashlib
 from typing import Annotated
 
 from fastapi import APIRouter, Body, Request, Response
 from pydantic import Field
-from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDReusePolicy
+from temporalio.client import Client
+from temporalio.common import (
+    SearchAttributePair,
+    TypedSearchAttributes,
+    WorkflowIDConflictPolicy,
+    WorkflowIDReusePolicy,
+)
+from temporalio.service import RPCError, RPCStatusCode
 
 from api.http.authority import PEOPLE_MEMO, forbidden, require_see
 from api.http.command_policy import refusal_message, refused_commands
 from api.http.deps import ClientDep, OnChangeDep, PrincipalDep, SessionIdDep, SettingsDep
 from api.http.errors import ApiError, temporal_errors
+from api.http.idempotency import IdempotencyKeyDep
 from api.http.limits import check_input_size
 from api.http.models import ErrorBody, SessionCreated, _Request
 from observation.fork import ForkRefused, rebuild
 from workflows.fork import fork_input
 from workflows.messages import ForkedFrom
 from workflows.operators import static_details, static_summary
-from workflows.people import may_start
+from workflows.people import PrincipalRef, may_start
 from workflows.search_attributes import SESSION_STATUS
 from workflows.session import SessionWorkflow
 from workflows.statechart import SessionStatus
@@ -32,6 +40,29 @@ from workflows.statechart import SessionStatus
 router = APIRouter(prefix="/api/sessions", tags=["sessions"])
 #: The error code of each refusal of ``observation.fork``.
 REFUSED = {404: "session_not_found", 409: "not_a_fork_point", 422: "validation_error"}
+#: The memo key that holds a fork's lineage (what a resend with the same key answers).
+FORK_MEMO = "hitlflow.forked_from"
+
+
+def fork_id(parent: str, principal: PrincipalRef, key: str) -> str:
+    """The fork's session id: made from the parent, the principal and the request's
+    ``Idempotency-Key``, so the same request resent with the same key names the same
+    fork (Temporal starts one workflow per id) and another principal's key another."""
+    made = hashlib.sha256(
+        f"fork\n{parent}\n{principal.issuer}\n{principal.subject}\n{key}".encode())
+    return f"s-{made.hexdigest()[:12]}"
+
+
+async def _started(client: Client, sid: str) -> ForkedFrom | None:
+    """The lineage of the fork ``sid`` if it was started already (a resend), else None."""
+    try:
+        desc = await client.get_workflow_handle(sid).describe()
+    except RPCError as err:
+        if err.status == RPCStatusCode.NOT_FOUND:
+            return None
+        raise
+    value = await desc.memo_value(FORK_MEMO, None)
+    return ForkedFrom.model_validate(value) if value is not None else None
 
 
 class ForkRequest(_Request):
@@ -62,23 +93,28 @@ class ForkCreated(SessionCreated):
 async def fork_session(
     session_id: SessionIdDep, body: Annotated[ForkRequest, Body()], request: Request,
     response: Response, client: ClientDep, settings: SettingsDep, on_change: OnChangeDep,
-    principal: PrincipalDep,
+    principal: PrincipalDep, key: IdempotencyKeyDep,
 ) -> ForkCreated:
     """Start a new session from a point of this one's past: its state there, rebuilt
     from the log and history (no LLM or tool call runs again), owned by the caller.
     Its log's first line (`SESSION_FORKED`) names this session, `at_seq` and that
     line's `line_hash`; `hitlflow log verify` checks the link. This session is not
     touched. Needs the right to start sessions and to see this one. Rewinding in place
-    is a fork plus a cancel of this session."""
+    is a fork plus a cancel of this session. The same request resent with the same
+    `Idempotency-Key` starts no second fork: it answers the first one's 201."""
     if refusal := may_start(principal):
         raise forbidden(refusal)
     await require_see(request, principal, session_id)
+    sid = fork_id(session_id, principal, key)
+    with temporal_errors(sid):
+        earlier = await _started(client, sid)
+    if earlier is not None:
+        return _created(response, sid, earlier)
     try:
         rebuilt = await rebuild(client, settings.data_dir / "runs", session_id, body.at_seq,
                                 SessionWorkflow)
     except ForkRefused as err:
         raise ApiError(err.status, REFUSED[err.status], str(err)) from None
-    sid = f"s-{uuid.uuid4().hex[:12]}"
     lineage = ForkedFrom(session_id=session_id, seq=rebuilt.seq, line_hash=rebuilt.line_hash)
     start = fork_input(rebuilt.state, sid, lineage, owner=principal.subject,
                        message=body.message if body.message is not None else rebuilt.message,
@@ -89,15 +125,30 @@ async def fork_session(
         raise ApiError(403, "commands_not_allowed",
                        refusal_message(refused, settings.api_allowed_commands))
     check_input_size(client, start, settings.max_input_bytes, "the fork's state")
-    with temporal_errors(sid):
-        await client.start_workflow(
-            "SessionWorkflow", start, id=sid, task_queue=settings.task_queue,
-            id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
-            memo={PEOPLE_MEMO: config.people.model_dump()},
-            search_attributes=TypedSearchAttributes(
-                [SearchAttributePair(SESSION_STATUS, SessionStatus.WAITING_USER.value)]),
-            static_summary=static_summary(config), static_details=static_details(config))
+    try:
+        with temporal_errors(sid):
+            # A resend racing the first: USE_EXISTING attaches to the fork it started.
+            await client.start_workflow(
+                "SessionWorkflow", start, id=sid, task_queue=settings.task_queue,
+                id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+                id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+                memo={PEOPLE_MEMO: config.people.model_dump(),
+                      FORK_MEMO: lineage.model_dump(mode="json")},
+                search_attributes=TypedSearchAttributes(
+                    [SearchAttributePair(SESSION_STATUS, SessionStatus.WAITING_USER.value)]),
+                static_summary=static_summary(config),
+                static_details=static_details(config))
+    except ApiError as err:
+        # The first request's fork started and already ended: answer it.
+        if err.code != "session_exists" or (earlier := await _started(client, sid)) is None:
+            raise
+        return _created(response, sid, earlier)
     on_change(sid)
+    return _created(response, sid, lineage)
+
+
+def _created(response: Response, sid: str, lineage: ForkedFrom) -> ForkCreated:
     response.headers["Location"] = f"/api/sessions/{sid}"
     return ForkCreated(session_id=sid, status=SessionStatus.WAITING_USER,
-                       forked_from=session_id, at_seq=lineage.seq, line_hash=lineage.line_hash)
+                       forked_from=lineage.session_id, at_seq=lineage.seq,
+                       line_hash=lineage.line_hash)

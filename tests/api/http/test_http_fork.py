@@ -118,6 +118,43 @@ async def test_who_may_fork_and_what_is_refused(dev_env: WorkflowEnvironment,
         assert waiting("message")(r.json()), r.json()
         assert r.json()["forked_from"] is None
 
+        # the same request twice with one Idempotency-Key: one fork, the same answer
+        keyed = {**ann, "idempotency-key": "fork-once-1"}
+        body = {"at_seq": at, "message": "hi again"}
+        first = await http.post(url, headers=keyed, json=body)
+        again = await http.post(url, headers=keyed, json=body)
+        assert first.status_code == again.status_code == 201, (first.text, again.text)
+        assert again.json() == first.json()
+        assert again.headers["location"] == first.headers["location"]
+        assert first.headers["idempotency-key"] == again.headers["idempotency-key"] \
+            == "fork-once-1"
+        once = first.json()["session_id"]
+        assert once != fork and first.json()["line_hash"] == made["line_hash"]
+        run_id = (await dev_env.client.get_workflow_handle(once).describe()).run_id
+
+        async def view_of(s: str) -> dict:
+            r = await http.get(f"/api/sessions/{s}", headers=ann)
+            return r.json() if r.status_code == 200 else {}
+        await eventually(lambda: view_of(once), lambda v: v.get("status") == "succeeded",
+                         what="the keyed fork's end")
+        # once that fork ended, the resend still answers it and starts nothing
+        third = await http.post(url, headers=keyed, json={"at_seq": at})
+        assert third.status_code == 201 and third.json() == first.json(), third.text
+        assert (await dev_env.client.get_workflow_handle(once).describe()).run_id == run_id
+        flog = log_of(data_dir, once)
+        assert [x["type"] for x in flog].count("SESSION_FORKED") == 1
+        # a broken key: 422 naming the header, nothing started
+        before = sorted(p.name for p in (data_dir / "runs").iterdir())
+        for bad in ("bad key", "-x", "k" * 129):
+            message = await refused(422, "validation_error", body,
+                                    who={**ann, "idempotency-key": bad})
+            assert "Idempotency-Key" in message, message
+        assert sorted(p.name for p in (data_dir / "runs").iterdir()) == before
+        # another key: another fork
+        other = await http.post(url, headers={**ann, "idempotency-key": "fork-once-2"},
+                                json=body)
+        assert other.status_code == 201 and other.json()["session_id"] not in (once, fork)
+
         # the same through the command line, as Ann
         env = {"HITLFLOW_API_URL": stack.url, "HITLFLOW_API_TOKEN": keys["ann"],
                "NO_COLOR": "1", "HITLFLOW_API_PORT": None, "HITLFLOW_DATA_DIR": None}
