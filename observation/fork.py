@@ -8,8 +8,10 @@ Temporal's ``Replayer`` (no worker, no activity: every LLM answer and tool resul
 from history), and the workflow's state is taken where it then waits.
 
 A point is a fork point when the session waits there for the person's next message
-(a turn boundary: the agent answered, nothing is in flight, no contract is open) and
-the line is the last one of that workflow task. A person's ``message`` line stands for
+(a turn boundary: the agent answered, nothing is in flight, no contract is open), or,
+for a plan session, at the gate before a step (a step boundary: nothing of the step
+run, only the gate's contract open; ``workflows.fork.at_a_gate``), and the line is
+the last one of that workflow task. A person's ``message`` line stands for
 the wait it answered (the fork point before it; the caller may replace the message).
 Anywhere else :class:`ForkRefused` says why and names the nearest fork points before
 and after it.
@@ -46,6 +48,7 @@ from observation.exporter.verify import (
     read_lines,
     verify_lines,
 )
+from workflows.fork_point import at_a_gate
 from workflows.journal_carrier import INTERCEPTORS
 from workflows.lineage import ParentAction
 from workflows.people import digest_of
@@ -96,12 +99,16 @@ def _read(log: Path, session_id: str, upto: int) -> list[dict[str, Any]]:
 
 def fork_points(lines: list[dict[str, Any]]) -> list[int]:
     """The log's candidate fork points: the last line of each workflow task whose
-    status change is a wait for the person's message (the replay confirms one)."""
+    status change is a wait for the person's message, or a plan's wait at a gate
+    (the replay confirms one)."""
     points: list[int] = []
     for i, line in enumerate(lines):
         p = line["payload"]
+        detail = p.get("detail") or {}
         if line["type"] != ev.RUN_STATE_CHANGED or p.get("new_state") != "waiting_user" or (
-                (p.get("detail") or {}).get("kind") != "message"):
+                detail.get("kind") != "message" and not (
+                    detail.get("kind") == "step"
+                    and str(detail.get("prompt") or "").startswith("gate: "))):
             continue
         ref = line["event_id"].rsplit(":", 1)[0]
         j = i
@@ -231,8 +238,9 @@ async def _state_after(client: Client, session_id: str, run_id: str,
         return None, after
     state: SessionState = seen[-1][1]
     ok = (state.status == SessionStatus.WAITING_USER and state.pending is not None
-          and state.pending.kind == "message" and not state.open_contracts()
-          and not state.inbox)
+          and not state.inbox and (
+              (state.pending.kind == "message" and not state.open_contracts())
+              or at_a_gate(state)))
     return (state if ok else None), after
 
 
@@ -270,7 +278,8 @@ async def rebuild(client: Client, runs_dir: Path, session_id: str, seq: int,
         _history_ref(nxt["event_id"])[1] < after
     if state is None or inside:
         raise ForkRefused(409, f"line {seq} ({line['type']}) is inside a turn: a fork "
-                          "starts where the session waits for the person's message",
+                          "starts where the session waits for the person's message "
+                          "(a plan: at a gate)",
                           _nearest(fork_points(lines), seq))
     return Rebuilt(state, session_id, seq, line["line_hash"], run_id,
                    parent_actions(lines, seq), message)

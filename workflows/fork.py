@@ -1,11 +1,19 @@
 """A fork's first input (issue 27): pure. ``observation/fork.py`` rebuilds the parent's
-state at the fork point; this makes of it the state a new session starts from."""
+state at the fork point; this makes of it the state a new session starts from.
+
+An agent session forks where it waits for the person's next message. A plan session
+(seed 002) forks at a step boundary: where the plan waits at the gate before step
+``k`` (its cursor at ``k``, nothing of step ``k`` run). The fork resumes the plan at
+step ``k``: the gate's request and its contract stay behind in the parent, and the
+fork's plan asks at the gate again in its own log, so that log is self-contained."""
 
 from __future__ import annotations
 
+from workflows.fork_point import at_a_gate
 from workflows.lineage import ForkedFrom, ParentAction
 from workflows.messages import CURRENT_BEHAVIOUR, SessionInput
 from workflows.session_state import SessionState
+from workflows.statechart import SessionStatus
 
 
 def fork_input(parent: SessionState, session_id: str, forked_from: ForkedFrom, *,
@@ -16,14 +24,27 @@ def fork_input(parent: SessionState, session_id: str, forked_from: ForkedFrom, *
     ledger of once-only actions done), under its own id and owned by ``owner`` (who
     forked it); ``message``, the person's next message there (it replaces the one the
     parent got), waits in its inbox; ``parent_actions``, the once-only calls the
-    parent sent after the point: the fork asks before sending one again."""
+    parent sent after the point: the fork asks before sending one again. A plan
+    session at a gate (``at_a_gate``) starts queued at the step boundary before it
+    (takes no ``message``)."""
+    gate = at_a_gate(parent)
+    if gate and message is not None:
+        raise ValueError("a plan session's fork takes no message")
     state = parent.carried()
     config = state.config.carried(state.llm_calls)
     config = config.model_copy(update={
         "people": config.people.model_copy(update={"owner": owner})})
-    state = state.model_copy(update={
+    update: dict = {
         "session_id": session_id, "config": config, "journal_outbox": [], "journal_seq": 0,
-        "inbox": [message] if message is not None else []})
+        "inbox": [message] if message is not None else []}
+    if gate:
+        assert state.pending is not None
+        update.update(
+            status=SessionStatus.QUEUED, pending=None,
+            contracts=[c for c in state.contracts
+                       if c.execution_id != state.pending.execution_id],
+            plan_events=state.plan_events[:-1])
+    state = state.model_copy(update=update)
     return SessionInput(session_id=session_id, config=config, state=state,
                         behaviour=CURRENT_BEHAVIOUR, forked_from=forked_from,
                         parent_actions=parent_actions or [])

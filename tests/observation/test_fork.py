@@ -370,3 +370,69 @@ async def test_a_fork_in_the_middle_of_a_fifty_turn_session(dev_env, tmp_path):
     flog = lines(runs, fork.id)
     assert flog[0]["type"] == "SESSION_FORKED" and flog[0]["payload"]["parent_seq"] == at
     assert verify_dir(runs / fork.id).forked_from == (parent.id, at)
+
+
+async def test_a_plan_session_forks_at_a_gate_and_resumes_the_plan_there(dev_env, tmp_path):
+    """A plan forked at the gate before step 2 resumes the plan at step 2: steps 0 and
+    1 (their commands record each run) do not run again, the fork asks at the gate in
+    its own log (self-contained: it verifies and exports), and its approval runs step
+    3 once in the fork; the parent still waits at its gate, untouched."""
+    client, runs = dev_env.client, tmp_path / "runs"
+    tq = f"tq-{uuid.uuid4().hex[:8]}"
+    ran = tmp_path / "ran"
+    config = SessionConfig.model_validate({"plan": {"name": "release", "steps": [
+        {"name": "build", "run": f"echo build >> {ran}"},
+        {"name": "test", "run": f"echo test >> {ran}"},
+        {"name": "release?", "gate": True},
+        {"name": "publish", "run": f"echo publish >> {ran}"}]}})
+
+    def at_gate(s) -> bool:
+        return s.status == W and s.pending is not None and s.pending.kind == "step"
+
+    async with running_worker(client, tq):
+        parent = await start_session(client, config, tq)
+        await until(parent, at_gate)
+        await export_session(client, parent.id, runs)
+        plog = lines(runs, parent.id)
+        waits = [x["seq"] for x in plog if x["type"] == "RUN_STATE_CHANGED"
+                 and x["payload"]["new_state"] == "waiting_user"]
+        assert len(waits) == 1
+        at = waits[0]
+        while at < len(plog) and plog[at]["event_id"].rsplit(":", 1)[0] == \
+                plog[waits[0] - 1]["event_id"].rsplit(":", 1)[0]:
+            at += 1  # the last line of the task that began the wait
+        # a step in flight, or a finished step, is not a fork point: the gate is named
+        started = next(x["seq"] for x in plog if x["type"] == "WORK_ITEM_QUEUED")
+        with pytest.raises(ForkRefused) as refused:
+            await rebuild(client, runs, parent.id, started, SessionWorkflow)
+        assert refused.value.status == 409 and refused.value.nearest == [at]
+        rebuilt = await rebuild(client, runs, parent.id, at, SessionWorkflow)
+        lineage = ForkedFrom(session_id=parent.id, seq=at, line_hash=rebuilt.line_hash)
+        with pytest.raises(ValueError, match="takes no message"):
+            fork_input(rebuilt.state, "s-x", lineage, owner="o", message="hi")
+        fork_id = f"s-{uuid.uuid4().hex[:12]}"
+        fork = await client.start_workflow("SessionWorkflow", fork_input(
+            rebuilt.state, fork_id, lineage, owner="someone"), id=fork_id, task_queue=tq,
+            result_type=SessionResult)
+        snap = await until(fork, at_gate)
+        assert snap.pending.prompt.startswith("gate: release?")
+        assert ran.read_text().split() == ["build", "test"]  # nothing ran again
+        await fork.execute_update("reply", ReplyInput(
+            request_id=snap.pending.request_id, choice="approve"))
+        assert (await fork.result()).status is SessionStatus.SUCCEEDED
+        assert ran.read_text().split() == ["build", "test", "publish"]
+        assert (await until(parent, at_gate)).pending.request_id != snap.pending.request_id
+        await export_session(client, fork.id, runs)
+        flog = lines(runs, fork.id)
+        assert [flog[0]["type"], flog[1]["type"]] == ["SESSION_FORKED", "RUN_CREATED"]
+        plan_lines = [(x["type"], x["payload"].get("step")) for x in flog
+                      if x["type"] in ("TaskStarted", "StepCompleted", "StepWaiting",
+                                       "StepApproved", "TaskStopped")]
+        assert plan_lines == [("StepWaiting", 2), ("StepApproved", 2),
+                              ("StepCompleted", 3), ("TaskStopped", None)], plan_lines
+        verify_dir(runs / fork.id)
+        check_parent(runs / fork.id, flog[0]["payload"])
+        await parent.execute_update("reply", ReplyInput(
+            request_id=(await until(parent, at_gate)).pending.request_id, choice="approve"))
+        assert (await parent.result()).status is SessionStatus.SUCCEEDED
+    assert ran.read_text().split() == ["build", "test", "publish", "publish"]

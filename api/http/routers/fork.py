@@ -116,9 +116,12 @@ async def fork_session(
     except ForkRefused as err:
         raise ApiError(err.status, REFUSED[err.status], str(err)) from None
     lineage = ForkedFrom(session_id=session_id, seq=rebuilt.seq, line_hash=rebuilt.line_hash)
-    start = fork_input(rebuilt.state, sid, lineage, owner=principal.subject,
-                       message=body.message if body.message is not None else rebuilt.message,
-                       parent_actions=rebuilt.parent_actions)
+    try:
+        start = fork_input(rebuilt.state, sid, lineage, owner=principal.subject,
+                           message=body.message if body.message is not None
+                           else rebuilt.message, parent_actions=rebuilt.parent_actions)
+    except ValueError as err:  # a plan session's fork takes no message
+        raise ApiError(422, "validation_error", str(err)) from None
     config = start.config
     assert config is not None
     if refused := refused_commands(config, settings.api_allowed_commands):
