@@ -19,6 +19,7 @@ import kill_bench
 import replay_bench
 import session_bench
 import stack
+import steer_bench
 
 from api.runtime.devserver import tuning_args
 from api.runtime.worker import SESSION_RUNNER
@@ -112,3 +113,12 @@ def test_kill_bench_arguments() -> None:
     assert kill_bench.parse([]).rounds == 5 and kill_bench.parse(["--rounds", "2"]).rounds == 2
     with pytest.raises(SystemExit):
         kill_bench.parse(["--rounds", "0"])
+
+
+def test_steer_bench_arguments() -> None:
+    args = steer_bench.parse(["--rounds", "2", "--hold-s", "5"])
+    assert (args.rounds, args.hold_s) == (2, 5.0)
+    assert (steer_bench.parse([]).rounds, steer_bench.parse([]).hold_s) == (5, 10.0)
+    for bad in (["--rounds", "0"], ["--hold-s", "0"], ["--hold-s", "soon"]):
+        with pytest.raises(SystemExit):
+            steer_bench.parse(bad)
