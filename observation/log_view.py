@@ -75,6 +75,8 @@ class SessionLogView(LogFold):
     failure_reason: str | None = None
     # The session ended: the log is complete, nothing live can add to it.
     closed: bool = False
+    # A fork's parent (its line 1, ``SESSION_FORKED``): (parent session, the parent's seq).
+    forked_from: tuple[str, int] | None = None
     last_seq: int = 0
     last_hash: str = GENESIS
     # What the session waits for (seed 004's pending request, as the API shows it).
@@ -214,6 +216,10 @@ class SessionLogView(LogFold):
                                                    payload=event["payload"]))
             self.history_seq[-1] = self._seq
             self.touched_history.add(len(self.history) - 1)
+
+    @folds(ev.SESSION_FORKED)
+    def _forked(self, p: dict[str, Any], _: dict[str, Any]) -> None:
+        self.forked_from = (p["parent_session_id"], int(p["parent_seq"]))
 
     @folds(ev.RUN_CREATED)
     def _created(self, p: dict[str, Any], _: dict[str, Any]) -> None:

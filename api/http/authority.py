@@ -133,6 +133,24 @@ async def seen_people(request: Request, principal: Principal, session_id: str, *
     return people
 
 
+async def seen_of(request: Request, principal: Principal, session_ids: list[str]
+                  ) -> list[str]:
+    """Those of ``session_ids`` the principal may see (a session's forks, listed with
+    it: a fork's owner may differ from its parent's)."""
+    if principal.at_least("operator"):
+        return session_ids
+    seen = []
+    for sid in session_ids:
+        try:
+            await seen_people(request, principal, sid, memo=False)
+        except ApiError as err:
+            if err.status_code != 403:
+                raise
+            continue
+        seen.append(sid)
+    return seen
+
+
 async def require_see(request: Request, principal: Principal, session_id: str) -> None:
     """403 unless the principal may see the session (operators see all, unasked)."""
     if principal.at_least("operator"):

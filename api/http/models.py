@@ -278,6 +278,13 @@ class ForkedFromView(BaseModel):
     line_hash: str
 
 
+class ForkView(BaseModel):
+    """A session forked from this one, and the line of this session's log it began at."""
+
+    session_id: str
+    seq: int
+
+
 class SessionView(BaseModel):
     """A session: canonical status, pending request, counters, and one page of its
     contracts as snapshots (the log's, overlaid by the live query's). Memory and
@@ -313,6 +320,9 @@ class SessionView(BaseModel):
         "What the principal reading it may do to it now."))
     forked_from: ForkedFromView | None = Field(default=None, description=(
         "A fork's parent: the session and the line of its log it began at."))
+    forks: list[ForkView] = Field(default_factory=list, description=(
+        "The sessions forked from this one that the reader may see (at most 100), each "
+        "with the line of this session's log it began at (from the read model)."))
 
 
 class MemoryPage(BaseModel):

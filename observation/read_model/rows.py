@@ -88,6 +88,8 @@ class SessionBatch:
     access: list[tuple[str, str]] | None = None
     # The notices of the batch's lines (``notices.py``): inserted, never replaced.
     notices: list[NoticeRow] = field(default_factory=list)
+    # A fork's parent and the parent's seq (``rm_lineage``): the parent lists its forks.
+    forked_from: tuple[str, int] | None = None
 
     @property
     def session_id(self) -> str:
@@ -98,7 +100,7 @@ class SessionBatch:
         return SessionBatch(self.session, [c for c in self.contracts if c.seq > seq],
                             [f for f in self.facts if f.seq > seq],
                             [h for h in self.history if h.seq > seq], self.access,
-                            [n for n in self.notices if n.seq > seq])
+                            [n for n in self.notices if n.seq > seq], self.forked_from)
 
 
 def session_row(view: SessionLogView, access: AccessFold | None = None) -> SessionRow:
@@ -146,7 +148,7 @@ def batch(view: SessionLogView, contracts: Iterable[int], history: Iterable[int]
         history=[EntryRow(i, dumps(view.history[i].model_dump(mode="json")),
                           view.history_seq[i]) for i in sorted(history)],
         access=access.rows() if access is not None and access.take_changed() else None,
-        notices=list(notices or ()))
+        notices=list(notices or ()), forked_from=view.forked_from)
 
 
 def full_batch(view: SessionLogView, access: AccessFold | None = None,

@@ -20,6 +20,8 @@ Tables (every read is one indexed query):
   order they were written in (the notifier reads after its position). Inserted
   with ``ON CONFLICT DO NOTHING`` in the batch's transaction, never deleted by
   ``replace`` or ``reset``: a rebuild never makes a notice twice.
+* ``rm_lineage`` — a fork's parent (its log's line 1, ``SESSION_FORKED``): primary key
+  the fork's id, indexed by ``(parent_id, session_id)``, so a session lists its forks.
 
 Writes: :meth:`SqlStore.apply` writes one log batch in one transaction, after
 reading the session's stored ``last_seq`` in it: a batch the store already
@@ -79,6 +81,9 @@ DDL = (
     "CREATE INDEX IF NOT EXISTS rm_access_entry ON rm_access (entry, role, session_id)",
     """CREATE INDEX IF NOT EXISTS rm_access_email
         ON rm_access (entry_lower, role, session_id)""",
+    """CREATE TABLE IF NOT EXISTS rm_lineage (
+        session_id TEXT PRIMARY KEY, parent_id TEXT NOT NULL, parent_seq INTEGER NOT NULL)""",
+    "CREATE INDEX IF NOT EXISTS rm_lineage_parent ON rm_lineage (parent_id, session_id)",
 )
 #: ``rm_notices``: ``id`` is the backend's autoincrement (``{id}``, see
 #: ``SqlStore.id_column``).
@@ -89,7 +94,8 @@ NOTICES_DDL = (
 )
 INSERT_NOTICE = ("INSERT INTO rm_notices (notice_id, session_id, seq, kind, at, body) "
                  "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (notice_id) DO NOTHING")
-TABLES = ("rm_sessions", "rm_contracts", "rm_facts", "rm_history", "rm_access")
+TABLES = ("rm_sessions", "rm_contracts", "rm_facts", "rm_history", "rm_access", "rm_lineage")
+MAX_CHILDREN = 100  # a session's forks listed with it
 _BOOLS = ("has_suspended", "closed")
 
 _SESSION_COLS = (*SESSION_COLUMNS, "updated_at")
@@ -167,6 +173,7 @@ class ReadStore(Protocol):
     def access(self, session_id: str) -> dict[str, list[str]]: ...
     def dump(self) -> dict[str, list[tuple[Any, ...]]]: ...
     def notices(self, after: int, limit: int) -> list[dict[str, Any]]: ...
+    def children(self, session_id: str) -> list[dict[str, Any]]: ...
     # the notifier's own tables (api.notify.outbox), in the same database
     skip_locked: str
     def transaction(self) -> contextlib.AbstractContextManager[StoreCursor]: ...
@@ -337,6 +344,10 @@ class SqlStore:
             self._many(cur, "INSERT INTO rm_access (session_id, role, entry, entry_lower) "
                        "VALUES (?, ?, ?, ?)", [(sid, role, entry, entry.lower())
                                                for role, entry in b.access])
+        if b.forked_from is not None:
+            self._exec(cur, "INSERT INTO rm_lineage (session_id, parent_id, parent_seq) "
+                       "VALUES (?, ?, ?) ON CONFLICT (session_id) DO NOTHING",
+                       (sid, *b.forked_from))
         if b.notices:
             self._lock_notices(cur)
             self._many(cur, INSERT_NOTICE, [(n.notice_id, n.session_id, n.seq, n.kind, n.at,
@@ -429,12 +440,20 @@ class SqlStore:
                                      "FROM rm_notices WHERE id > ? ORDER BY id LIMIT ?",
                                      (after, limit))]
 
+    def children(self, session_id: str) -> list[dict[str, Any]]:
+        """The forks of ``session_id`` (at most :data:`MAX_CHILDREN`): each fork's id
+        and the line of this session's log it began at."""
+        return [{"session_id": r[0], "seq": int(r[1])} for r in self._query(
+            "SELECT session_id, parent_seq FROM rm_lineage WHERE parent_id = ? "
+            "ORDER BY session_id LIMIT ?", (session_id, MAX_CHILDREN))]
+
     def dump(self) -> dict[str, list[tuple[Any, ...]]]:
         """Every row of every table, ordered, without ``updated_at`` (tests compare)."""
         out = {}
         for table in TABLES:
             rows = self._query(f"SELECT * FROM {table} ORDER BY session_id" + {
-                "rm_sessions": "", "rm_access": ", role, entry"}.get(table, ", ordinal"))
+                "rm_sessions": "", "rm_access": ", role, entry", "rm_lineage": ""
+            }.get(table, ", ordinal"))
             if table == "rm_sessions":
                 rows = [r[:-1] for r in rows]  # updated_at is last
             out[table] = [tuple(r) for r in rows]

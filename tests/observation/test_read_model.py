@@ -233,3 +233,21 @@ def test_pending_and_waiting_since_follow_the_log(tmp_path):
         assert (view.pending is not None) == waiting
         assert (view.waiting_since is not None) == waiting
     store.close()
+
+
+def test_a_fork_is_listed_with_its_parent(make_store, tmp_path):
+    """``rm_lineage``: a fork's batch names its parent (its log's line 1); the parent
+    lists its forks; a replace keeps one row, a rebuild from logs without the line none."""
+    store = make_store()
+    runs = tmp_path / "runs"
+    sid, events = history("demo")
+    view = export(sid, events, runs, store).view
+    assert store.children("s-parent") == []
+    view.forked_from = ("s-parent", 7)  # as the fold of a SESSION_FORKED line sets it
+    store.replace(full_batch(view))
+    store.replace(full_batch(view))
+    assert store.children("s-parent") == [{"session_id": sid, "seq": 7}]
+    assert store.dump()["rm_lineage"] == [(sid, "s-parent", 7)]
+    assert store.children(sid) == []
+    rebuild(store, runs)  # the demo's own log names no parent
+    assert store.children("s-parent") == []

@@ -128,6 +128,14 @@ function waitSteps(p) {
     p.escalated_at ? [`Escalated to ${who(p.escalated_to)} at `, when(p.escalated_at)] : "");
 }
 
+// The sessions forked from this one (the read model's, those you may see).
+function forks(list) {
+  if (!list || !list.length) return "";
+  const items = list.flatMap((f, i) => [i ? ", " : "",
+    h("a", { href: `#/s/${enc(f.session_id)}` }, f.session_id), ` (from line ${f.seq})`]);
+  return h("p", { class: "meta", id: "forks" }, "Forks: ", items);
+}
+
 function render(s) {
   const v = s.session;
   const plural = (n, one, many) => `${n} ${n === 1 ? one : many}`;
@@ -142,6 +150,7 @@ function render(s) {
                                           v.forked_from.session_id),
                      ` at line ${v.forked_from.seq}`] : ""),
     v.failure_reason ? h("p", { class: "notice" }, `Failed: ${v.failure_reason}`) : "",
+    forks(v.forks),
     waitSteps(v.pending),
     v.stale ? h("p", { class: "meta" }, "(the read model has not caught up yet)") : "");
   renderPending(s);

@@ -31,6 +31,7 @@ from api.http.authority import (
     forbidden,
     refuse,
     require_see,
+    seen_of,
     seen_people,
     session_access,
     you,
@@ -61,6 +62,7 @@ from api.http.models import (
     EndRequest,
     ErrorBody,
     ForkedFromView,
+    ForkView,
     MessageRequest,
     ReplyRequest,
     SessionCreated,
@@ -74,7 +76,7 @@ from api.http.paging import (
     decode_cursor,
     encode_cursor,
 )
-from api.http.reads import read_log, with_duration
+from api.http.reads import read_log, store_call, with_duration
 from api.http.routers.session_list import execution_status_of, status_of
 from api.http.routers.session_reads import describe, query, stored_page, stored_row
 from api.settings import HitlflowSettings
@@ -246,7 +248,17 @@ async def get_session(session_id: SessionIdDep, client: ClientDep, tuning: Tunin
     pending = view.pending.model_dump(mode="json") if view.pending is not None else None
     lineage = lineage_of(request.app.state.settings.data_dir / "runs" / session_id)
     return view.model_copy(update={"you": you(principal, people, pending), "forked_from":
-                                   ForkedFromView(**lineage) if lineage else None})
+                                   ForkedFromView(**lineage) if lineage else None,
+                                   "forks": await _forks(request, principal, session_id)})
+
+
+async def _forks(request: Request, principal: Principal, session_id: str) -> list[ForkView]:
+    store = getattr(request.app.state, "read_model", None)
+    if store is None:
+        return []
+    children = await store_call(store, store.children, session_id)
+    seen = set(await seen_of(request, principal, [c["session_id"] for c in children]))
+    return [ForkView(**c) for c in children if c["session_id"] in seen]
 
 
 async def _session_view(session_id: str, client: Client, tuning: ApiTuning, logs: LogViews,

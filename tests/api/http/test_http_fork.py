@@ -172,6 +172,21 @@ async def test_who_may_fork_and_what_is_refused(dev_env: WorkflowEnvironment,
             "session", "fork", sid, "--at", "0"], env=env)
         assert out.exit_code == 2, out.output
 
+        # the parent lists its forks (the read model's lineage) to those who may see
+        # them: Ann (their owner) and Vic (a viewer each keeps); the forks list none
+        forks = {fork, once, other.json()["session_id"], made["session_id"]}
+
+        async def listed(who: dict) -> dict:
+            r = await http.get(f"/api/sessions/{sid}", headers=who)
+            assert r.status_code == 200, r.text
+            return r.json()
+        for who in (ann, vic):
+            seen = await eventually(lambda who=who: listed(who),
+                                    lambda v: {f["session_id"] for f in v["forks"]} == forks,
+                                    what="the parent's forks")
+            assert {f["seq"] for f in seen["forks"]} == {at}
+        assert (await view_of(fork))["forks"] == []
+
 
 async def _first_wait(data_dir: Path, sid: str) -> int | None:
     return first_wait(log_of(data_dir, sid))

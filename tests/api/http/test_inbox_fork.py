@@ -44,3 +44,15 @@ async def test_fork_from_here_on_a_message_of_the_conversation(http_stack: HttpS
     # the parent is untouched: it still waits after its own second turn
     parent = (await http.get(f"/api/sessions/{sid}")).json()
     assert waiting("message")(parent) and parent["llm_calls"] == 2
+    # ... and lists its fork (the read model's lineage), in the API and on its page
+    parent = await session_until(http, sid, lambda s: [f["session_id"] for f in s["forks"]]
+                                 == [fork])
+    (listed,) = parent["forks"]
+    assert listed["seq"] > 0
+    await page.goto(f"{http_stack.url}/#/s/{sid}")
+    await expect(page.locator("#forks")).to_have_text(
+        f"Forks: {fork} (from line {listed['seq']})")
+    await page.locator("#forks").get_by_role("link", name=fork).click()
+    await expect(page.locator("#forked-from")).to_have_text(sid)
+    fork_view = (await http.get(f"/api/sessions/{fork}")).json()
+    assert fork_view["forks"] == [] and fork_view["forked_from"]["seq"] == listed["seq"]
