@@ -45,39 +45,36 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class WebhookChannel(_Strict):
-    """Standard Webhooks (webhook-id, -timestamp, -signature) to ``url``."""
+class _PostsToUrl(_Strict):
+    """A channel that posts to a URL: given in the config, or (when the URL is itself a
+    secret, as Slack's are) named by an environment variable."""
 
-    type: Literal["webhook"]
     url: str | None = Field(default=None, max_length=2000)
-    url_env: str | None = Field(default=None, pattern=_ENV_NAME)  # when the URL is a secret
-    # the signing secret ("whsec_<base64>"), from this environment variable
-    secret_env: str = Field(pattern=_ENV_NAME)
+    url_env: str | None = Field(default=None, pattern=_ENV_NAME)
     timeout_s: float = Field(default=10, gt=0, le=120)
 
     @model_validator(mode="after")
-    def _one_url(self) -> WebhookChannel:
+    def _one_url(self) -> _PostsToUrl:
         if (self.url is None) == (self.url_env is None):
             raise ValueError("give exactly one of url and url_env")
         return self
 
 
-class SlackChannel(_Strict):
+class WebhookChannel(_PostsToUrl):
+    """Standard Webhooks (webhook-id, -timestamp, -signature) to the URL."""
+
+    type: Literal["webhook"]
+    # the signing secret ("whsec_<base64>"), from this environment variable
+    secret_env: str = Field(pattern=_ENV_NAME)
+
+
+class SlackChannel(_PostsToUrl):
     """A Slack-compatible incoming webhook: a Block Kit message with buttons."""
 
     type: Literal["slack"]
-    url: str | None = Field(default=None, max_length=2000)
-    url_env: str | None = Field(default=None, pattern=_ENV_NAME)  # Slack's URLs are secrets
     # The person the buttons' action links are bound to (a subject of the people
     # store); without it the buttons open the request's page in the inbox.
     person: str | None = Field(default=None, min_length=1, max_length=500)
-    timeout_s: float = Field(default=10, gt=0, le=120)
-
-    @model_validator(mode="after")
-    def _one_url(self) -> SlackChannel:
-        if (self.url is None) == (self.url_env is None):
-            raise ValueError("give exactly one of url and url_env")
-        return self
 
 
 class EmailChannel(_Strict):
