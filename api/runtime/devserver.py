@@ -65,6 +65,11 @@ LOCK_FILENAME = ".devserver.lock"
 # The server
 
 
+#: What the server logs when a port it chose was taken before it bound it.
+BIND_RACE = b"address already in use"
+BIND_RETRIES = 2
+
+
 class DevServer:
     """``temporal server start-dev`` as an async context manager (or start/stop).
 
@@ -194,9 +199,31 @@ class DevServer:
         await self.stop()
 
     async def start(self) -> None:
-        """Start the server and return once its frontend answers; raise DevServerError."""
+        """Start the server and return once its frontend answers; raise DevServerError.
+
+        The server picks its internal ports itself (a free port, released, then bound):
+        another process can take one in between. A server that exits while starting
+        because a port was taken is started again, up to ``BIND_RETRIES`` times."""
         if self._proc is not None:
             raise DevServerError("this DevServer was already started")
+        for attempt in range(BIND_RETRIES + 1):
+            try:
+                return await self._start_once()
+            except DevServerError:
+                if attempt == BIND_RETRIES or not self._lost_a_bind_race():
+                    raise
+            self._proc = None
+
+    def _lost_a_bind_race(self) -> bool:
+        """The server exited while starting because a port it chose was taken."""
+        if self._proc is None or self._proc.returncode is None:
+            return False
+        try:
+            return BIND_RACE in self.log_path.read_bytes()
+        except OSError:
+            return False
+
+    async def _start_once(self) -> None:
         binary = self.binary if self.binary is not None else temporal_cli_path()
         if not (binary.is_file() and os.access(binary, os.X_OK)):
             raise BinaryNotFoundError(f"the Temporal CLI binary {binary} does not exist "

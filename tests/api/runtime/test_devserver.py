@@ -17,7 +17,7 @@ from pydantic import BaseModel
 from temporalio import workflow
 from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
-from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
+from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest, GetSystemInfoRequest
 from temporalio.client import Client
 from temporalio.common import SearchAttributeKey
 from temporalio.contrib.pydantic import pydantic_data_converter
@@ -26,6 +26,7 @@ from temporalio.worker import Worker
 
 from api.runtime import search_attributes
 from api.runtime.devserver import (
+    BIND_RETRIES,
     BinaryNotFoundError,
     DevServer,
     DevServerError,
@@ -204,6 +205,41 @@ async def test_a_server_that_exits_while_starting_reports_its_log(
     ds = DevServer(tmp_path / "data", port=free_port(), ui_port=None, binary=fake)
     with pytest.raises(DevServerError, match=r"(?s)exited with code 3.*unknown flag: --frobnicate"):
         await ds.start()
+    assert not ds.running
+
+
+async def test_a_port_taken_while_the_server_starts_is_tried_again(
+    tmp_path: Path, free_port: Callable[[], int]
+) -> None:
+    """The server picks its internal ports (free, released, then bound): another
+    process may take one in between. That start is tried again, not reported."""
+    runs = tmp_path / "runs"
+    fake = _script(tmp_path / "temporal", f"""echo x >> {runs}
+if [ "$(wc -l < {runs})" -lt 2 ]; then
+  echo 'listen tcp 127.0.0.1:40001: bind: address already in use' >&2; exit 1
+fi
+exec {temporal_cli_path()} "$@"
+""")
+    async with DevServer(tmp_path / "data", port=free_port(), ui_port=None, binary=fake,
+                         in_memory=True) as ds:
+        assert ds.running
+        client = await ds.connect()
+        assert (await client.workflow_service.get_system_info(
+            GetSystemInfoRequest())).server_version
+    assert runs.read_text().count("x") == 2
+
+
+async def test_a_port_taken_at_every_try_is_reported_with_the_log(
+    tmp_path: Path, free_port: Callable[[], int]
+) -> None:
+    runs = tmp_path / "runs"
+    fake = _script(tmp_path / "temporal", f"echo x >> {runs}\n"
+                   "echo 'listen tcp 127.0.0.1:40001: bind: address already in use' >&2\n"
+                   "exit 1")
+    ds = DevServer(tmp_path / "data", port=free_port(), ui_port=None, binary=fake)
+    with pytest.raises(DevServerError, match=r"(?s)exited with code 1.*address already in use"):
+        await ds.start()
+    assert runs.read_text().count("x") == BIND_RETRIES + 1
     assert not ds.running
 
 
