@@ -8,9 +8,11 @@ Run by hand (not a test), from the repository root::
 Four figures, in this one process, on one tuned dev server (as ``hitlflow up``
 starts it, SQLite file):
 
-1. **Exporter lag** while N sessions run at once (the real worker, scripted LLM, each
-   session asking its person ``--turns`` times; each simulated person polls for the
-   question every ``--poll-ms`` and answers at once): for every line the exporter
+1. **Exporter lag** while N sessions run at once (the real worker in its own process,
+   as ``up`` runs it; scripted LLM; each session asking its person ``--turns`` times;
+   each simulated person, in another process, polls for the question every
+   ``--poll-ms`` and answers at once; ``--together``: worker and people in this
+   process, as the bench ran them before): for every line the exporter
    writes, from the history event's time (the line's ``ts``) to the line being durable
    (its batch fsynced, ``snapshot.json`` and ``head`` replaced: the observer's commit),
    split into "ts -> line written" and "line written -> durable". The exporter runs
@@ -45,6 +47,7 @@ import argparse
 import asyncio
 import contextlib
 import hashlib
+import multiprocessing
 import shutil
 import statistics
 import sys
@@ -54,11 +57,12 @@ import time
 import uuid
 from collections import defaultdict
 from collections.abc import Callable, Iterable
+from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 from unittest import mock
 
-from stack import free_port
+from stack import WorkerProcess, free_port
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client, WorkflowUpdateRPCTimeoutOrCancelledError
 from temporalio.contrib.pydantic import pydantic_data_converter
@@ -220,7 +224,7 @@ def session_config(turns: int) -> dict:
 
 
 async def drive(client: Client, tq: str, turns: int, poll_s: float,
-                wakeups: Wakeups) -> str:
+                wakeups: Callable[[str], None]) -> str:
     sid = f"s-bench{uuid.uuid4().hex[:10]}"
     inp = SessionInput.model_validate({"session_id": sid, "config": session_config(turns),
                                        "behaviour": CURRENT_BEHAVIOUR})  # as the API starts it
@@ -245,10 +249,47 @@ async def drive(client: Client, tq: str, turns: int, poll_s: float,
     return sid
 
 
-async def live(client: Client, data: Path, n: int, turns: int, poll_s: float
-               ) -> dict[str, Any]:
+def _people_main(address: str, tq: str, n: int, turns: int, poll_s: float,
+                 conn: Connection) -> None:
+    """The simulated people, in their own process (as browsers are): each reply's
+    session id goes to ``conn`` (the parent wakes the exporter, as the API does), then
+    ``("done", sids)``."""
+    async def run() -> list[str]:
+        client = await Client.connect(address, data_converter=pydantic_data_converter)
+        return await asyncio.gather(*(drive(client, tq, turns, poll_s, conn.send)
+                                      for _ in range(n)))
+    conn.send(("done", asyncio.run(run())))
+
+
+async def people_apart(address: str, tq: str, n: int, turns: int, poll_s: float,
+                       wakeups: Wakeups) -> list[str]:
+    """:func:`_people_main` in a spawned process; its replies wake the exporter here."""
+    ctx = multiprocessing.get_context("spawn")
+    mine, theirs = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=_people_main, daemon=True,
+                       args=(address, tq, n, turns, poll_s, theirs))
+    proc.start()
+    theirs.close()
+    loop = asyncio.get_running_loop()
+
+    def listen() -> list[str]:
+        while True:
+            msg = mine.recv()
+            if isinstance(msg, tuple):
+                return msg[1]
+            loop.call_soon_threadsafe(wakeups, msg)
+    try:
+        return await asyncio.to_thread(listen)
+    finally:
+        proc.join(10)
+
+
+async def live(client: Client, data: Path, n: int, turns: int, poll_s: float,
+               together: bool = False) -> dict[str, Any]:
     """N sessions while ``run_exporter`` runs as ``hitlflow up`` runs it (telemetry,
-    read model, parking, woken by each write as the API wakes it)."""
+    read model, parking, woken by each write as the API wakes it). As in ``up``, the
+    worker runs in a process of its own and the people elsewhere (``together``: both
+    in this process, as the bench ran before issue 28's second pass)."""
     lag: dict[str, list[float]] = {k: [] for k in (
         "first page", "following", "first page (no activity start)",
         "following (no activity start)", "(ts -> line written)",
@@ -279,9 +320,18 @@ async def live(client: Client, data: Path, n: int, turns: int, poll_s: float
     tq = f"bench-{uuid.uuid4().hex[:6]}"
     pool = McpClientPool()
     t0 = time.perf_counter()
-    async with build_worker(client, tq, pool, max_concurrent_activities=200):
-        sids = await asyncio.gather(*(drive(client, tq, turns, poll_s, wakeups)
-                                      for _ in range(n)))
+    async with contextlib.AsyncExitStack() as apart:
+        if together:
+            await apart.enter_async_context(
+                build_worker(client, tq, pool, max_concurrent_activities=200))
+            sids = await asyncio.gather(*(drive(client, tq, turns, poll_s, wakeups)
+                                          for _ in range(n)))
+        else:
+            apart.enter_context(WorkerProcess("hitlflow", client.service_client.config
+                                              .target_host, tq))
+            t0 = time.perf_counter()
+            sids = await people_apart(client.service_client.config.target_host, tq, n,
+                                      turns, poll_s, wakeups)
         sessions_s = time.perf_counter() - t0
         while not set(sids) <= exporter.done:  # the last lines of the last sessions
             assert exporter.fatal is None, exporter.fatal
@@ -427,6 +477,9 @@ def parse(argv: Iterable[str]) -> argparse.Namespace:
     p.add_argument("--poll-ms", type=float, default=100,
                    help="how often each simulated person polls for its question")
     p.add_argument("--verify-events", type=int, default=1_000_000)
+    p.add_argument("--together", action="store_true",
+                   help="the worker and the simulated people in the exporter's process "
+                        "(as before issue 28's second pass; `up` runs the worker apart)")
     p.add_argument("--skip-live", action="store_true")
     p.add_argument("--skip-verify", action="store_true")
     args = p.parse_args(list(argv))
@@ -444,12 +497,14 @@ async def main(argv: Iterable[str]) -> None:
             async with DevServer(tmpd / "temporal", port=free_port(), ui_port=None) as server:
                 client = await Client.connect(server.address,
                                               data_converter=pydantic_data_converter)
-                r = await live(client, tmpd / "data", args.n, args.turns, args.poll_ms / 1000)
+                r = await live(client, tmpd / "data", args.n, args.turns, args.poll_ms / 1000,
+                               args.together)
                 print(f"1. exporter lag: {args.n} concurrent sessions x {args.turns} replies "
-                      f"(polled every {args.poll_ms:g} ms) on one tuned dev server; worker "
-                      "and run_exporter (telemetry, read model, parking, woken by each "
-                      "write) in this process; lag = line ts -> its batch fsynced and the "
-                      "head replaced")
+                      f"(polled every {args.poll_ms:g} ms) on one tuned dev server; "
+                      "run_exporter (telemetry, read model, parking, woken by each write) "
+                      "in this process, " + ("the worker and the people too" if args.together
+                                             else "the worker and the people apart, as in "
+                                             "`up`") + "; lag = line ts -> its batch fsynced")
                 print(f"  {r['lines']} lines written in {r['all_s']:.1f} s (sessions done in "
                       f"{r['sessions_s']:.1f} s): {r['lines'] / r['all_s']:.0f} lines/s live; "
                       f"{r['telemetry_runs']} telemetry runs")
