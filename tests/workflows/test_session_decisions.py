@@ -11,16 +11,14 @@ import json
 from datetime import timedelta
 from pathlib import Path
 
-import jsonschema
 import pytest
-from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
-from temporalio.exceptions import ApplicationError
+from temporalio.client import WorkflowUpdateFailedError
 from temporalio.service import RPCError
 from temporalio.worker import Worker
 
 from api.runtime.worker import SESSION_RUNNER
-from observation.exporter import export_session
-from observation.schemas import load
+from tests.support.exported import log_of, of
+from tests.support.exported import refused as refused_with
 from tests.support.sessions import (
     forget_worker,
     running_worker,
@@ -76,30 +74,6 @@ def delete(name: str) -> dict:
 def calls(notes_dir: Path) -> list[dict]:
     log = notes_dir / ".calls.log"
     return [json.loads(x) for x in log.read_text().splitlines()] if log.exists() else []
-
-
-async def log_of(client, h: WorkflowHandle, tmp_path: Path) -> list[dict]:
-    """The session's exported log, every line checked against the event schema."""
-    await export_session(client, h.id, tmp_path / "runs")
-    lines = [json.loads(x) for x in
-             (tmp_path / "runs" / h.id / "events.ndjson").read_text().splitlines()]
-    validator = jsonschema.Draft202012Validator(load("event"))
-    for line in lines:
-        validator.validate(line)
-    return lines
-
-
-def of(lines: list[dict], kind: str) -> list[dict]:
-    return [e["payload"] for e in lines if e["type"] == kind]
-
-
-async def refused_with(h: WorkflowHandle, reply: ReplyInput | RevokeInput,
-                       update: str = "reply") -> ApplicationError:
-    with pytest.raises(WorkflowUpdateFailedError) as err:
-        await h.execute_update(update, reply)
-    cause = err.value.cause
-    assert isinstance(cause, ApplicationError), cause
-    return cause
 
 
 def ref(p: Principal) -> dict:

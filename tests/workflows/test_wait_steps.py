@@ -6,24 +6,19 @@ action link (both on the dev server, with real timers of a few seconds)."""
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 
-import jsonschema
-import pytest
 from temporalio.api.sdk.v1 import WorkflowMetadata
-from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.client import WorkflowHandle
 from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 from temporalio.worker import Replayer
 
 from api.runtime.recovery import start_recovery
-from observation.exporter import export_session
-from observation.schemas import load
 from observation.telemetry import project
+from tests.support.exported import log_of, of, refused
 from tests.support.sessions import running_worker, start_session
 from workflows.config import SessionConfig
 from workflows.journal_carrier import INTERCEPTORS
@@ -69,30 +64,11 @@ async def state_when(h: WorkflowHandle, check: Callable[[SessionState], bool],
         await asyncio.sleep(0.02)
 
 
-async def refused(h: WorkflowHandle, reply: ReplyInput) -> ApplicationError:
-    with pytest.raises(WorkflowUpdateFailedError) as err:
-        await h.execute_update("reply", reply)
-    assert isinstance(err.value.cause, ApplicationError), err.value.cause
-    return err.value.cause
-
-
-async def log_of(client, h: WorkflowHandle, tmp_path: Path) -> list[dict]:
-    """The exported log, every line checked against the event schema."""
-    await export_session(client, h.id, tmp_path / "runs")
-    lines = [json.loads(x) for x in
-             (tmp_path / "runs" / h.id / "events.ndjson").read_text().splitlines()]
-    validator = jsonschema.Draft202012Validator(load("event"))
-    for line in lines:
-        validator.validate(line)
-    return lines
 
 
 def types(lines: list[dict]) -> list[str]:
     return [e["type"] for e in lines]
 
-
-def of(lines: list[dict], kind: str) -> list[dict]:
-    return [e["payload"] for e in lines if e["type"] == kind]
 
 
 async def test_remind_escalate_and_auto_decide_each_once_across_a_restart(
