@@ -120,11 +120,15 @@ def _clean(value: dict[str, Any] | list[Any]) -> bool:
     return True
 
 
-def log_value(value: dict[str, Any]) -> dict[str, Any]:
+def log_value(value: dict[str, Any]) -> tuple[dict[str, Any], bool]:
     """:func:`jsonable` of a payload, without the copy when it would change nothing
-    (:func:`_clean`; most payloads): the value the log holds. A payload is never
-    changed once mapped (the mapping makes new dicts for what it changes)."""
-    return value if type(value) is dict and _clean(value) else jsonable(value)
+    (:func:`_clean`; most payloads): the value the log holds, and whether ``plain``
+    holds for it. A payload is never changed once mapped (the mapping makes new dicts
+    for what it changes), so it needs no copy of its own."""
+    if type(value) is dict and _clean(value):
+        return value, True
+    value = jsonable(value)
+    return value, plain(value)
 
 
 def payload_jcs(value: Any) -> bytes:
@@ -215,7 +219,7 @@ class Chain:
         f = event.__dict__  # the fields as they are (validated, or made so, when mapped)
         payload, head = f["payload"], self.head
         event_id, ts, type_ = f["event_id"], f["ts"], f["type"]
-        self.exact = exact = plain(payload)
+        self.exact = exact = event.__pydantic_private__["_plain"]  # plain(payload)
         text = _orjson_jcs(payload) if exact else jcs(payload)
         digest = _sha256((event_id + ts + type_).encode() + text + head.encode()).hexdigest()
         seq = self.seq + 1

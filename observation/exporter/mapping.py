@@ -53,15 +53,16 @@ class SessionMapper(ActivityMapper, JournalMapper):
         assert self._event is not None and self.run_id is not None
         if span is None:
             span, parent = self.session_span, None
+        logged, exact = log_value(payload)
         values = {
             "event_id": ids.event_id(self.run_id, self._event.event_id, len(self._out)),
-            "run_id": self.sid, "ts": self._ts, "type": type, "payload": log_value(payload),
+            "run_id": self.sid, "ts": self._ts, "type": type, "payload": logged,
             "trace_id": self.trace, "span_id": span, "parent_span_id": parent,
             "artifact": artifact}
         # Every field is of its type (the ids are strings) but the two that come from
         # history: a type or payload of another kind is refused by pydantic, as before.
-        m = built(MappedEvent, values) if type.__class__ is str and \
-            payload.__class__ is dict and self.sid.__class__ is str else MappedEvent(**values)
+        m = built(MappedEvent, values, {"_plain": exact}) if type.__class__ is str and \
+            logged.__class__ is dict and self.sid.__class__ is str else MappedEvent(**values)
         self._out.append(m)
         return m
 
