@@ -1,10 +1,12 @@
 """The exporter's per-event path (issue 28) makes what the reference makes: a payload
 kept as it is only when ``jsonable`` would not change it, the payload's JCS by orjson
 only where that is RFC 8785's, events built without validation equal to validated
-ones, and bad input from history refused as before."""
+ones, bad input from history refused as before, and ``snapshot.json`` by orjson the
+bytes ``json.dumps`` wrote."""
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
@@ -18,9 +20,10 @@ from pydantic import ValidationError
 from temporalio.api.history.v1 import HistoryEvent
 
 from observation.exporter import Chain, LogEvent, MappedEvent, SessionMapper
-from observation.exporter.chain import _clean, jsonable, log_value, payload_jcs
+from observation.exporter.chain import _clean, jsonable, log_value, payload_jcs, read_json
 from observation.exporter.decode import format_ts, load_history
 from observation.exporter.mapping import map_history
+from observation.exporter.snapshot import LogSnapshot, snapshot_bytes
 from workflows.canonical import MAX_SAFE_INT, jcs, plain
 
 HISTORIES = Path(__file__).resolve().parents[1] / "workflows" / "histories"
@@ -141,3 +144,31 @@ def test_event_times_as_before(seconds, nanos):
     e.event_time.seconds, e.event_time.nanos = seconds, nanos
     dt = datetime.fromtimestamp(seconds, UTC)
     assert format_ts(e) == f"{dt:%Y-%m-%dT%H:%M:%S}.{nanos // 1000:06d}Z"
+
+
+@settings(max_examples=400, suppress_health_check=[HealthCheck.too_slow])
+@given(st.dictionaries(st.text(st.characters(max_codepoint=127), max_size=6), plain_value,
+                       max_size=5))
+def test_snapshot_bytes_as_json_dumps_writes_them(snapshot):
+    """``snapshot.json`` of plain values by orjson: what ``json.dumps`` wrote before."""
+    reference = json.dumps(snapshot, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+    assert snapshot_bytes(snapshot) == reference.encode()
+
+
+def test_every_saved_snapshot_as_before():
+    n = 0
+    for path in sorted(HISTORIES.glob("*.json")):
+        sid, events = load_history(path.read_text())
+        chain, snap = Chain(), LogSnapshot(sid)
+        for m in map_history(sid, events):
+            chain.link(m)
+            snap.apply(read_json(chain.line))
+            reference = json.dumps(snap.data, indent=2, sort_keys=True, ensure_ascii=False)
+            assert snap.to_bytes() == (reference + "\n").encode()
+            n += 1
+    assert n > 400
+    deep: Any = 1
+    for _ in range(140):  # deeper than orjson goes: json.dumps, as before
+        deep = {"a": [deep]}
+    assert snapshot_bytes({"x": deep}) == (json.dumps(
+        {"x": deep}, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode()
