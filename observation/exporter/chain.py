@@ -92,43 +92,81 @@ def jsonable(value: Any) -> Any:
     return _text(str(value))
 
 
-def _clean(value: dict[str, Any] | list[Any]) -> bool:
-    """:func:`jsonable` leaves the container as it is (the same values, types and key
-    order: str keys, no tuple, no float, no integer beyond +-(2**53 - 1), no lone
-    surrogate, only dict/list/str/int/bool/None) and it is ``plain`` with ASCII keys:
-    where orjson writes exactly what RFC 8785 does (:func:`payload_jcs`)."""
-    if type(value) is dict:
-        for k in value:
-            if type(k) is not str or not k.isascii():
-                return False
-        items = value.values()
-    else:
-        items = value
-    for v in items:
+def log_value(value: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+    """:func:`jsonable` of a payload, and whether ``plain`` holds for it, in one walk
+    that copies only what jsonable changes (most payloads: nothing; an LLM call's: its
+    integral floats) and shares the rest. A payload is never changed once mapped (the
+    mapping makes new dicts for what it changes), so it needs no copy of its own."""
+    exact = [True]
+    if type(value) is not dict:  # (which the mapped event then refuses)
+        return _reference(value, exact), exact[0]
+    return _logged(value, exact), exact[0]
+
+
+_KEPT = object()
+
+
+def _logged(value: dict[str, Any] | list[Any] | tuple[Any, ...], exact: list[bool]) -> Any:
+    """:func:`jsonable` of a container, ``value`` itself when it changes nothing;
+    ``exact[0]`` cleared where the result is not ``plain``. Whatever is not a str, int,
+    bool, None, float, dict, list or tuple of exactly those types takes the reference
+    (:func:`_leaf`), and so does a dict with a key that is not a str or holds a lone
+    surrogate."""
+    is_dict = type(value) is dict
+    changed: list[Any] | None = [] if type(value) is tuple else None
+    items = value.items() if is_dict else enumerate(value)  # type: ignore[union-attr]
+    for k, v in items:
+        if is_dict and (type(k) is not str or not k.isascii()):
+            if type(k) is not str or _SURROGATE.search(k):
+                return _reference(value, exact)
+            exact[0] = False  # a non-ASCII key: JCS's order is UTF-16's
         t = type(v)
         if t is str:
-            if not v.isascii() and _SURROGATE.search(v):
-                return False
-        elif t is dict or t is list:
-            if not _clean(v):
-                return False
+            new = _KEPT if v.isascii() or not _SURROGATE.search(v) else _text(v)
         elif t is int:
-            if not -MAX_SAFE_INT <= v <= MAX_SAFE_INT:
-                return False
-        elif t is not bool and v is not None:
-            return False
-    return True
+            new = _KEPT if -MAX_SAFE_INT <= v <= MAX_SAFE_INT else str(v)
+        elif t is bool or v is None:
+            new = _KEPT
+        elif t is dict or t is list or t is tuple:
+            new = _logged(v, exact)
+            if new is v:
+                new = _KEPT
+        else:
+            new = _leaf(v, exact)
+            if new is v:
+                new = _KEPT
+        if new is not _KEPT:
+            if changed is None:
+                changed = []
+            changed.append((k, new))
+    if changed is None:
+        return value
+    if is_dict:
+        out = dict(value)
+        out.update(changed)
+        return out
+    out_list = list(value)
+    for i, new in changed:
+        out_list[i] = new
+    return out_list
 
 
-def log_value(value: dict[str, Any]) -> tuple[dict[str, Any], bool]:
-    """:func:`jsonable` of a payload, without the copy when it would change nothing
-    (:func:`_clean`; most payloads): the value the log holds, and whether ``plain``
-    holds for it. A payload is never changed once mapped (the mapping makes new dicts
-    for what it changes), so it needs no copy of its own."""
-    if type(value) is dict and _clean(value):
-        return value, True
-    value = jsonable(value)
-    return value, plain(value)
+def _leaf(value: Any, exact: list[bool]) -> Any:
+    if type(value) is float:
+        if not math.isfinite(value):
+            return str(value)
+        if value.is_integer() and abs(value) <= MAX_SAFE_INT:
+            return int(value)
+        exact[0] = False
+        return value
+    return _reference(value, exact)
+
+
+def _reference(value: Any, exact: list[bool]) -> Any:
+    out = jsonable(value)
+    if not plain(out):
+        exact[0] = False
+    return out
 
 
 def payload_jcs(value: Any) -> bytes:
