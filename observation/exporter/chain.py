@@ -37,6 +37,8 @@ import re
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+import orjson
+
 from observation.exporter.lines import (  # re-exported: the names of a line
     GENESIS,
     HASH_PREFIX,
@@ -45,14 +47,18 @@ from observation.exporter.lines import (  # re-exported: the names of a line
     LOG_VERSIONS,
     read_json,
 )
-from observation.exporter.model import LogEvent, MappedEvent
-from workflows.canonical import MAX_SAFE_INT, canonical_text, jcs, plain
+from observation.exporter.model import LogEvent, MappedEvent, built
+from workflows.canonical import MAX_SAFE_INT, jcs, plain
 
 __all__ = ["GENESIS", "HASH_PREFIX", "LINE_PREFIX", "LOG_VERSION", "LOG_VERSIONS", "Chain",
-           "hash_body", "jsonable", "line_bytes", "line_hash", "read_json", "seed_hash"]
+           "hash_body", "jsonable", "line_bytes", "line_hash", "log_value", "payload_jcs",
+           "read_json", "seed_hash"]
 
 #: JCS (I-JSON) numbers: integers beyond this lose precision, so they become strings.
 _SURROGATE = re.compile("[\ud800-\udfff]")
+#: orjson's options where it writes RFC 8785: sorted keys, no integer beyond 2**53 - 1.
+_ORJSON_JCS = orjson.OPT_SORT_KEYS | orjson.OPT_STRICT_INTEGER
+_sha256 = hashlib.sha256
 
 
 def _text(value: str) -> str:
@@ -84,6 +90,113 @@ def jsonable(value: Any) -> Any:
             return str(value)
         return int(value) if value.is_integer() and abs(value) <= MAX_SAFE_INT else value
     return _text(str(value))
+
+
+def log_value(value: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+    """:func:`jsonable` of a payload, and whether ``plain`` holds for it, in one walk
+    that copies only what jsonable changes (most payloads: nothing; an LLM call's: its
+    integral floats) and shares the rest. A payload is never changed once mapped (the
+    mapping makes new dicts for what it changes), so it needs no copy of its own."""
+    exact = [True]
+    if type(value) is not dict:  # (which the mapped event then refuses)
+        return _reference(value, exact), exact[0]
+    return _logged(value, exact), exact[0]
+
+
+_KEPT = object()
+
+
+def _logged(value: dict[str, Any] | list[Any] | tuple[Any, ...], exact: list[bool]) -> Any:
+    """:func:`jsonable` of a container, ``value`` itself when it changes nothing;
+    ``exact[0]`` cleared where the result is not ``plain``. Whatever is not a str, int,
+    bool, None, float, dict, list or tuple of exactly those types takes the reference
+    (:func:`_leaf`), and so does a dict with a key that is not a str or holds a lone
+    surrogate."""
+    is_dict = type(value) is dict
+    changed: list[Any] | None = [] if type(value) is tuple else None
+    items = value.items() if is_dict else enumerate(value)  # type: ignore[union-attr]
+    for k, v in items:
+        if is_dict and (type(k) is not str or not k.isascii()):
+            if type(k) is not str or _SURROGATE.search(k):
+                return _reference(value, exact)
+            exact[0] = False  # a non-ASCII key: JCS's order is UTF-16's
+        t = type(v)
+        if t is str:
+            new = _KEPT if v.isascii() or not _SURROGATE.search(v) else _text(v)
+        elif t is int:
+            new = _KEPT if -MAX_SAFE_INT <= v <= MAX_SAFE_INT else str(v)
+        elif t is bool or v is None:
+            new = _KEPT
+        elif t is dict or t is list or t is tuple:
+            new = _logged(v, exact)
+            if new is v:
+                new = _KEPT
+        else:
+            new = _leaf(v, exact)
+            if new is v:
+                new = _KEPT
+        if new is not _KEPT:
+            if changed is None:
+                changed = []
+            changed.append((k, new))
+    if changed is None:
+        return value
+    if is_dict:
+        out = dict(value)
+        out.update(changed)
+        return out
+    out_list = list(value)
+    for i, new in changed:
+        out_list[i] = new
+    return out_list
+
+
+def _leaf(value: Any, exact: list[bool]) -> Any:
+    if type(value) is float:
+        if not math.isfinite(value):
+            return str(value)
+        if value.is_integer() and abs(value) <= MAX_SAFE_INT:
+            return int(value)
+        exact[0] = False
+        return value
+    return _reference(value, exact)
+
+
+def _reference(value: Any, exact: list[bool]) -> Any:
+    out = jsonable(value)
+    if not plain(out):
+        exact[0] = False
+    return out
+
+
+def payload_jcs(value: Any) -> bytes:
+    """``jcs(value)``: orjson (sorted keys, integers within +-(2**53 - 1)) where
+    ``plain(value)`` holds, which it writes exactly as RFC 8785 does (no float, ASCII
+    keys: the same escapes, and code point order is UTF-16 order; the verifier's
+    fast path, ``verify.fast_line``, rests on the same fact, and
+    ``tests/observation/test_hotpath.py`` checks it over generated values); else
+    ``jcs`` (rfc8785, which also refuses a lone surrogate, as before)."""
+    return _orjson_jcs(value) if plain(value) else jcs(value)
+
+
+def _orjson_jcs(value: Any) -> bytes:
+    """``jcs`` of a value ``plain`` holds for, by orjson."""
+    try:
+        return orjson.dumps(value, option=_ORJSON_JCS)
+    except orjson.JSONEncodeError:  # a lone surrogate (rfc8785 says why), or nesting
+        return jcs(value)  # deeper than orjson goes
+
+
+def _envelope_jcs(envelope: dict[str, Any]) -> bytes:
+    """``jcs`` of a line's envelope (its payload set aside): orjson when every value is a
+    str, int or None (strings, the two integers), as :func:`payload_jcs`."""
+    for v in envelope.values():
+        if type(v) is not str and type(v) is not int and v is not None:
+            return jcs(envelope)
+    try:
+        return orjson.dumps(envelope, option=_ORJSON_JCS)
+    except orjson.JSONEncodeError:  # a lone surrogate: rfc8785 says why
+        return jcs(envelope)
 
 
 def hash_body(body: dict[str, Any]) -> str:
@@ -141,28 +254,28 @@ class Chain:
         return linked
 
     def _link_v2(self, event: MappedEvent) -> LogEvent:
-        full = dict(event)  # the fields as they are (validated when mapped)
-        del full["artifact"]
-        payload = full["payload"]
-        self.exact = exact = plain(payload)
-        try:  # jcs(payload), its plain() walk done once
-            text = canonical_text(payload).encode() if exact else jcs(payload)
-        except UnicodeEncodeError:  # a lone surrogate: rfc8785 refuses it as before
-            text = jcs(payload)
-        digest = hashlib.sha256((full["event_id"] + full["ts"] + full["type"]).encode() + text
-                                + self.head.encode()).hexdigest()
-        full.update(seq=self.seq + 1, prev_hash=self.head, event_hash=digest,
-                    log_version=self.version)
-        rest = jcs({**full, "payload": 0})  # the envelope: strings, integers, null
+        f = event.__dict__  # the fields as they are (validated, or made so, when mapped)
+        payload, head = f["payload"], self.head
+        event_id, ts, type_ = f["event_id"], f["ts"], f["type"]
+        self.exact = exact = event.__pydantic_private__["_plain"]  # plain(payload)
+        text = _orjson_jcs(payload) if exact else jcs(payload)
+        digest = _sha256((event_id + ts + type_).encode() + text + head.encode()).hexdigest()
+        seq = self.seq + 1
+        full = {"event_id": event_id, "run_id": f["run_id"], "ts": ts, "type": type_,
+                "payload": payload, "trace_id": f["trace_id"], "span_id": f["span_id"],
+                "parent_span_id": f["parent_span_id"], "seq": seq, "prev_hash": head,
+                "event_hash": digest, "log_version": self.version}
+        rest = _envelope_jcs({**full, "payload": 0})  # strings, integers, null
         # Top-level markers: a raw '"' is never inside a JSON string (it is escaped).
         i = rest.index(b',"payload":0,')
         body = b"".join((rest[:i], b',"payload":', text, rest[i + 12:]))
-        self.line_head = lhash = hashlib.sha256(
+        self.line_head = lhash = _sha256(
             b"".join((LINE_PREFIX, self.line_head.encode(), b"\n", body))).hexdigest()
         j = body.index(b',"log_version":')  # "line_hash" sorts before it
         self.line = b"".join((body[:j], b',"line_hash":"', lhash.encode(), b'"', body[j:],
                               b"\n"))
-        return LogEvent.model_construct(**full, line_hash=lhash)
+        full["line_hash"] = lhash
+        return built(LogEvent, full)  # every field given, as model_construct had it
 
     def link_all(self, events: Iterable[MappedEvent]) -> Iterator[LogEvent]:
         for e in events:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from datetime import UTC, datetime
 from typing import Any
@@ -20,8 +21,12 @@ class MappingError(ValueError):
 def format_ts(event: HistoryEvent) -> str:
     """ISO 8601 in UTC with microseconds, e.g. ``2026-11-22T14:53:32.083963Z``."""
     t = event.event_time
-    dt = datetime.fromtimestamp(t.seconds, UTC)
-    return f"{dt:%Y-%m-%dT%H:%M:%S}.{t.nanos // 1000:06d}Z"
+    return f"{_second(t.seconds)}.{t.nanos // 1000:06d}Z"
+
+
+@functools.lru_cache(maxsize=256)  # a history's events come a few per second
+def _second(seconds: int) -> str:
+    return f"{datetime.fromtimestamp(seconds, UTC):%Y-%m-%dT%H:%M:%S}"
 
 
 def event_ms(event: HistoryEvent) -> int:

@@ -14,6 +14,7 @@ Spans, one per operation (not per event):
 
 from __future__ import annotations
 
+import functools
 import hashlib
 
 
@@ -26,6 +27,7 @@ def trace_id(session_id: str) -> str:
     return _h("hitlflow-trace-v1", session_id)[:32]
 
 
+@functools.lru_cache(maxsize=4096)  # pure: a session's spans come again and again
 def span_id(session_id: str, kind: str, key: str = "") -> str:
     """16 hex digits (OpenTelemetry's 8-byte span id)."""
     return _h("hitlflow-span-v1", session_id, kind, key)[:16]

@@ -122,6 +122,7 @@ class LogWriter:
         self._on_disk_seq: dict[str, int | None] = {HEAD_NAME: None, SNAPSHOT_NAME: None}
         self._size = 0  # bytes of events.ndjson this writer knows of
         self._left: tuple[int, int, int] | None = None  # the log's (inode, size, mtime) at close
+        self._root: Path | None = None  # run_dir resolved (_put_artifact)
 
     # -- open / close -------------------------------------------------------------------
 
@@ -338,7 +339,9 @@ class LogWriter:
                                 ) from err
 
     def _put_artifact(self, artifact: Artifact) -> None:
-        root = self.run_dir.resolve()
+        root = self._root
+        if root is None:  # the run directory's real path, once (the writer holds its lock)
+            root = self._root = self.run_dir.resolve()
         path = (root / artifact.path).resolve()
         if not path.is_relative_to(root / "artifacts"):
             raise LogError(f"artifact path {artifact.path!r} leaves the artifacts folder")

@@ -21,10 +21,10 @@ from temporalio.api.history.v1 import HistoryEvent
 from observation import event_types as ev
 from observation.exporter import ids
 from observation.exporter.activities import ActivityMapper
-from observation.exporter.chain import jsonable
+from observation.exporter.chain import log_value
 from observation.exporter.decode import MappingError, first_value, format_ts, journal_of
 from observation.exporter.journal import JournalMapper
-from observation.exporter.model import Artifact, MappedEvent
+from observation.exporter.model import Artifact, MappedEvent, built
 
 __all__ = ["MappingError", "SessionMapper", "map_history"]
 
@@ -37,6 +37,7 @@ class SessionMapper(ActivityMapper, JournalMapper):
         ActivityMapper.__init__(self)
         self.sid = session_id
         self.trace = ids.trace_id(session_id)
+        self.session_span = ids.session_span(session_id)
         self.run_id: str | None = None
         self.next_run_id: str | None = None
         self.created = False
@@ -51,11 +52,17 @@ class SessionMapper(ActivityMapper, JournalMapper):
              parent: str | None = None, artifact: Artifact | None = None) -> MappedEvent:
         assert self._event is not None and self.run_id is not None
         if span is None:
-            span, parent = ids.session_span(self.sid), None
-        m = MappedEvent(
-            event_id=ids.event_id(self.run_id, self._event.event_id, len(self._out)),
-            run_id=self.sid, ts=self._ts, type=type, payload=jsonable(payload),
-            trace_id=self.trace, span_id=span, parent_span_id=parent, artifact=artifact)
+            span, parent = self.session_span, None
+        logged, exact = log_value(payload)
+        values = {
+            "event_id": ids.event_id(self.run_id, self._event.event_id, len(self._out)),
+            "run_id": self.sid, "ts": self._ts, "type": type, "payload": logged,
+            "trace_id": self.trace, "span_id": span, "parent_span_id": parent,
+            "artifact": artifact}
+        # Every field is of its type (the ids are strings) but the two that come from
+        # history: a type or payload of another kind is refused by pydantic, as before.
+        m = built(MappedEvent, values, {"_plain": exact}) if type.__class__ is str and \
+            logged.__class__ is dict and self.sid.__class__ is str else MappedEvent(**values)
         self._out.append(m)
         return m
 

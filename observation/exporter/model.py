@@ -4,13 +4,16 @@ The event types themselves are declared in ``observation/event_types.py``."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, PrivateAttr
 
 from observation.event_types import is_sse
 from observation.exporter.lines import LLM_OUTPUT_SCHEMA as LLM_OUTPUT_SCHEMA  # its home
+from workflows.canonical import plain
 
+M = TypeVar("M", bound=BaseModel)
+_set = object.__setattr__
 #: The ``schema_id`` of an artifact: an LLM answer, a tool's output (``activities.py``).
 TOOL_RESULT_SCHEMA = "hitlflow/tool_result/v1"
 
@@ -53,9 +56,30 @@ class MappedEvent(Envelope):
     """One log event before it is chained (no seq, no hashes)."""
 
     artifact: Artifact | None = None
+    #: ``plain(payload)``: its JCS is orjson's (``chain.payload_jcs``); known when
+    #: mapped (``chain.log_value``), else computed here.
+    _plain: bool = PrivateAttr(default=False)
+
+    def model_post_init(self, context: Any, /) -> None:
+        self._plain = plain(self.payload)
 
     def envelope(self) -> dict[str, Any]:
         return self.model_dump(exclude={"artifact"})
+
+
+def built(cls: type[M], values: dict[str, Any], private: dict[str, Any] | None = None) -> M:
+    """An instance of ``cls`` (:class:`MappedEvent` or :class:`LogEvent`) from
+    ``values``, every field of it in its declaration order, each already of its type:
+    what the exporter's hot path makes (its mapping and chain guarantee the types),
+    without pydantic's validation or ``model_construct``'s per-field walk. The same
+    instance as ``cls(**values)`` makes (``tests/observation/test_hotpath.py``);
+    ``private``: its private attributes, as its ``model_post_init`` would set them."""
+    m = cls.__new__(cls)
+    _set(m, "__dict__", values)
+    _set(m, "__pydantic_fields_set__", set(values))
+    _set(m, "__pydantic_extra__", None)
+    _set(m, "__pydantic_private__", private)
+    return m
 
 
 class LogEvent(Envelope):

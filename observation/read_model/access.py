@@ -30,11 +30,6 @@ _PENDING_EXTRAS = ("asked", "digest", "approvers", "approvals_required", "rule",
                    "separation_of_duties", "editable")
 
 
-def _is_approval(kind: str) -> bool:
-    """The line that records one approval of a two-person request."""
-    return kind == ev.ISSUE_APPROVAL_RECORDED
-
-
 @dataclass
 class AccessFold:
     """The session's people and its pending request's deciders, as of the last line."""
@@ -48,27 +43,39 @@ class AccessFold:
     changed: bool = True  # the rows changed since ``take_changed``
 
     def apply(self, event: dict[str, Any]) -> None:
-        kind, p = event["type"], event.get("payload") or {}
-        if kind == ev.RUN_CREATED:
-            people = (p.get("config") or {}).get("people") or {}
-            owner = people.get("owner")
-            self.owner = owner if isinstance(owner, str) else None
-            self.approvers = [e for e in people.get("approvers") or [] if isinstance(e, str)]
-            self.viewers = [e for e in people.get("viewers") or [] if isinstance(e, str)]
-            self.changed = True
-        elif kind == ev.ISSUE_OPENED:
-            self.request_id = p.get("issue_id")
-            self.pending = {k: p[k] for k in _PENDING_EXTRAS if p.get(k) is not None}
-            self.approvals = []
-            self.changed = True
-        elif kind == ev.ISSUE_RESOLVED:
-            if p.get("issue_id") == self.request_id:
-                self._clear()
-        elif kind in (ev.RUN_COMPLETED, ev.RUN_FAILED):
+        handler = _ACCESS_FOLDS.get(event["type"])  # most lines name no one: one lookup
+        if handler is not None:
+            handler(self, event.get("payload") or {})
+
+    def _created(self, p: dict[str, Any]) -> None:
+        people = (p.get("config") or {}).get("people") or {}
+        owner = people.get("owner")
+        self.owner = owner if isinstance(owner, str) else None
+        self.approvers = [e for e in people.get("approvers") or [] if isinstance(e, str)]
+        self.viewers = [e for e in people.get("viewers") or [] if isinstance(e, str)]
+        self.changed = True
+
+    def _opened(self, p: dict[str, Any]) -> None:
+        self.request_id = p.get("issue_id")
+        self.pending = {k: p[k] for k in _PENDING_EXTRAS if p.get(k) is not None}
+        self.approvals = []
+        self.changed = True
+
+    def _resolved(self, p: dict[str, Any]) -> None:
+        if p.get("issue_id") == self.request_id:
             self._clear()
-        elif kind in (ev.ISSUE_REMINDED, ev.ISSUE_ESCALATED):
-            self._wait_step(kind, p)
-        elif _is_approval(kind) and self.request_id is not None and \
+
+    def _ended(self, p: dict[str, Any]) -> None:
+        self._clear()
+
+    def _reminded(self, p: dict[str, Any]) -> None:
+        self._wait_step(ev.ISSUE_REMINDED, p)
+
+    def _escalated(self, p: dict[str, Any]) -> None:
+        self._wait_step(ev.ISSUE_ESCALATED, p)
+
+    def _approved(self, p: dict[str, Any]) -> None:
+        if self.request_id is not None and \
                 p.get("issue_id", self.request_id) == self.request_id and \
                 isinstance(p.get("principal"), dict):
             self.approvals.append(p["principal"])
@@ -118,3 +125,13 @@ class AccessFold:
         if self.approvals:
             extras["approvals"] = list(self.approvals)
         return extras
+
+
+#: The lines the fold reads, by type (every other line passes by).
+_ACCESS_FOLDS = {
+    ev.RUN_CREATED: AccessFold._created, ev.ISSUE_OPENED: AccessFold._opened,
+    ev.ISSUE_RESOLVED: AccessFold._resolved, ev.RUN_COMPLETED: AccessFold._ended,
+    ev.RUN_FAILED: AccessFold._ended, ev.ISSUE_REMINDED: AccessFold._reminded,
+    ev.ISSUE_ESCALATED: AccessFold._escalated,
+    ev.ISSUE_APPROVAL_RECORDED: AccessFold._approved,  # one approval of a two-person request
+}

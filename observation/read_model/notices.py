@@ -15,6 +15,7 @@ same line always makes the same notice.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,22 +59,26 @@ class NoticeFold:
     requests: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def apply(self, event: dict[str, Any]) -> NoticeRow | None:
-        kind, p = event.get("type"), event.get("payload") or {}
+        handler = _NOTICE_FOLDS.get(event.get("type"))  # most lines tell no one: one lookup
+        if handler is None:
+            return None
+        p = event.get("payload") or {}
         if not isinstance(p, dict):
             return None
-        if kind == ev.RUN_CREATED:
-            self._created(p)
-            return None
-        if kind == ev.ISSUE_OPENED:
-            return self._opened(event, p)
-        if kind in (ISSUE_REMINDED, ISSUE_ESCALATED):
-            return self._again(event, p, "reminded" if kind == ISSUE_REMINDED else "escalated")
-        if kind == ev.ISSUE_RESOLVED:
-            return self._resolved(event, p)
-        if kind in ev.END_TYPES:
-            self.requests.clear()
-            return self._row(event, "ended", {"status": p.get("status")})
-        return None
+        return handler(self, event, p)
+
+    def _run_created(self, event: dict[str, Any], p: dict[str, Any]) -> None:
+        self._created(p)
+
+    def _reminded(self, event: dict[str, Any], p: dict[str, Any]) -> NoticeRow | None:
+        return self._again(event, p, "reminded")
+
+    def _escalated(self, event: dict[str, Any], p: dict[str, Any]) -> NoticeRow | None:
+        return self._again(event, p, "escalated")
+
+    def _ended(self, event: dict[str, Any], p: dict[str, Any]) -> NoticeRow:
+        self.requests.clear()
+        return self._row(event, "ended", {"status": p.get("status")})
 
     def _created(self, p: dict[str, Any]) -> None:
         config = p.get("config") if isinstance(p.get("config"), dict) else {}
@@ -132,3 +137,12 @@ class NoticeFold:
                 "session_notify": list(self.notify), **fields}
         return NoticeRow(body["notice_id"], self.session_id, seq, kind, str(at),
                          canonical_json(body))
+
+
+#: The lines that may make a notice (or set what later ones say), by type.
+_NOTICE_FOLDS: dict[Any, Callable[[NoticeFold, dict[str, Any], dict[str, Any]],
+                                  NoticeRow | None]] = {
+    ev.RUN_CREATED: NoticeFold._run_created, ev.ISSUE_OPENED: NoticeFold._opened,
+    ISSUE_REMINDED: NoticeFold._reminded, ISSUE_ESCALATED: NoticeFold._escalated,
+    ev.ISSUE_RESOLVED: NoticeFold._resolved, **dict.fromkeys(ev.END_TYPES, NoticeFold._ended),
+}
