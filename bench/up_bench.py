@@ -415,10 +415,11 @@ def report(rounds: list[Round], args: argparse.Namespace, baseline: str | None) 
         cur, base = sides["current"], sides["baseline"]
         print(f"{'current / baseline':22}" + "".join(f"{ratio(cur[k], base[k]):>9}"
                                                       for k in COLUMNS))
-        per = [(ratio(per_turn([a])["up"], per_turn([b])["up"]))
-               for a, b in zip([r for r in rounds if r.side == "current"],
-                               [r for r in rounds if r.side == "baseline"], strict=False)]
-        print(f"up's ratio round by round (each current against the baseline before it): "
+        by_index = {(r.index, r.side): r for r in rounds}
+        per = [ratio(per_turn([by_index[i, "current"]])["up"],
+                     per_turn([by_index[i, "baseline"]])["up"])
+               for i in sorted({r.index for r in rounds})]
+        print(f"up's ratio round by round (current against the baseline of the same round): "
               f"{', '.join(per)}")
         print(f"baseline: {baseline}; target (issue 28): up's CPU per turn <= 0.5x")
     failed = sum(r.failed for r in rounds)
@@ -455,6 +456,10 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--baseline", default=DEFAULT_BASELINE,
                    help=f"the revision to compare with ({DEFAULT_BASELINE}: main before "
                    "issue 28's work), or 'none'")
+    p.add_argument("--order", choices=("abba", "abab"), default="abba",
+                   help="the sides' order in successive rounds: abba (default: baseline "
+                   "first in odd rounds, current first in even ones, so a drift of the "
+                   "machine over the run cancels out) or abab (baseline always first)")
     p.add_argument("--quick", action="store_true", help="4 sessions x 3 turns, 2 rounds a side")
     args = p.parse_args(argv)
     if args.quick:
@@ -478,7 +483,10 @@ async def main(argv: list[str]) -> None:
         try:
             with ModelServer() as model:
                 for i in range(args.rounds):
-                    for side, tree in trees.items():
+                    order = list(trees.items())
+                    if args.order == "abba" and i % 2:
+                        order.reverse()
+                    for side, tree in order:
                         rounds.append(await run_round(side, i + 1, tree, model, tmp, args))
         finally:
             if baseline is not None:
