@@ -4,7 +4,7 @@ against a baseline revision, in one run (issue 28).
 Run by hand (not a test), from the repository root::
 
     .venv/bin/python bench/up_bench.py                    # 20 sessions x 5 turns vs 12cf083
-    .venv/bin/python bench/up_bench.py --quick            # 4 sessions x 3 turns, A B A B
+    .venv/bin/python bench/up_bench.py --quick            # 4 sessions x 3 turns, A B B A
     .venv/bin/python bench/up_bench.py --baseline main~3  # against another revision
     .venv/bin/python bench/up_bench.py --baseline none    # this tree alone
 
@@ -39,9 +39,15 @@ issue 28's work) checks REV out into a temporary ``git worktree`` and runs the s
 workload against an ``up`` started from that tree (``cwd`` and ``PYTHONPATH`` set to it,
 the same venv: its code wins over the editable install; the bench checks where
 ``api.cli`` is imported from with that environment, and ``up``'s and its worker's cwd
-and ``PYTHONPATH`` from ``/proc``). Rounds alternate, baseline then current, ``--rounds``
-times (A B A B), so the machine's noise hits both; the figures are pooled per side and
-reported as current/baseline. The worktree is removed at the end. Nothing is downloaded.
+and ``PYTHONPATH`` from ``/proc``). Each of ``--rounds`` rounds runs both sides:
+baseline then current in odd rounds, current then baseline in even ones (A B B A;
+``--order abab`` keeps the baseline first), so the machine's noise and its drift over
+the run hit both; the figures are pooled per side and reported as current/baseline,
+with up's ratio round by round. The worktree is removed at the end (it is registered
+in the repository's worktree list meanwhile). Nothing is downloaded.
+
+Targets (issue 28): up's CPU per turn at most 0.5x the baseline's. With the same code
+on both sides the ratios measure the bench's own noise (docs/performance.md).
 """
 
 from __future__ import annotations
