@@ -34,17 +34,18 @@ model, telemetry, checkpoints), its worker (a child process), the tools (the MCP
 servers under the worker, alive or reaped), the Temporal dev server, and all together;
 and the history events and log lines per turn.
 
-**Before and after in one run.** ``--baseline REV`` (default ``12cf083``, main before
-issue 28's work) checks REV out into a temporary ``git worktree`` and runs the same
-workload against an ``up`` started from that tree (``cwd`` and ``PYTHONPATH`` set to it,
-the same venv: its code wins over the editable install; the bench checks where
-``api.cli`` is imported from with that environment, and ``up``'s and its worker's cwd
-and ``PYTHONPATH`` from ``/proc``). Each of ``--rounds`` rounds runs both sides:
-baseline then current in odd rounds, current then baseline in even ones (A B B A;
-``--order abab`` keeps the baseline first), so the machine's noise and its drift over
-the run hit both; the figures are pooled per side and reported as current/baseline,
-with up's ratio round by round. The worktree is removed at the end (it is registered
-in the repository's worktree list meanwhile). Nothing is downloaded.
+**Before and after in one run.** ``--baseline REV`` (default ``12cf083``: main when this
+bench was written, the "today" of issue 28's target for ``up``) checks REV out into a
+temporary ``git worktree`` and runs the same workload against an ``up`` started from
+that tree (``cwd`` and ``PYTHONPATH`` set to it, the same venv: its code wins over the
+editable install; the bench checks where ``api.cli`` is imported from with that
+environment, and ``up``'s and its worker's cwd and ``PYTHONPATH`` from ``/proc``). Each
+of ``--rounds`` rounds runs both sides: baseline then current in odd rounds, current
+then baseline in even ones (A B B A; ``--order abab`` keeps the baseline first), so the
+machine's noise and its drift over the run hit both; the figures are pooled per side and
+reported as current/baseline, with up's ratio round by round. The worktree is removed at
+the end (it is registered in the repository's worktree list meanwhile). Nothing is
+downloaded.
 
 Targets (issue 28): up's CPU per turn at most 0.5x the baseline's. With the same code
 on both sides the ratios measure the bench's own noise (docs/performance.md).
@@ -460,8 +461,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--turns", type=int, default=5, help="turns per session (5)")
     p.add_argument("--rounds", type=int, default=2, help="rounds per side, alternating (2)")
     p.add_argument("--baseline", default=DEFAULT_BASELINE,
-                   help=f"the revision to compare with ({DEFAULT_BASELINE}: main before "
-                   "issue 28's work), or 'none'")
+                   help=f"the revision to compare with ({DEFAULT_BASELINE}: main when "
+                   "this bench was written), or 'none' (this tree alone)")
     p.add_argument("--order", choices=("abba", "abab"), default="abba",
                    help="the sides' order in successive rounds: abba (default: baseline "
                    "first in odd rounds, current first in even ones, so a drift of the "
