@@ -17,12 +17,12 @@ The workload, as a person approving an agent's irreversible calls in the inbox d
   succeeds), after the tool's result it answers in words;
 * sessions configured with that model and the demo notes MCP server
   (``activities/demo_notes_server.py``, one notes folder per round);
-* ``-n`` clients (asyncio, in the bench's process), each starting a session over HTTP and
-  following its SSE stream; on each change to ``waiting_user`` it reads the session
-  (``GET /api/sessions/{id}?min_seq=``, as the inbox does) and approves the pending call
-  (``POST .../reply`` with its ``digest``) or, when the agent waits for the next message,
-  sends it (``POST .../messages``), ``--turns`` times, then ends the session
-  (``POST .../end``) and reads its stream to ``stream.complete``.
+* ``-n`` clients (asyncio, in the bench's process), each starting a session over HTTP
+  and following its SSE stream; on each change to ``waiting_user`` it reads the session
+  (``GET /api/sessions/{id}?min_seq=``; the inbox also re-reads after other events) and
+  approves the pending call (``POST .../reply`` with its ``digest``) or, when the agent
+  waits for the next message, sends it (``POST .../messages``), ``--turns`` times, then
+  ends the session (``POST .../end``) and reads its stream to ``stream.complete``.
 
 A turn is one message: one LLM call that asks for the tool, one approval, the call, one
 LLM call that answers. Each round starts a fresh ``hitlflow up`` (fresh data dir and dev
