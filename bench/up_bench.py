@@ -30,8 +30,9 @@ server), runs one warm-up session of one turn, waits until ``up`` is idle, reads
 of each process from ``/proc``, runs the clients, waits until every stream completed and
 ``up`` is idle again (so work it defers, e.g. a snapshot written later, is counted), and
 reads the CPU again. Per turn: ``up``'s own process (the API, the exporter, the read
-model, telemetry, checkpoints), its worker (a child process), the tools (the MCP
-servers under the worker, alive or reaped), the Temporal dev server, and all together;
+model, telemetry, checkpoints), its worker (a child process), the tools (the MCP servers
+under the worker, alive or reaped), the Temporal dev server, other (up's other child
+processes, none today: work moved out of up's process stays counted), and all together;
 and the history events and log lines per turn.
 
 **Before and after in one run.** ``--baseline REV`` (default ``12cf083``: main when this
@@ -90,7 +91,7 @@ STUCK_AFTER_S = 600  # a client still going after this long failed
 IDLE_SHARE = 0.03  # up is idle when it uses less than this share of a core ...
 IDLE_WINDOW_S = 1.0  # ... over a window this long
 IDLE_MAX_S = 30.0  # at most this long to wait for it
-PROCS = ("up", "worker", "tools", "server")
+PROCS = ("up", "worker", "tools", "server", "other")
 
 
 # ---------------------------------------------------------------------------
@@ -279,11 +280,16 @@ def _cpu_or_zero(pid: int) -> float:
 
 def cpu_now(up: Up, worker: int) -> dict[str, float]:
     """CPU seconds so far of up, its worker, the tools (the worker's descendants, live or
-    reaped) and the dev server."""
+    reaped), the dev server, and other: up's other descendants, live or reaped (none
+    today; where work moves out of up's process into one of its own, it is counted)."""
+    server = up.server_pid
+    tools = descendants(worker)
+    counted = {worker, server, *tools, *descendants(server)}
     return {"up": cpu_s(up.pid), "worker": cpu_s(worker),
-            "tools": sum(_cpu_or_zero(p) for p in descendants(worker))
-            + reaped_children_cpu_s(worker),
-            "server": cpu_s(up.server_pid)}
+            "tools": sum(_cpu_or_zero(p) for p in tools) + reaped_children_cpu_s(worker),
+            "server": cpu_s(server),
+            "other": sum(_cpu_or_zero(p) for p in descendants(up.pid) if p not in counted)
+            + reaped_children_cpu_s(up.pid)}
 
 
 async def until_idle(up: Up) -> float:
@@ -396,7 +402,7 @@ def per_turn(rounds: list[Round]) -> dict[str, float]:
     return out
 
 
-COLUMNS = ("up", "worker", "tools", "server", "all", "events", "lines")
+COLUMNS = (*PROCS, "all", "events", "lines")
 
 
 def row(name: str, f: dict[str, float]) -> str:
