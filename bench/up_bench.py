@@ -263,6 +263,8 @@ async def drive(http: httpx.AsyncClient, config: dict[str, Any], turns: int,
                     await post(http, f"/api/sessions/{sid}/end", {"reason": "done"})
             else:
                 raise RuntimeError(f"unexpected request: {pending}")
+    if out.status != "succeeded":
+        raise RuntimeError(f"the session ended {out.status or 'without a status'}")
 
 
 async def post(http: httpx.AsyncClient, path: str, body: dict[str, Any]) -> None:
