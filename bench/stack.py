@@ -10,6 +10,7 @@ working while the internals change.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import multiprocessing
 import os
 import re
@@ -92,10 +93,41 @@ def rss_mib(pid: int) -> float:
     return float("nan")
 
 
+def _stat(pid: int) -> list[str]:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+
+
 def cpu_s(pid: int) -> float:
     """User + system CPU seconds of ``pid`` (threads included)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    fields = _stat(pid)
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def reaped_children_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of ``pid``'s children that ended and that it waited for
+    (``cutime`` + ``cstime``: a child's CPU is there once it is reaped, not before)."""
+    fields = _stat(pid)
+    return (int(fields[13]) + int(fields[14])) / CLK_TCK
+
+
+def children(pid: int) -> list[int]:
+    """The pids of ``pid``'s live children (every thread's)."""
+    out: list[int] = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(FileNotFoundError):  # the thread ended meanwhile
+            out += [int(c) for c in (task / "children").read_text().split()]
+    return out
+
+
+def descendants(pid: int) -> list[int]:
+    """The pids of ``pid``'s live children, their children, and so on."""
+    out, todo = [], children(pid)
+    while todo:
+        child = todo.pop()
+        out.append(child)
+        with contextlib.suppress(FileNotFoundError):  # it ended meanwhile
+            todo += children(child)
+    return out
 
 
 async def cpu_share(pids: dict[str, int], seconds: float) -> dict[str, float]:
@@ -178,15 +210,17 @@ def line_kinds(lines: list[str]) -> Counter[str]:
     return Counter(re.sub(r"[\w.-]*\d[\w.-]*", "#", line) for line in lines)
 
 
-async def start_up(data: Path, *args: str, env: dict[str, str] | None = None) -> Up:
-    """``hitlflow up`` on free ports in ``data`` (``env``: variables to set for it);
-    return once it says it is up."""
+async def start_up(data: Path, *args: str, env: dict[str, str] | None = None,
+                   cwd: Path | None = None) -> Up:
+    """``hitlflow up`` on free ports in ``data`` (``env``: variables to set for it; ``cwd``:
+    its working directory, this one's if None); return once it says it is up."""
     temporal, ui, api = free_port(), free_port(), free_port()
     with open(data / "up.stderr.log", "wb") as stderr:
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "api.cli", "up", "--data-dir", str(data),
             "--temporal-port", str(temporal), "--ui-port", str(ui), "--api-port", str(api),
-            *args, stdout=asyncio.subprocess.PIPE, stderr=stderr, env={**up_env(), **(env or {})})
+            *args, stdout=asyncio.subprocess.PIPE, stderr=stderr, env={**up_env(), **(env or {})},
+            cwd=cwd)
     assert proc.stdout is not None
     while READY_LINE not in (line := await asyncio.wait_for(proc.stdout.readline(), 120)):
         if not line:
