@@ -316,11 +316,10 @@ def verify_lines(lines: Iterable[bytes], session_id: str | None = None, *,
                 event_hash, event_id, lhash, _, _, _, _, _, _, _, _, ts, kind = values
                 i = line.find(b',"payload":', 150) + 11
                 j = line.find(b',"line_hash":"', 79)
-                if event_hash == sha256(b"".join((
-                        event_id.encode(), ts.encode(), kind.encode(),
-                        line[i:line.rfind(b',"prev_hash":"')], prev.encode()))
-                        ).hexdigest() and lhash == sha256(b"".join((
-                            pre, line[:j], line[j + 79:-1]))).hexdigest():
+                if event_hash == sha256((event_id + ts + kind).encode()
+                                        + line[i:line.rfind(b',"prev_hash":"')]
+                                        + prev.encode()).hexdigest() and \
+                        lhash == sha256(pre + line[:j] + line[j + 79:-1]).hexdigest():
                     try:
                         check_fields(obj, n)
                     except FieldError as err:
