@@ -27,7 +27,11 @@ a line holding a float or a non-ASCII key, or whose envelope is not as it must b
 takes the reference path instead: C ``json`` with every number read as a double,
 checked with C ``json.dumps`` where that is exactly RFC 8785, else with ``rfc8785``
 (``chain.jcs``), and that path gives every error. Both hashes are taken over slices
-of the canonical line itself (no re-serialisation).
+of the canonical line itself (no re-serialisation). ``verify_lines`` runs the fast
+path in its loop (no call per line; the envelope's types, ``seq`` and ``prev_hash``
+checked before hashing) and sends any line it does not take through
+:func:`_checked_line`, the checks and errors of before
+(``tests/observation/test_exporter_verify_loop.py``: forged lines get the same answer).
 """
 
 from __future__ import annotations
