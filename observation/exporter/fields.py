@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
+from operator import itemgetter
 from typing import Any
 
 from observation.exporter import ids
@@ -32,6 +33,11 @@ TS_RE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9
 EVENT_ID_RE = re.compile(r"([^:]+):([1-9][0-9]*):(0|[1-9][0-9]*)")
 HEX16_RE = re.compile(r"[0-9a-f]{16}")
 ARTIFACT_TYPES = frozenset({ev.LLM_CALL_FINISHED, ev.ARTIFACT_WRITTEN})
+#: The types checked on any line beyond the first two.
+_FIRST_TYPES = frozenset({ev.RUN_CREATED, ev.SESSION_FORKED})
+#: What :meth:`LineFields.check` reads of every line, in one call.
+_FIELDS = itemgetter("run_id", "trace_id", "span_id", "parent_span_id", "ts", "event_id",
+                     "type")
 
 
 class FieldError(ValueError):
@@ -70,6 +76,43 @@ class LineFields:
                              f"session {obj['run_id']}: a log starts with its session")
 
     def check(self, obj: dict[str, Any], n: int) -> None:
+        run_id, trace, span, parent, ts, eid, kind = _FIELDS(obj)
+        if n <= 2 or kind in _FIRST_TYPES:
+            self._first(obj, n)
+        if run_id != self.session:
+            where = "this directory's session" if self.from_dir else "the log's session"
+            raise FieldError(n, f"run_id {run_id!r} is not {where} "
+                             f"{self.session!r} (a line or log of another session)")
+        if trace != self.trace:
+            raise FieldError(n, f"trace_id {trace!r} is not the session's "
+                             f"({self.trace}: sha256('hitlflow-trace-v1\\n' + "
+                             "session_id)[:32])")
+        spans = self.spans
+        if parent is None or span == self.root:
+            if parent is not None or span != self.root:
+                raise FieldError(n, "only the session's span has no parent_span_id (and "
+                                 "it has none)")
+        elif span not in spans or parent not in spans:
+            if HEX16_RE.fullmatch(span) is None or HEX16_RE.fullmatch(parent) is None:
+                raise FieldError(n, "span_id/parent_span_id is not 16 lowercase hex "
+                                 "digits")
+            spans.update((span, parent))
+        if ts != self.ts:  # lines of one history event share it
+            self._ts(ts, n)
+            self.ts = ts
+        if eid == self.next_id:  # the next line of the same history event: n + 1
+            hev, k, _ = self.last
+            self.last = (hev, k + 1, n)
+            self.next_id = f"{self.run}:{hev}:{k + 2}"
+            if kind == ev.RUN_CONTINUED_AS_NEW:
+                self.continued_to = obj["payload"].get("new_temporal_run_id")
+        else:
+            self._event_id(obj, n)
+        if kind in ARTIFACT_TYPES:
+            self._artifact(obj, n)
+
+    def _first(self, obj: dict[str, Any], n: int) -> None:
+        """Lines 1 and 2, and a RUN_CREATED or SESSION_FORKED anywhere."""
         if n == 1:
             self._session(obj, n)
         elif n == 2 and self.forked:
@@ -81,30 +124,6 @@ class LineFields:
         elif obj["type"] == ev.SESSION_FORKED:
             raise FieldError(n, "SESSION_FORKED after line 1: only a fork's first line "
                              "names its parent")
-        if obj["run_id"] != self.session:
-            where = "this directory's session" if self.from_dir else "the log's session"
-            raise FieldError(n, f"run_id {obj['run_id']!r} is not {where} "
-                             f"{self.session!r} (a line or log of another session)")
-        if obj["trace_id"] != self.trace:
-            raise FieldError(n, f"trace_id {obj['trace_id']!r} is not the session's "
-                             f"({self.trace}: sha256('hitlflow-trace-v1\\n' + "
-                             "session_id)[:32])")
-        span, parent = obj["span_id"], obj["parent_span_id"]
-        if parent is None or span == self.root:
-            if parent is not None or span != self.root:
-                raise FieldError(n, "only the session's span has no parent_span_id (and "
-                                 "it has none)")
-        elif span not in self.spans or parent not in self.spans:
-            if HEX16_RE.fullmatch(span) is None or HEX16_RE.fullmatch(parent) is None:
-                raise FieldError(n, "span_id/parent_span_id is not 16 lowercase hex "
-                                 "digits")
-            self.spans.update((span, parent))
-        if obj["ts"] != self.ts:  # lines of one history event share it
-            self._ts(obj["ts"], n)
-            self.ts = obj["ts"]
-        self._event_id(obj, n)
-        if obj["type"] in ARTIFACT_TYPES:
-            self._artifact(obj, n)
 
     @staticmethod
     def _ts(ts: str, n: int) -> None:
@@ -118,18 +137,12 @@ class LineFields:
 
     def _event_id(self, obj: dict[str, Any], n: int) -> None:
         eid = obj["event_id"]
-        if eid == self.next_id:  # the next line of the same history event: n + 1
-            hev, k, _ = self.last
-            self.last = (hev, k + 1, n)
-            self.next_id = f"{self.run}:{hev}:{k + 2}"
-            if obj["type"] == ev.RUN_CONTINUED_AS_NEW:
-                self.continued_to = obj["payload"].get("new_temporal_run_id")
-            return
         m = EVENT_ID_RE.fullmatch(eid)
         if m is None:
             raise FieldError(n, f"event_id {eid!r} is not <Temporal run id>:"
                              "<history event id>:<n>")
-        run, hev, k = m.group(1), int(m.group(2)), int(m.group(3))
+        run, hev_text, k_text = m.groups()
+        hev, k = int(hev_text), int(k_text)
         if run != self.run:
             if run in self.runs_before:
                 raise FieldError(n, f"event_id {eid!r}: Temporal run {run} again "
@@ -141,7 +154,7 @@ class LineFields:
                 self.runs_before.add(self.run)
             self.run, self.last = run, (0, 0, 0)
         last_hev, last_k, last_line = self.last
-        if (hev, k) <= (last_hev, last_k) and last_line:
+        if last_line and (hev < last_hev or (hev == last_hev and k <= last_k)):
             what = f"repeats line {last_line}'s" if (hev, k) == (last_hev, last_k) else \
                 f"goes back from line {last_line}'s {run}:{last_hev}:{last_k}"
             raise FieldError(n, f"event_id {eid!r} {what}: event ids are unique and in "
@@ -150,7 +163,7 @@ class LineFields:
             raise FieldError(n, f"event_id {eid!r}: n counts 0, 1, ... per history "
                              "event (a line is missing or added)")
         self.last = (hev, k, n)
-        self.next_id = f"{run}:{hev}:{k + 1}"  # what the check above takes at once
+        self.next_id = f"{run}:{hev}:{k + 1}"  # what check() takes at once
         if obj["type"] == ev.RUN_CONTINUED_AS_NEW:
             self.continued_to = obj["payload"].get("new_temporal_run_id")
 

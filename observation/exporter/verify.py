@@ -27,7 +27,11 @@ a line holding a float or a non-ASCII key, or whose envelope is not as it must b
 takes the reference path instead: C ``json`` with every number read as a double,
 checked with C ``json.dumps`` where that is exactly RFC 8785, else with ``rfc8785``
 (``chain.jcs``), and that path gives every error. Both hashes are taken over slices
-of the canonical line itself (no re-serialisation).
+of the canonical line itself (no re-serialisation). ``verify_lines`` runs the fast
+path in its loop (no call per line; the envelope's types, ``seq`` and ``prev_hash``
+checked before hashing) and sends any line it does not take through
+:func:`_checked_line`, the checks and errors of before
+(``tests/observation/test_exporter_verify_loop.py``: forged lines get the same answer).
 """
 
 from __future__ import annotations
@@ -278,50 +282,102 @@ def verify_lines(lines: Iterable[bytes], session_id: str | None = None, *,
                  fast: bool = True) -> Iterator[dict[str, Any]]:
     """Yield each verified event; raise on the first line that breaks the chain.
     ``session_id``: the session the log must be of (default: line 1's ``run_id``).
-    ``fast=False``: every line on the reference path (what the fast one must equal)."""
+    ``fast=False``: every line on the reference path (what the fast one must equal).
+
+    A v2 line is taken at once (the fast path, in the loop) when all of this holds,
+    else it goes through :func:`_checked_line` (what every line went through before:
+    :func:`fast_line` or the reference path, every check, and every error): orjson
+    reads it as a dict and writes it back byte for byte (sorted keys, no integer
+    beyond +-(2^53 - 1), the newline), its 13 fields are v2's of their JSON types,
+    ``log_version`` 2, ``payload`` holds no float and only ASCII keys (so the line is
+    RFC 8785 of what it holds, as for :func:`fast_line`); ``seq`` is the line number,
+    ``prev_hash`` the event_hash before, and both hashes match. The slices hashed are
+    found by the top level's markers (a raw ``"`` is never inside a string); as both
+    hashes match, ``event_hash`` and ``line_hash`` are 64 long, so the markers of
+    ``line_hash`` (at 93 or later) and ``payload`` (at 211 or later) are the first
+    ones from 79 and 150 on, as :func:`_v2_hashes` finds them. Then the field checks."""
     prev, prev_line, version = GENESIS, GENESIS, None
+    pre = b"".join((LINE_PREFIX, prev_line.encode(), b"\n"))  # line_hash's first bytes
     fields = LineFields(session_id, session_id is not None)
     check_fields = fields.check
     nums = _Numbers()
     decode = nums.decoder().decode
+    loads, dumps, sha256 = orjson.loads, orjson.dumps, _sha256
+    values_of, types, option, no_float, plain_keys = (
+        _v2_values, _V2_TYPES, _ORJSON_JCS | orjson.OPT_APPEND_NEWLINE, _no_float,
+        _plain_keys)
     for n, line in enumerate(lines, 1):
-        obj = fast_line(line) if fast else None
-        if obj is None:  # the reference path: it names what is wrong
-            nums.exact = True
-            obj = parse_line(line, n, decode)
-            line_v = line_version(obj)
-            if version is not None and line_v != version:
-                raise ChainBrokenError(n, f"a log format v{line_v} line in a v{version} log: "
-                                       "a log is one version from its first line to its last")
-            _canonical(obj, line, n, nums)
-            event_hash, lhash = _slice_hashes(obj, line, line_v, prev_line)
-        else:
-            line_v = 2
-            if version is not None and version != 2:
-                raise ChainBrokenError(n, f"a log format v2 line in a v{version} log: "
-                                       "a log is one version from its first line to its last")
-            event_hash, lhash = _v2_hashes(obj, line, prev_line.encode())
-        version = line_v
-        if event_hash != obj["event_hash"]:
-            raise ChainBrokenError(n, "event_hash does not match the event's content"
-                                   if line_v == 1 else "event_hash does not match sha256("
-                                   "event_id + ts + type + payload + prev_hash) (seed 003)")
-        if line_v != 1:
-            if lhash != obj["line_hash"]:
-                raise ChainBrokenError(n, "line_hash does not match the line's content and "
-                                       "the line_hash before it (an envelope field changed)")
-            prev_line = lhash
-        if obj["seq"] != n:
-            raise ChainBrokenError(n, f"seq {obj['seq']} on line {n}: a line was deleted, "
-                                   "inserted or moved")
-        if obj["prev_hash"] != prev:
-            raise ChainBrokenError(n, "prev_hash is not the event_hash of the line before")
-        try:
-            check_fields(obj, n)
-        except FieldError as err:
-            raise ChainBrokenError(err.line, err.reason, err.code) from None
-        prev = event_hash
+        if fast and version != 1:
+            try:
+                obj = loads(line)
+                values = values_of(obj)
+                same = dumps(obj, option=option) == line
+            except (ValueError, TypeError, KeyError):  # orjson's errors are of these
+                same = False
+            if same and len(obj) == 13 and tuple(map(type, values)) in types and \
+                    values[3] == 2 and values[8] == n and values[6] == prev and (
+                    no_float(values[5]) if line.isascii() else plain_keys(values[5])):
+                event_hash, event_id, lhash, _, _, _, _, _, _, _, _, ts, kind = values
+                i = line.find(b',"payload":', 150) + 11
+                j = line.find(b',"line_hash":"', 79)
+                if event_hash == sha256((event_id + ts + kind).encode()
+                                        + line[i:line.rfind(b',"prev_hash":"')]
+                                        + prev.encode()).hexdigest() and \
+                        lhash == sha256(pre + line[:j] + line[j + 79:-1]).hexdigest():
+                    try:
+                        check_fields(obj, n)
+                    except FieldError as err:
+                        raise ChainBrokenError(err.line, err.reason, err.code) from None
+                    prev, prev_line, version = event_hash, lhash, 2
+                    pre = b"".join((LINE_PREFIX, lhash.encode(), b"\n"))
+                    yield obj
+                    continue
+        obj, prev, prev_line, version = _checked_line(
+            line, n, prev, prev_line, version, fast, nums, decode, check_fields)
+        pre = b"".join((LINE_PREFIX, prev_line.encode(), b"\n"))
         yield obj
+
+
+def _checked_line(line: bytes, n: int, prev: str, prev_line: str, version: int | None,
+                  fast: bool, nums: _Numbers, decode: Any, check_fields: Any
+                  ) -> tuple[dict[str, Any], str, str, int]:
+    """Line ``n`` checked: ``(event, its event_hash, its line_hash (v1: the one before),
+    its version)``; raises on what breaks the chain."""
+    obj = fast_line(line) if fast else None
+    if obj is None:  # the reference path: it names what is wrong
+        nums.exact = True
+        obj = parse_line(line, n, decode)
+        line_v = line_version(obj)
+        if version is not None and line_v != version:
+            raise ChainBrokenError(n, f"a log format v{line_v} line in a v{version} log: "
+                                   "a log is one version from its first line to its last")
+        _canonical(obj, line, n, nums)
+        event_hash, lhash = _slice_hashes(obj, line, line_v, prev_line)
+    else:
+        line_v = 2
+        if version is not None and version != 2:
+            raise ChainBrokenError(n, f"a log format v2 line in a v{version} log: "
+                                   "a log is one version from its first line to its last")
+        event_hash, lhash = _v2_hashes(obj, line, prev_line.encode())
+    if event_hash != obj["event_hash"]:
+        raise ChainBrokenError(n, "event_hash does not match the event's content"
+                               if line_v == 1 else "event_hash does not match sha256("
+                               "event_id + ts + type + payload + prev_hash) (seed 003)")
+    if line_v != 1:
+        if lhash != obj["line_hash"]:
+            raise ChainBrokenError(n, "line_hash does not match the line's content and "
+                                   "the line_hash before it (an envelope field changed)")
+        prev_line = lhash
+    if obj["seq"] != n:
+        raise ChainBrokenError(n, f"seq {obj['seq']} on line {n}: a line was deleted, "
+                               "inserted or moved")
+    if obj["prev_hash"] != prev:
+        raise ChainBrokenError(n, "prev_hash is not the event_hash of the line before")
+    try:
+        check_fields(obj, n)
+    except FieldError as err:
+        raise ChainBrokenError(err.line, err.reason, err.code) from None
+    return obj, event_hash, prev_line, line_v
 
 
 def parse_head(data: bytes, what: str, *, whole: bool = False) -> dict[str, Any]:
