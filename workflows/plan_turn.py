@@ -30,6 +30,7 @@ with workflow.unsafe.imports_passed_through():
         PlanEvent,
         PlanState,
         PlanStep,
+        StepCompleted,
         StepWaiting,
         TaskStarted,
         TaskStopped,
@@ -76,12 +77,45 @@ class PlanTurn:
             replay(len(self._s.config.plan.steps), self._s.plan_events)  # rules hold
             self._book.journal("plan.event", workflow.now(), event.model_dump(mode="json"))
 
+    # -- a fork's first run (issue 27: workflows.fork) ------------------------------
+
+    _fork_asked = False
+
+    def _ask_again(self, at: PlanState) -> bool:
+        """A fork of a plan waiting for a person to verify a step or to decide on a
+        failed (or interrupted) one asks again, in its own log: the wait's
+        ``StepWaiting`` (already in the plan's events: not recorded twice), the step's
+        contract (suspended with what the step did, for a verify) and the request.
+        False: the plan waits for nothing, it goes on at its cursor."""
+        last = self._s.plan_events[-1] if self._s.plan_events else None
+        if self._s.pending is not None or not isinstance(last, StepWaiting) \
+                or last.reason not in ("verify_human", "on_fail_human") \
+                or at.waiting != last.reason:
+            return False
+        self._book.journal("plan.event", workflow.now(), last.model_dump(mode="json"))
+        i = at.current_step
+        if last.reason == "on_fail_human":
+            self._ask_step(at, "on_fail_human", None, f"step {i} failed: {last.feedback[:500]}")
+            return True
+        done = next(e for e in reversed(self._s.plan_events)
+                    if isinstance(e, StepCompleted) and e.step == i)
+        output = step_output([done])
+        c = self._step_contract(i, self._s.config.plan.steps[i])
+        self._book.transition(c, Trigger.SUSPEND, Actor.VERIFY, workflow.now(), result=output)
+        self._ask_step(at, "verify_human", c, f"verify step {i} and approve it",
+                       output=output_text(output))
+        return True
+
     # -- running: the step at the cursor ----------------------------------------
 
     async def _run_plan(self) -> None:
         plan = self._s.config.plan
         if not self._s.plan_events:
             self._record([TaskStarted(task=plan.name, steps=len(plan.steps))])
+        if self._input.forked_from is not None and not self._fork_asked:
+            self._fork_asked = True  # once: a fork's first run, from its parent's wait
+            if self._ask_again(self._plan_state()):
+                return
         while self._s.status == S.RUNNING:
             at = self._plan_state()
             if at.current_step >= len(plan.steps):
