@@ -51,6 +51,13 @@ with workflow.unsafe.imports_passed_through():
     )
     from workflows.session_state import PendingRequest
     from workflows.statechart import SessionEvent, SessionStatus
+    from workflows.steering import (
+        InFlight,
+        Interrupted,
+        interrupted_entry,
+        plan_stop_text,
+        step_safety,
+    )
 
 E, S = SessionEvent, SessionStatus
 ONCE = RetryPolicy(maximum_attempts=1)
@@ -65,6 +72,8 @@ class PlanTurn:
     _input: Any
     _book: Any
     _reply: Any
+    _interrupt: Any
+    _waited_for: Any
 
     # -- the log --------------------------------------------------------------
 
@@ -116,20 +125,68 @@ class PlanTurn:
             self._fork_asked = True  # once: a fork's first run, from its parent's wait
             if self._ask_again(self._plan_state()):
                 return
-        while self._s.status == S.RUNNING:
-            at = self._plan_state()
-            if at.current_step >= len(plan.steps):
-                self._record([TaskStopped(reason="completed")])
-                self._fire(E.RUN_SUCCEEDED, {"steps": len(plan.steps)})
-                return
-            step = plan.steps[at.current_step]
-            if step.gate:
-                c = self._step_contract(at.current_step, step)
-                self._book.transition(c, Trigger.SUSPEND, Actor.PLAN, workflow.now())
-                self._record([StepWaiting(step=at.current_step, reason="gate")])
-                self._ask_step(at, "gate", c, step.name or f"gate {at.current_step}")
-                return
-            await self._run_step(at, step)
+        try:
+            while self._s.status == S.RUNNING:
+                at = self._plan_state()
+                if at.current_step >= len(plan.steps):
+                    self._record([TaskStopped(reason="completed")])
+                    self._fire(E.RUN_SUCCEEDED, {"steps": len(plan.steps)})
+                    return
+                step = plan.steps[at.current_step]
+                if step.gate:
+                    c = self._step_contract(at.current_step, step)
+                    self._book.transition(c, Trigger.SUSPEND, Actor.PLAN, workflow.now())
+                    self._record([StepWaiting(step=at.current_step, reason="gate")])
+                    self._ask_step(at, "gate", c, step.name or f"gate {at.current_step}")
+                    return
+                if self._interrupt is not None:  # asked for while the last step ran
+                    self._stop_interrupted(None)
+                    return
+                try:
+                    await self._run_step(at, step)
+                except Interrupted as ended:
+                    self._stop_interrupted(ended.cut)
+                    return
+        finally:
+            # the plan left RUNNING (it asks the person, or ended): an interrupt not
+            # taken is moot (its message is recorded)
+            self._interrupt, self._waited_for = None, None
+
+    # -- steering (issue 27: workflows.steering) ---------------------------------------
+
+    def _step_in_flight(self, c: ExecutionContract, step: int) -> InFlight | None:
+        """What an interrupt finds running: the step (None in sessions started before
+        plan interrupts: nothing to cut, ``steer`` refuses them)."""
+        if not self._input.does(Behaviour.PLAN_INTERRUPT):
+            return None
+        s = self._s.config.plan.steps[step]
+        run = s.run
+        return InFlight(kind="plan_step", id=c.execution_id, step=step,
+                        tool=run.tool if isinstance(run, ToolRun) else None,
+                        server=run.server if isinstance(run, ToolRun) else None,
+                        safety=step_safety(s.safety, run, self._s.config.plan.tools))
+
+    def _stop_interrupted(self, cut: InFlight | None) -> None:
+        """An interrupt stops the plan at the step boundary: the log says what was cut,
+        why and by whom (``turn.interrupted``), then the message (as the agent's new
+        turn would take it), and the plan waits for the person at its cursor as after a
+        failed step (a cut step's contract ended CANCELLED)."""
+        who = self._interrupter()
+        by = decisions.name_of(who)
+        order, waited = self._interrupt, self._waited_for
+        self._interrupt, self._waited_for = None, None
+        at = self._plan_state()
+        text = plan_stop_text(by, at.current_step, cut, order.text if order else "")
+        self._book.journal("turn.interrupted", workflow.now(), interrupted_entry(
+            by=by, principal=who.model_dump(mode="json"), cut=cut, waited_for=waited,
+            cancelled=[], dropped=[], turn=self._s.turns + 1))
+        for said, sender in self._book.take_inbox():  # the message, in the log
+            self._book.journal("message.accepted", workflow.now(), {"text": said, **(
+                {"by": decisions.name_of(sender), "principal": sender.model_dump(mode="json")}
+                if sender is not None else {})})
+        self._record([StepWaiting(step=at.current_step, reason="on_fail_human",
+                                  feedback=text)])
+        self._ask_step(self._plan_state(), "on_fail_human", None, text)
 
     def _step_contract(self, index: int, step: PlanStep) -> ExecutionContract:
         run = step.run.model_dump() if isinstance(step.run, ToolRun) else step.run
@@ -200,6 +257,7 @@ class PlanTurn:
         try:
             return await self._activity(
                 "run_command", inp, CommandResult, retry_policy=ONCE, contract=c,
+                steering=self._step_in_flight(c, step),
                 start_to_close_timeout=timedelta(seconds=timeout_s + 60),
                 heartbeat_timeout=heartbeat(STEP_HEARTBEAT, self._input.timing))
         except ActivityError as err:
@@ -236,6 +294,7 @@ class PlanTurn:
                         server=server, tool=run.tool, arguments=run.arguments,
                         idempotency_key=c.execution_id, attempt_id=attempt_id),
                     ToolCallResult, retry_policy=ONCE,
+                    steering=self._step_in_flight(c, self._plan_state().current_step),
                     heartbeat_timeout=heartbeat(STEP_HEARTBEAT, self._input.timing),
                     start_to_close_timeout=timedelta(seconds=step.timeout_s), contract=c)
             except ActivityError as err:
