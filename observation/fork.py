@@ -121,11 +121,7 @@ def fork_points(lines: list[dict[str, Any]]) -> list[int]:
         detail = p.get("detail") or {}
         if line["type"] in GOES_ON and (line["type"] != "StepCompleted"
                                         or p.get("exit_code") == 0):
-            rest = [x for x in lines[i + 1:] if _task(x) == _task(line)]
-            if rest and not any(x["type"] in PLAN_EVENT_TYPES for x in rest) and \
-                    any(x["type"] == ev.WORK_ITEM_QUEUED for x in rest) and \
-                    not any(x["type"] == ev.RUN_STATE_CHANGED
-                            and x["payload"].get("new_state") != "running" for x in rest):
+            if _starts_a_step(lines, i):
                 points.append(line["seq"])
             continue
         if line["type"] != ev.RUN_STATE_CHANGED or p.get("new_state") != "waiting_user" or (
@@ -136,6 +132,24 @@ def fork_points(lines: list[dict[str, Any]]) -> list[int]:
             j += 1
         points.append(lines[j]["seq"])
     return points
+
+
+def _starts_a_step(lines: list[dict[str, Any]], i: int) -> bool:
+    """After plan event ``lines[i]`` the plan starts its next step (its work item is
+    queued, not a gate's) with no other plan event, wait or end between, in the same workflow task
+    or, where the run continued as new there, in the next run's first."""
+    continued = False
+    for x in lines[i + 1:]:
+        if x["type"] == ev.WORK_ITEM_QUEUED:  # a step's run, not a gate's wait
+            return not (x["payload"].get("action_detail") or {}).get("gate")
+        if x["type"] in PLAN_EVENT_TYPES or (x["type"] == ev.RUN_STATE_CHANGED and
+                                             x["payload"].get("new_state") != "running"):
+            return False
+        if x["type"] == ev.RUN_CONTINUED_AS_NEW:
+            continued = True
+        elif _task(x) != _task(lines[i]) and not continued:
+            return False
+    return False
 
 
 #: The safety classes of the calls a fork asks before sending again.
@@ -298,6 +312,21 @@ def _before_step(seen: list[tuple[str, Any, int]], task: int, line: dict[str, An
     return state
 
 
+async def _first_step(client: Client, session_id: str, run_id: Any, workflow_class: type,
+                      line: dict[str, Any]) -> SessionState | None:
+    """The plan's state as its run ``run_id`` (continued from the run of ``line``) is
+    about to start a step in its first workflow task; else None."""
+    if not isinstance(run_id, str) or not run_id:
+        return None
+    history = await client.get_workflow_handle(session_id, run_id=run_id).fetch_history()
+    first = next((e.event_id for e in history.events
+                  if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED), None)
+    if first is None:
+        return None
+    seen, _, task = await _replayed(client, session_id, run_id, first, workflow_class)
+    return _before_step(seen, task, line)
+
+
 async def rebuild(client: Client, runs_dir: Path, session_id: str, seq: int,
                   workflow_class: type) -> Rebuilt:
     """The session's state at line ``seq`` of its log (see the module's text), and the
@@ -332,6 +361,11 @@ async def rebuild(client: Client, runs_dir: Path, session_id: str, seq: int,
     state = None
     if line["type"] in GOES_ON and not any(x["type"] in PLAN_EVENT_TYPES for x in in_task):
         state = _before_step(seen, task, line)  # a plan's step boundary, inside the task
+        moved = next((x for x in in_task if x["type"] == ev.RUN_CONTINUED_AS_NEW), None)
+        if state is None and moved is not None:  # the next run starts the step
+            state = await _first_step(client, session_id,
+                                      moved["payload"].get("new_temporal_run_id"),
+                                      workflow_class, line)
     elif not in_task:
         state = _waiting(seen)
     if state is None:

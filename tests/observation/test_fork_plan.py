@@ -6,6 +6,7 @@ ran again would show. Real parts: the dev server, a worker, the exporter's own c
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from pathlib import Path
 
@@ -19,7 +20,7 @@ from tests.observation.test_fork import lines
 from tests.support.sessions import running_worker, start_session, until
 from workflows.config import SessionConfig
 from workflows.fork import fork_input
-from workflows.messages import ForkedFrom, ReplyInput, SessionResult
+from workflows.messages import ForkedFrom, MessageInput, ReplyInput, SessionResult
 from workflows.session import SessionWorkflow
 from workflows.statechart import SessionStatus
 
@@ -157,3 +158,70 @@ async def test_a_plan_forks_at_each_step_boundary_and_resumes_there(dev_env, tmp
             ("StepApproved", 1), ("StepCompleted", 2), *done])
     await export_session(client, parent.id, runs)
     assert (runs / parent.id / "events.ndjson").read_bytes() == before  # untouched
+
+
+async def test_a_plan_forks_and_is_interrupted_after_continue_as_new(dev_env, tmp_path):
+    """A plan that continues as new at each wait: it is interrupted in a later run
+    (the held read-only step is cut, the person skips it), and forks at a boundary
+    and at a gate of later runs resume there (only the run the line names is
+    replayed, from the state it was started with)."""
+    client: Client = dev_env.client
+    runs, ran, hold = tmp_path / "runs", tmp_path / "ran", tmp_path / "hold"
+    config = SessionConfig.model_validate({"plan": {"name": "long", "steps": [
+        {"name": "s0", "run": f"echo s0 >> {ran}"},
+        {"name": "g1", "gate": True},
+        {"name": "s2", "run": f"echo s2 >> {ran}"},
+        {"name": "g3", "gate": True},
+        {"name": "s4", "safety": "read_only",
+         "run": f"echo s4 >> {ran}; while [ ! -e {hold} ]; do sleep 0.05; done"},
+        {"name": "s5", "run": f"echo s5 >> {ran}"}]}})
+    tq = f"tq-{uuid.uuid4().hex[:8]}"
+    async with running_worker(client, tq):
+        parent = await start_session(client, config, tq, continue_as_new_after_events=10)
+        for _ in range(2):  # the gates
+            snap = await until(parent, asked)
+            await parent.execute_update("reply", ReplyInput(
+                request_id=snap.pending.request_id, choice="approve"))
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 30
+        while "s4" not in (ran.read_text().split() if ran.exists() else []):
+            assert loop.time() < deadline, "s4 never started"
+            await asyncio.sleep(0.02)
+        await parent.execute_update("send_message", MessageInput(
+            text="not s4", if_busy="interrupt"))
+        snap = await until(parent, asked)
+        assert "step 4 was cut" in snap.pending.prompt, snap.pending.prompt
+        hold.touch()
+        await drive(parent, ["skip"])
+        assert ran.read_text().split() == ["s0", "s2", "s4", "s5"]
+        await export_session(client, parent.id, runs)
+        plog = lines(runs, parent.id)
+        verify_dir(runs / parent.id)
+        run_of = {x["seq"]: x["event_id"].split(":")[0] for x in plog}
+        first_run = run_of[1]
+        (cut,) = [x for x in plog if x["type"] == "TURN_INTERRUPTED"]
+        assert cut["payload"]["cut"]["step"] == 4 and run_of[cut["seq"]] != first_run
+        before_4 = plan_seq(plog, "StepApproved", 3)
+        gate_3 = end_of_wait(plog, "gate: g3")
+        assert run_of[before_4] != first_run and run_of[gate_3] != first_run
+        assert len(set(run_of.values())) >= 3, "the plan did not continue as new"
+        # the approval of g3 ended its run (continue-as-new): step 4 began the next
+        after_4 = [x["type"] for x in plog[before_4:]]
+        assert after_4.index("RUN_CONTINUED_AS_NEW") < after_4.index("WORK_ITEM_QUEUED")
+        assert {before_4, gate_3} <= set(fork_points(plog)), fork_points(plog)
+        for seq, answers, again in ((before_4, [], ["s4", "s5"]),
+                                    (gate_3, ["approve"], ["s4", "s5"])):
+            had = ran.read_text().split()
+            rebuilt = await rebuild(client, runs, parent.id, seq, SessionWorkflow)
+            lineage = ForkedFrom(session_id=parent.id, seq=seq, line_hash=rebuilt.line_hash)
+            fid = f"s-{uuid.uuid4().hex[:12]}"
+            fork = await client.start_workflow(
+                "SessionWorkflow", fork_input(rebuilt.state, fid, lineage, owner="someone"),
+                id=fid, task_queue=tq, result_type=SessionResult)
+            prompts = await drive(fork, answers)
+            assert [p.split(":")[0] for p in prompts] == ["gate"] * len(answers), prompts
+            assert ran.read_text().split() == had + again, seq
+            await export_session(client, fork.id, runs)
+            verify_dir(runs / fork.id)
+            flog = lines(runs, fork.id)
+            check_parent(runs / fork.id, flog[0]["payload"])
