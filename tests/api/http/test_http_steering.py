@@ -35,7 +35,8 @@ async def slow_plan(http_stack: HttpStack, tmp_path: Path) -> tuple[str, Path]:
 
 async def stopped(http_stack: HttpStack, sid: str) -> dict:
     """The plan stopped by an interrupt: it waits for the person at step 1."""
-    snap = await session_until(http_stack.http, sid, lambda s: s["status"] == "waiting_user")
+    snap = await session_until(http_stack.http, sid, lambda s: s["status"] == "waiting_user"
+                               and s.get("pending") is not None)
     assert snap["pending"]["prompt"].startswith("on_fail_human: interrupted by "), snap
     assert "before step 1" in snap["pending"]["prompt"]
     return snap
