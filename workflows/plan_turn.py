@@ -148,8 +148,11 @@ class PlanTurn:
                     self._stop_interrupted(ended.cut)
                     return
         finally:
-            # the plan left RUNNING (it asks the person, or ended): an interrupt not
-            # taken is moot (its message is recorded)
+            # The plan left RUNNING by itself (the step it let finish asks the person,
+            # or ends the plan): nothing is left to stop, but the interrupt is logged.
+            # (Still RUNNING here: the session is being cancelled.)
+            if self._interrupt is not None and self._s.status != S.RUNNING:
+                self._log_interrupt(None)
             self._interrupt, self._waited_for = None, None
 
     # -- steering (issue 27: workflows.steering) ---------------------------------------
@@ -171,6 +174,14 @@ class PlanTurn:
         why and by whom (``turn.interrupted``), then the message (as the agent's new
         turn would take it), and the plan waits for the person at its cursor as after a
         failed step (a cut step's contract ended CANCELLED)."""
+        text = self._log_interrupt(cut)
+        self._record([StepWaiting(step=self._plan_state().current_step,
+                                  reason="on_fail_human", feedback=text)])
+        self._ask_step(self._plan_state(), "on_fail_human", None, text)
+
+    def _log_interrupt(self, cut: InFlight | None) -> str:
+        """The interrupt under way, in the log: ``turn.interrupted`` and the message(s)
+        waiting in the inbox; taken (cleared). Its text for the person."""
         who = self._interrupter()
         by = decisions.name_of(who)
         order, waited = self._interrupt, self._waited_for
@@ -184,9 +195,7 @@ class PlanTurn:
             self._book.journal("message.accepted", workflow.now(), {"text": said, **(
                 {"by": decisions.name_of(sender), "principal": sender.model_dump(mode="json")}
                 if sender is not None else {})})
-        self._record([StepWaiting(step=at.current_step, reason="on_fail_human",
-                                  feedback=text)])
-        self._ask_step(self._plan_state(), "on_fail_human", None, text)
+        return text
 
     def _step_contract(self, index: int, step: PlanStep) -> ExecutionContract:
         run = step.run.model_dump() if isinstance(step.run, ToolRun) else step.run

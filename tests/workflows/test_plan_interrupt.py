@@ -217,3 +217,29 @@ async def test_a_plan_session_started_before_plan_interrupts_keeps_the_409(dev_e
         hold.touch()
         assert (await h.result()).status is S.SUCCEEDED
     assert runs_of(ran) == ["start", "end", "next"]
+
+
+@pytest.mark.slow
+async def test_an_interrupt_of_the_last_step_is_logged_and_the_plan_ends_as_it_would(
+        dev_env, tmp_path):
+    """Nothing is left to stop after the last step (let finish: irreversible): the plan
+    ends as it would, and the interrupt and its message are still in the log."""
+    client: Client = dev_env.client
+    ran, hold = tmp_path / "ran", tmp_path / "hold"
+    config = plan(ran, hold, None)
+    config.plan.steps.pop()  # only the long step
+    tq = f"tq-{uuid.uuid4().hex[:8]}"
+    async with running_worker(client, tq):
+        h = await start_session(client, config, tq)
+        await until_line(ran, "start")
+        await h.execute_update("send_message", MessageInput(text="too late?",
+                                                            if_busy="interrupt"))
+        hold.touch()
+        result = await h.result()
+    assert result.status is S.SUCCEEDED
+    assert runs_of(ran) == ["start", "end"]
+    log = await log_of(client, h, tmp_path)
+    (entry,) = [x["payload"] for x in log if x["type"] == "TURN_INTERRUPTED"]
+    assert entry["cut"] is None and entry["waited_for"]["step"] == 0
+    assert [x["payload"]["text"] for x in log if x["type"] == "message"] == ["too late?"]
+    assert not [x for x in log if x["type"] == "StepWaiting"]  # nothing asked
