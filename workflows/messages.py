@@ -42,6 +42,7 @@ class Behaviour(IntEnum):
     EACH_WAIT_PUBLISHED = 4  # a wait that follows another in one task moves WaitingSince
     SENT_MARKS = 5  # once-only tool calls: never sent is retried, maybe sent is asked
     SEND_WINDOW = 6  # never sent is retried with backoff for a window, then asked
+    PLAN_INTERRUPT = 7  # an interrupt while a plan step runs stops the plan there
 
 
 #: What sessions start with now.

@@ -10,7 +10,15 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    TypeAdapter,
+    model_serializer,
+    model_validator,
+)
 
 # -- the plan as configured ----------------------------------------------------
 
@@ -39,12 +47,26 @@ class PlanStep(BaseModel):
     in_window: bool = False
     gate: bool = False
     timeout_s: float = Field(default=3600.0, gt=0, le=30 * 24 * 3600)
+    # What an interrupt may do to the step while it runs (issue 27): a read_only or
+    # reversible step is cut, an irreversible or at_most_once one never is. Unset: the
+    # tool's override in the plan's tools, else irreversible (a command may do
+    # anything; MCP's default for a tool that says nothing). Left out while unset.
+    safety: Literal["read_only", "reversible", "at_most_once", "irreversible"] | None = None
+
+    @model_serializer(mode="wrap")
+    def _compact(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        out = handler(self)
+        if isinstance(out, dict) and out.get("safety", False) is None:
+            out.pop("safety")
+        return out
 
     @model_validator(mode="after")
     def _shape(self) -> PlanStep:
         if self.gate:
-            if self.run is not None or self.verify is not None or self.on_fail is not None:
-                raise ValueError("a gate step has no run, verify or on_fail: a person decides")
+            if self.run is not None or self.verify is not None or self.on_fail is not None \
+                    or self.safety is not None:
+                raise ValueError("a gate step has no run, verify, on_fail or safety: "
+                                 "a person decides")
             if self.in_window:
                 raise ValueError("a gate step cannot be in_window: nothing runs")
         elif self.run is None:

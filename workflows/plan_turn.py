@@ -30,6 +30,7 @@ with workflow.unsafe.imports_passed_through():
         PlanEvent,
         PlanState,
         PlanStep,
+        StepCompleted,
         StepWaiting,
         TaskStarted,
         TaskStopped,
@@ -50,6 +51,13 @@ with workflow.unsafe.imports_passed_through():
     )
     from workflows.session_state import PendingRequest
     from workflows.statechart import SessionEvent, SessionStatus
+    from workflows.steering import (
+        InFlight,
+        Interrupted,
+        interrupted_entry,
+        plan_stop_text,
+        step_safety,
+    )
 
 E, S = SessionEvent, SessionStatus
 ONCE = RetryPolicy(maximum_attempts=1)
@@ -64,6 +72,8 @@ class PlanTurn:
     _input: Any
     _book: Any
     _reply: Any
+    _interrupt: Any
+    _waited_for: Any
 
     # -- the log --------------------------------------------------------------
 
@@ -76,26 +86,116 @@ class PlanTurn:
             replay(len(self._s.config.plan.steps), self._s.plan_events)  # rules hold
             self._book.journal("plan.event", workflow.now(), event.model_dump(mode="json"))
 
+    # -- a fork's first run (issue 27: workflows.fork) ------------------------------
+
+    _fork_asked = False
+
+    def _ask_again(self, at: PlanState) -> bool:
+        """A fork of a plan waiting for a person to verify a step or to decide on a
+        failed (or interrupted) one asks again, in its own log: the wait's
+        ``StepWaiting`` (already in the plan's events: not recorded twice), the step's
+        contract (suspended with what the step did, for a verify) and the request.
+        False: the plan waits for nothing, it goes on at its cursor."""
+        last = self._s.plan_events[-1] if self._s.plan_events else None
+        if self._s.pending is not None or not isinstance(last, StepWaiting) \
+                or last.reason not in ("verify_human", "on_fail_human") \
+                or at.waiting != last.reason:
+            return False
+        self._book.journal("plan.event", workflow.now(), last.model_dump(mode="json"))
+        i = at.current_step
+        if last.reason == "on_fail_human":
+            self._ask_step(at, "on_fail_human", None, f"step {i} failed: {last.feedback[:500]}")
+            return True
+        done = next(e for e in reversed(self._s.plan_events)
+                    if isinstance(e, StepCompleted) and e.step == i)
+        output = step_output([done])
+        c = self._step_contract(i, self._s.config.plan.steps[i])
+        self._book.transition(c, Trigger.SUSPEND, Actor.VERIFY, workflow.now(), result=output)
+        self._ask_step(at, "verify_human", c, f"verify step {i} and approve it",
+                       output=output_text(output))
+        return True
+
     # -- running: the step at the cursor ----------------------------------------
 
     async def _run_plan(self) -> None:
         plan = self._s.config.plan
         if not self._s.plan_events:
             self._record([TaskStarted(task=plan.name, steps=len(plan.steps))])
-        while self._s.status == S.RUNNING:
-            at = self._plan_state()
-            if at.current_step >= len(plan.steps):
-                self._record([TaskStopped(reason="completed")])
-                self._fire(E.RUN_SUCCEEDED, {"steps": len(plan.steps)})
+        if self._input.forked_from is not None and not self._fork_asked:
+            self._fork_asked = True  # once: a fork's first run, from its parent's wait
+            if self._ask_again(self._plan_state()):
                 return
-            step = plan.steps[at.current_step]
-            if step.gate:
-                c = self._step_contract(at.current_step, step)
-                self._book.transition(c, Trigger.SUSPEND, Actor.PLAN, workflow.now())
-                self._record([StepWaiting(step=at.current_step, reason="gate")])
-                self._ask_step(at, "gate", c, step.name or f"gate {at.current_step}")
-                return
-            await self._run_step(at, step)
+        try:
+            while self._s.status == S.RUNNING:
+                at = self._plan_state()
+                if at.current_step >= len(plan.steps):
+                    self._record([TaskStopped(reason="completed")])
+                    self._fire(E.RUN_SUCCEEDED, {"steps": len(plan.steps)})
+                    return
+                step = plan.steps[at.current_step]
+                if step.gate:
+                    c = self._step_contract(at.current_step, step)
+                    self._book.transition(c, Trigger.SUSPEND, Actor.PLAN, workflow.now())
+                    self._record([StepWaiting(step=at.current_step, reason="gate")])
+                    self._ask_step(at, "gate", c, step.name or f"gate {at.current_step}")
+                    return
+                if self._interrupt is not None:  # asked for while the last step ran
+                    self._stop_interrupted(None)
+                    return
+                try:
+                    await self._run_step(at, step)
+                except Interrupted as ended:
+                    self._stop_interrupted(ended.cut)
+                    return
+        finally:
+            # The plan left RUNNING by itself (the step it let finish asks the person,
+            # or ends the plan): nothing is left to stop, but the interrupt is logged.
+            # (Still RUNNING here: the session is being cancelled.)
+            if self._interrupt is not None and self._s.status != S.RUNNING:
+                self._log_interrupt(None)
+            self._interrupt, self._waited_for = None, None
+
+    # -- steering (issue 27: workflows.steering) ---------------------------------------
+
+    def _step_in_flight(self, c: ExecutionContract, step: int) -> InFlight | None:
+        """What an interrupt finds running: the step (None in sessions started before
+        plan interrupts: nothing to cut, ``steer`` refuses them)."""
+        if not self._input.does(Behaviour.PLAN_INTERRUPT):
+            return None
+        s = self._s.config.plan.steps[step]
+        run = s.run
+        return InFlight(kind="plan_step", id=c.execution_id, step=step,
+                        tool=run.tool if isinstance(run, ToolRun) else None,
+                        server=run.server if isinstance(run, ToolRun) else None,
+                        safety=step_safety(s.safety, run, self._s.config.plan.tools))
+
+    def _stop_interrupted(self, cut: InFlight | None) -> None:
+        """An interrupt stops the plan at the step boundary: the log says what was cut,
+        why and by whom (``turn.interrupted``), then the message (as the agent's new
+        turn would take it), and the plan waits for the person at its cursor as after a
+        failed step (a cut step's contract ended CANCELLED)."""
+        text = self._log_interrupt(cut)
+        self._record([StepWaiting(step=self._plan_state().current_step,
+                                  reason="on_fail_human", feedback=text)])
+        self._ask_step(self._plan_state(), "on_fail_human", None, text)
+
+    def _log_interrupt(self, cut: InFlight | None) -> str:
+        """The interrupt under way, in the log: ``turn.interrupted`` and the message(s)
+        waiting in the inbox; taken (cleared). Its text for the person."""
+        who = self._interrupter()
+        by = decisions.name_of(who)
+        order, waited = self._interrupt, self._waited_for
+        self._interrupt, self._waited_for = None, None
+        at = self._plan_state()
+        text = plan_stop_text(by, at.current_step, cut, order.text if order else "")
+        self._book.journal("turn.interrupted", workflow.now(), interrupted_entry(
+            by=by, principal=who.model_dump(mode="json"), cut=cut, waited_for=waited,
+            cancelled=[], dropped=[], turn=self._s.turns + 1))
+        for said, sender in self._book.take_inbox():  # the message, in the log
+            self._book.journal("message.accepted", workflow.now(), {"text": said, **(
+                {"by": decisions.name_of(sender), "principal": sender.model_dump(mode="json")}
+                if sender is not None else {})})
+        return text
 
     def _step_contract(self, index: int, step: PlanStep) -> ExecutionContract:
         run = step.run.model_dump() if isinstance(step.run, ToolRun) else step.run
@@ -166,6 +266,7 @@ class PlanTurn:
         try:
             return await self._activity(
                 "run_command", inp, CommandResult, retry_policy=ONCE, contract=c,
+                steering=self._step_in_flight(c, step),
                 start_to_close_timeout=timedelta(seconds=timeout_s + 60),
                 heartbeat_timeout=heartbeat(STEP_HEARTBEAT, self._input.timing))
         except ActivityError as err:
@@ -202,6 +303,7 @@ class PlanTurn:
                         server=server, tool=run.tool, arguments=run.arguments,
                         idempotency_key=c.execution_id, attempt_id=attempt_id),
                     ToolCallResult, retry_policy=ONCE,
+                    steering=self._step_in_flight(c, self._plan_state().current_step),
                     heartbeat_timeout=heartbeat(STEP_HEARTBEAT, self._input.timing),
                     start_to_close_timeout=timedelta(seconds=step.timeout_s), contract=c)
             except ActivityError as err:

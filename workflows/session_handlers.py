@@ -186,7 +186,8 @@ class SessionHandlers:
     def _steer(self, message: MessageInput) -> SteerDecision:
         """What the message's ``if_busy`` does now (``workflows.steering``)."""
         return steer(message.if_busy, self._s.status, plan=self._s.config.plan is not None,
-                     in_flight=self._in_flight[0] if self._in_flight else None)
+                     in_flight=self._in_flight[0] if self._in_flight else None,
+                     plan_interrupt=self._input.does(Behaviour.PLAN_INTERRUPT))
 
     def _take_message(self, message: MessageInput,
                       decision: SteerDecision | None = None) -> None:

@@ -13,8 +13,15 @@ records what :func:`cut_of` and :func:`interrupted_entry` say.
   old turn's queued actions do not run) and a new one starts with the message.
 
 While the agent does not work (it waits for the person, or the turn has not started)
-every message is a plain message, whatever its ``if_busy``. A plan session has no LLM
-turn to cut: ``interrupt`` while its plan runs is refused (409 ``not_interruptible``).
+every message is a plain message, whatever its ``if_busy``.
+
+A plan session (seed 002) has no LLM turn: ``interrupt`` while its plan runs cuts the
+step in flight when the step's class allows (:func:`step_safety`: read-only or
+reversible; an irreversible or at-most-once step is never cut, the interrupt waits for
+its outcome), then the plan stops at that step boundary and waits for the person, as
+after a failed step (``on_fail_human``: ``reset`` runs the step again, ``skip`` goes on
+without it, ``approve`` counts it as done; or the person ends the session). Sessions
+started before this (``Behaviour.PLAN_INTERRUPT``) refuse it (409 ``not_interruptible``).
 """
 
 from __future__ import annotations
@@ -38,8 +45,9 @@ Steer = Literal["enqueue", "cut", "after_call", "refuse"]
 class InFlight(BaseModel):
     """What the agent's turn awaits now: an LLM call or a tool call."""
 
-    kind: Literal["llm_call", "tool_call"]
-    id: str  # the LLM call's call_id, or the tool call's execution_id
+    kind: Literal["llm_call", "tool_call", "plan_step"]
+    id: str  # the LLM call's call_id, or the tool call's (the plan step's) execution_id
+    step: int | None = None  # a plan step's index
     tool: str | None = None
     server: str | None = None
     safety: str | None = None  # a tool call's SafetyClass value
@@ -49,8 +57,8 @@ class InFlight(BaseModel):
     partial_chars: int | None = None
 
     def cuttable(self) -> bool:
-        """An LLM call, a read-only or a reversible tool call may be cut; an
-        irreversible or at-most-once call is never cut (its outcome is awaited)."""
+        """An LLM call, a read-only or a reversible tool call (or plan step) may be
+        cut; an irreversible or at-most-once one is never cut (its outcome is awaited)."""
         if self.kind == "llm_call":
             return True
         return self.safety is not None and not at_most_once(SafetyClass(self.safety))
@@ -111,15 +119,16 @@ def busy(status: SessionStatus) -> bool:
 
 
 def steer(if_busy: str, status: SessionStatus, *, plan: bool,
-          in_flight: InFlight | None) -> SteerDecision:
-    """What a message with ``if_busy`` does now."""
+          in_flight: InFlight | None, plan_interrupt: bool = False) -> SteerDecision:
+    """What a message with ``if_busy`` does now. ``plan_interrupt``: a plan session
+    that may be interrupted (``Behaviour.PLAN_INTERRUPT``)."""
     if if_busy == "enqueue" or not busy(status):
         return SteerDecision(action="enqueue")
     if if_busy == "reject":
         return SteerDecision(action="refuse", problem=AnswerProblem(
             type=ANSWER_CONFLICT, details={"code": "session_busy"},
             message="the agent is working (if_busy: reject): the message was not taken"))
-    if plan:
+    if plan and not plan_interrupt:
         return SteerDecision(action="refuse", problem=AnswerProblem(
             type=ANSWER_CONFLICT, details={"code": "not_interruptible"},
             message="a plan session has no agent turn to interrupt while its plan runs: "
@@ -162,3 +171,25 @@ def cut_message(by: str) -> str:
 def dropped_tool_text(by: str) -> str:
     """What the model is told of a tool call of its answer that never ran."""
     return f"Not run: {by} interrupted the turn before this call ran."
+
+
+def step_safety(safety: str | None, run: Any, tools: list[Any]) -> str:
+    """A plan step's class for an interrupt: its own ``safety``; else, for a tool call
+    step, the plan's override for that tool (``tool_overrides``); else irreversible (a
+    command may do anything, and MCP takes a tool that says nothing for destructive)."""
+    if safety is not None:
+        return safety
+    server = getattr(run, "server", None)
+    for t in tools:
+        if server is not None and t.name == server and run.tool in t.tool_overrides:
+            return str(t.tool_overrides[run.tool])
+    return SafetyClass.IRREVERSIBLE.value
+
+
+def plan_stop_text(by: str, step: int, cut: InFlight | None, message: str) -> str:
+    """Why the plan stopped at ``step`` for the person (the ``StepWaiting`` feedback
+    and the request's prompt): who interrupted, whether the step was cut, the message."""
+    what = (f"step {step} was cut while it ran; it did not finish" if cut is not None
+            else f"the plan stopped before step {step}")
+    return (f"interrupted by {by}: {what}. Message: {message[:500]} "
+            "(reset runs the step again, skip goes on without it)")

@@ -401,11 +401,14 @@ async def test_a_plan_session_forks_at_a_gate_and_resumes_the_plan_there(dev_env
         while at < len(plog) and plog[at]["event_id"].rsplit(":", 1)[0] == \
                 plog[waits[0] - 1]["event_id"].rsplit(":", 1)[0]:
             at += 1  # the last line of the task that began the wait
-        # a step in flight, or a finished step, is not a fork point: the gate is named
+        # a step in flight is not a fork point: the boundaries before steps 0 and 1
+        # (test_fork_plan.py) and the gate are named
         started = next(x["seq"] for x in plog if x["type"] == "WORK_ITEM_QUEUED")
         with pytest.raises(ForkRefused) as refused:
             await rebuild(client, runs, parent.id, started, SessionWorkflow)
-        assert refused.value.status == 409 and refused.value.nearest == [at]
+        boundaries = [x["seq"] for x in plog if x["type"] == "TaskStarted" or (
+            x["type"] == "StepCompleted" and x["payload"]["step"] == 0)]  # 1: the gate's
+        assert refused.value.status == 409 and refused.value.nearest == [*boundaries, at]
         rebuilt = await rebuild(client, runs, parent.id, at, SessionWorkflow)
         lineage = ForkedFrom(session_id=parent.id, seq=at, line_hash=rebuilt.line_hash)
         with pytest.raises(ValueError, match="takes no message"):

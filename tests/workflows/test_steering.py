@@ -85,10 +85,13 @@ def test_a_once_only_call_in_flight_is_never_cut_the_interrupt_waits_for_it(safe
         "after_call"
 
 
-def test_a_plan_that_runs_is_not_interruptible():
+def test_a_plan_that_runs_is_interruptible_unless_started_before_plan_interrupts():
     d = steer("interrupt", S.RUNNING, plan=True, in_flight=None)
     assert d.action == "refuse" and d.problem is not None
     assert d.problem.details == {"code": "not_interruptible"}
+    # sessions of Behaviour.PLAN_INTERRUPT: as the agent's (tests/workflows/test_plan_interrupt.py)
+    assert steer("interrupt", S.RUNNING, plan=True, in_flight=None,
+                 plan_interrupt=True).action == "cut"
     assert steer("reject", S.RUNNING, plan=True, in_flight=None).problem.details == {
         "code": "session_busy"}
 

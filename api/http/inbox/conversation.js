@@ -50,6 +50,7 @@ export function add(s, seq, type, payload) {
 // old turn's actions that never ran.
 function cutText(p) {
   const call = (c) => c.kind === "llm_call" ? `the model's answer (${c.id})`
+    : c.kind === "plan_step" ? `plan step ${c.step}`
     : `the tool call ${c.server ? `${c.server}.` : ""}${c.tool || c.id}`;
   const parts = [p.cut ? `cut ${call(p.cut)}` : "ended the turn between two steps"];
   if (p.waited_for) parts.push(`after ${call(p.waited_for)} finished (never cut)`);

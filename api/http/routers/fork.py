@@ -68,7 +68,9 @@ async def _started(client: Client, sid: str) -> ForkedFrom | None:
 class ForkRequest(_Request):
     at_seq: int = Field(ge=1, le=2**53 - 1, description=(
         "The line of the session's log to fork at: where it waits for the person's "
-        "next message (a turn boundary), or a person's `message` line (the fork starts "
+        "next message (a turn boundary; a plan session: a step boundary, where its plan "
+        "goes on to the next step or waits for a person at a step), or a person's "
+        "`message` line (the fork starts "
         "at the wait it answered, with that message unless `message` replaces it). "
         "Anywhere else is a 409 naming the nearest."))
     message: str | None = Field(default=None, min_length=1, max_length=100_000, description=(

@@ -425,8 +425,8 @@ _MESSAGE_REFUSALS: dict[int | str, dict[str, Any]] = {
     **_REFUSALS,
     409: {"model": ErrorBody, "description": "The session ended (`message_refused`), the "
           "agent is working and the message says `if_busy: reject` (`session_busy`), or "
-          "it says `interrupt` to a plan session while its plan runs "
-          "(`not_interruptible`); nothing changed"},
+          "it says `interrupt` to a plan session started before plans could be "
+          "interrupted, while its plan runs (`not_interruptible`); nothing changed"},
 }
 
 

@@ -1,6 +1,8 @@
 """A message's ``if_busy`` over HTTP (issue 27): the body's field, its refusals (409
-``session_busy``, ``not_interruptible``; 422 for a value it does not know), and that
-a refused message changes nothing. The agent's side: tests/workflows/test_steering.py."""
+``session_busy``; 422 for a value it does not know), that a refused message changes
+nothing, and that ``interrupt`` stops a busy plan at its step (the step, irreversible,
+finishes first). The agent's side: tests/workflows/test_steering.py; the plan's:
+tests/workflows/test_plan_interrupt.py."""
 
 from __future__ import annotations
 
@@ -24,13 +26,23 @@ async def slow_plan(http_stack: HttpStack, tmp_path: Path) -> tuple[str, Path]:
     run = (f"touch {shlex.quote(str(started))}; "
            f"while [ ! -f {shlex.quote(str(release))} ]; do sleep 0.05; done")
     body = {"plan": {"name": "slow", "steps": [
-        {"name": "wait", "run": run, "verify": {"cmd": "true"}}]}}
+        {"name": "wait", "run": run, "verify": {"cmd": "true"}},
+        {"name": "then", "run": "true"}]}}
     r = await http_stack.http.post("/api/sessions", json=body)
     assert r.status_code == 201, r.text
     return r.json()["session_id"], release
 
 
-async def test_a_busy_plan_refuses_reject_and_interrupt_and_takes_enqueue(
+async def stopped(http_stack: HttpStack, sid: str) -> dict:
+    """The plan stopped by an interrupt: it waits for the person at step 1."""
+    snap = await session_until(http_stack.http, sid, lambda s: s["status"] == "waiting_user"
+                               and s.get("pending") is not None)
+    assert snap["pending"]["prompt"].startswith("on_fail_human: interrupted by "), snap
+    assert "before step 1" in snap["pending"]["prompt"]
+    return snap
+
+
+async def test_a_busy_plan_refuses_reject_and_takes_interrupt_and_enqueue(
         http_stack: HttpStack, tmp_path: Path):
     http = http_stack.http
     sid, release = await slow_plan(http_stack, tmp_path)
@@ -40,9 +52,6 @@ async def test_a_busy_plan_refuses_reject_and_interrupt_and_takes_enqueue(
         r = await http.post(f"/api/sessions/{sid}/messages",
                             json={"text": "hold on", "if_busy": "reject"})
         assert r.status_code == 409 and error_of(r)["code"] == "session_busy"
-        r = await http.post(f"/api/sessions/{sid}/messages",
-                            json={"text": "hold on", "if_busy": "interrupt"})
-        assert r.status_code == 409 and error_of(r)["code"] == "not_interruptible"
         for bad in ("now", "", None, 1, ["interrupt"]):
             r = await http.post(f"/api/sessions/{sid}/messages",
                                 json={"text": "hold on", "if_busy": bad})
@@ -55,9 +64,14 @@ async def test_a_busy_plan_refuses_reject_and_interrupt_and_takes_enqueue(
         assert r.status_code == 202, r.text
         state = await http_stack.client.get_workflow_handle(sid).query("state")
         assert state["inbox"] == ["for later"]  # enqueue: as today
+        r = await http.post(f"/api/sessions/{sid}/messages",
+                            json={"text": "hold on", "if_busy": "interrupt"})
+        assert r.status_code == 202 and r.json()["status"] == "running", r.text
     finally:
         release.touch()
-    await session_until(http, sid, lambda s: s["status"] == "succeeded")
+    await stopped(http_stack, sid)  # the step finished (never cut), then the plan stopped
+    state = await http_stack.client.get_workflow_handle(sid).query("state")
+    assert state["inbox"] == []  # both messages are in the log now
 
 
 async def test_the_openapi_schema_documents_if_busy(http_stack: HttpStack):
@@ -75,14 +89,15 @@ async def test_session_say_takes_if_busy(http_stack: HttpStack, tmp_path: Path):
         await until_file(tmp_path / "started")
         r = await hitlflow(http_stack, "session", "say", sid, "wait", "--if-busy", "reject")
         assert r.exit_code == 1 and "error: session_busy:" in r.output
-        r = await hitlflow(http_stack, "session", "say", sid, "wait", "--if-busy", "interrupt")
-        assert r.exit_code == 1 and "error: not_interruptible:" in r.output
         r = await hitlflow(http_stack, "session", "say", sid, "wait", "--if-busy", "soon")
         assert r.exit_code == 2 and "--if-busy" in r.output
         assert ok(await hitlflow(http_stack, "session", "say", sid, "later")).strip() == \
             "message accepted: the agent takes it at its next step"  # at once: queued
         state = await http_stack.client.get_workflow_handle(sid).query("state")
         assert state["inbox"] == ["later"]  # only the one accepted
+        assert ok(await hitlflow(http_stack, "session", "say", sid, "wait", "--if-busy",
+                                 "interrupt")).strip() == \
+            "message accepted: interrupting the agent's turn"
     finally:
         release.touch()
-    await session_until(http_stack.http, sid, lambda s: s["status"] == "succeeded")
+    await stopped(http_stack, sid)
