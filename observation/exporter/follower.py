@@ -298,6 +298,7 @@ async def export_session(
     export: SessionExport | None = None
     committer = committer or default_committer()
     committing: asyncio.Future[None] | None = None  # the commit of the pages handed over
+    nxt: asyncio.Future[Any] | None = None  # the next history event, being fetched
 
     async def durable() -> None:
         """Wait for the pages handed over to be committed (their error raised here)."""
@@ -322,7 +323,8 @@ async def export_session(
         refused: tuple[str, int] | None = None
         handed = False  # a page was just handed over (the next event may be far off)
         while True:
-            nxt = asyncio.ensure_future(events.__anext__())
+            if nxt is None:
+                nxt = asyncio.ensure_future(events.__anext__())
             if handed and w.at_rest_stale:  # the files at rest once no event comes a while
                 done, _ = await asyncio.wait({nxt}, timeout=SNAPSHOT_IDLE_S)
                 if not done:
@@ -337,15 +339,19 @@ async def export_session(
                 event, page_end = await nxt
             except StopAsyncIteration:
                 break
+            finally:
+                nxt = None
             refused = None
             page.append(event)
             if page_end:
+                # The next page's long-poll starts now, while this one is appended.
+                nxt = asyncio.ensure_future(events.__anext__())
                 if committing is not None and committing.done():
                     await durable()  # its error, if any, stops the follower now
                 await _in_thread(export.feed_page, page, False)
                 if export.dirty:
                     fut = committer.commit(export)
-                    if committing is not None and committing is not fut:
+                    if committing is not None:
                         committing.add_done_callback(_retrieved)  # the new one tells
                     committing = fut
                 page, handed = [], True
@@ -355,7 +361,8 @@ async def export_session(
                     await _in_thread(export.write_at_rest)
                 if park is not None and export.mapper.pending_request is not None \
                         and run_id is not None:
-                    if await park(run_id, event.event_id):
+                    if await park(run_id, event.event_id) and await _stop_polling(nxt):
+                        await durable()
                         return replace(await _in_thread(export.finish), parked=True,
                                        state=export)
                     refused = (run_id, event.event_id)
@@ -363,11 +370,24 @@ async def export_session(
         await _in_thread(export.feed_page, page)
         return await _in_thread(export.finish)
     finally:
+        if nxt is not None and not nxt.done():
+            await _stop_polling(nxt)
         if committing is not None and not committing.done():
             # A cancel waits for the commit in flight: the writer is not closed under it.
             with contextlib.suppress(BaseException):
                 await asyncio.shield(committing)
         w.close()
+
+
+async def _stop_polling(nxt: asyncio.Future[Any]) -> bool:
+    """Cancel the long-poll for the next history event; False when an event came
+    first (it is taken then, not dropped: the caller goes on)."""
+    if nxt.done():
+        return False
+    nxt.cancel()
+    with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
+        await nxt
+    return True
 
 
 def _retrieved(fut: asyncio.Future[None]) -> None:
