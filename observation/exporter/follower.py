@@ -307,16 +307,18 @@ async def export_session(
             fut, committing = committing, None
             await fut
 
+    events = history_events(client, session_id, follow=follow).__aiter__()
     if resume is not None:
         export, w = resume.resumed(), resume.w
     else:
         w = LogWriter(runs_dir / session_id, observer, signer)
-        await _in_thread(w.open)
     try:
+        if resume is None:  # the history's first page is fetched while the log opens
+            nxt = asyncio.ensure_future(events.__anext__())
+            await _in_thread(w.open)
         if w.finished and not w.checkpoint_due:
             return ExportResult(session_id, 0, w.last_seq, True)
         export, page = export or SessionExport(w, session_id), []
-        events = history_events(client, session_id, follow=follow).__aiter__()
         # Where parking was refused (visibility not there yet, a task pending): asked
         # again while no event comes, or the follower would hold its long-poll until
         # the person answers.
@@ -326,7 +328,9 @@ async def export_session(
             if nxt is None:
                 nxt = asyncio.ensure_future(events.__anext__())
             if handed and w.at_rest_stale:  # the files at rest once no event comes a while
-                done, _ = await asyncio.wait({nxt}, timeout=SNAPSHOT_IDLE_S)
+                # (and at most every snapshot_every_s: a burst of pages waits that long)
+                done, _ = await asyncio.wait({nxt}, timeout=max(SNAPSHOT_IDLE_S,
+                                                                w.at_rest_due_in))
                 if not done:
                     await durable()
                     await _in_thread(export.write_at_rest)
@@ -370,8 +374,8 @@ async def export_session(
         await _in_thread(export.feed_page, page)
         return await _in_thread(export.finish)
     finally:
-        if nxt is not None and not nxt.done():
-            await _stop_polling(nxt)
+        if nxt is not None and not await _stop_polling(nxt) and not nxt.cancelled():
+            nxt.exception()  # read: the error that ended the follower came first
         if committing is not None and not committing.done():
             # A cancel waits for the commit in flight: the writer is not closed under it.
             with contextlib.suppress(BaseException):
@@ -399,8 +403,8 @@ def _retrieved(fut: asyncio.Future[None]) -> None:
 
 #: A follower writes the files at rest (``snapshot.json``, ``head``, ``checkpoint``)
 #: when no history event came for this long after a page that left them behind the
-#: log (``LogWriter``: at most every ``SNAPSHOT_EVERY_S`` otherwise, at a wait, at
-#: the end, on close).
+#: log, and they were written ``SNAPSHOT_EVERY_S`` ago or more (``LogWriter``: by a
+#: commit at most that often otherwise; at a wait, at the end, on close).
 SNAPSHOT_IDLE_S = 2.0
 
 #: Parking refused at a page end is asked again after this long, doubling up to

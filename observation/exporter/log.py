@@ -244,6 +244,12 @@ class LogWriter:
         return self.snapshot_stale or self._on_disk_seq[HEAD_NAME] != self.last_seq or (
             self._signable and self.signer is not None and self._signed_seq != self.last_seq)
 
+    @property
+    def at_rest_due_in(self) -> float:
+        """Seconds until ``snapshot_every_s`` passed since the files at rest were last
+        written (0: it has)."""
+        return max(0.0, self.snapshot_every_s - (time.monotonic() - self._snapshot_at))
+
     def write_at_rest(self) -> None:
         """Write the files at rest that lag the log now: ``snapshot.json``, then
         ``head``, then (lines checked against history, a signer given) ``checkpoint``,
