@@ -190,8 +190,13 @@ class LogWriter:
                            (SNAPSHOT_NAME, self.snapshot.to_bytes())):
             if self._on_disk(name, data):
                 self._on_disk_seq[name] = self.last_seq
-        if None in self._on_disk_seq.values():  # stale after a crash: rebuilt from the log
-            self.commit(sign=False, snapshot=True)  # lines not yet checked: unsigned
+        new = self.last_seq == 0 and not any(
+            (self.run_dir / n).exists() for n in (HEAD_NAME, SNAPSHOT_NAME))
+        # Stale after a crash: rebuilt from the log (lines not yet checked: unsigned). A
+        # new log's come with its first commit or its close (no fsyncs on open).
+        if None in self._on_disk_seq.values() and not new:
+            self.commit(sign=False, snapshot=True)
+        self._snapshot_at = time.monotonic()  # the period of the files at rest starts
 
     def resume(self) -> LogWriter:
         """Open again after :meth:`close`, keeping the state in memory (no re-read, no
