@@ -231,6 +231,7 @@ async def drive(client: Client, tq: str, turns: int, poll_s: float,
     inp = SessionInput.model_validate({"session_id": sid, "config": session_config(turns),
                                        "behaviour": CURRENT_BEHAVIOUR})  # as the API starts it
     h = await client.start_workflow("SessionWorkflow", inp, id=sid, task_queue=tq)
+    wakeups(sid)  # as the API does for a session it started (POST /api/sessions)
     for i in range(turns):
         sent = False
         while True:  # a person polling for the question (a timed-out call is retried)

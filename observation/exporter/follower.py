@@ -12,8 +12,10 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import json
+import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -126,10 +128,12 @@ class SessionExport:
     """Feeds history events into an open :class:`LogWriter`. Lines already in the log
     are re-mapped, not rewritten; the re-mapped event at the old head must hash to
     the old head (else :class:`LogDivergedError`). Sync: the async follower and the
-    tests drive it alike."""
+    tests drive it alike. ``lock``: held by each step that touches the writer, so a
+    :class:`Committer`'s thread commits between two pages, never within one."""
 
     def __init__(self, writer: LogWriter, session_id: str) -> None:
         self.w, self.start = writer, writer.last_seq
+        self.lock = threading.Lock()
         self.mapper, self.dirty = SessionMapper(session_id), False
         self.chain = writer.chain()  # the log's own format version (v1 stays v1)
         self.fed = 0  # history events fed so far
@@ -168,20 +172,85 @@ class SessionExport:
             w.commit()
             self.dirty = False
 
-    def feed_page(self, events: Iterable[HistoryEvent]) -> None:
-        for event in events:
-            self.feed(event)
+    def feed_page(self, events: Iterable[HistoryEvent], commit: bool = True) -> None:
+        """Feed a page of history; ``commit``: and commit its lines (else the caller
+        does, e.g. a :class:`Committer`, with those of the pages that follow)."""
+        with self.lock:
+            for event in events:
+                self.feed(event)
+            if commit:
+                self._commit()
+
+    def commit(self) -> None:
+        """Commit the lines fed so far (one fsync; nothing when there are none)."""
+        with self.lock:
+            self._commit()
+
+    def _commit(self) -> None:
         if self.dirty:
             self.w.commit()
             self.dirty = False
 
+    def write_at_rest(self) -> None:
+        """Commit what is fed, then bring the files at rest up to it (on idle, at a
+        wait)."""
+        with self.lock:
+            self._commit()
+            self.w.write_at_rest()
+
     def finish(self) -> ExportResult:
-        w = self.w
-        if self.chain.seq < w.last_seq:
-            raise LogDivergedError(f"{w.run_dir}: the log has {w.last_seq} events, the "
-                                   f"history maps to {self.chain.seq}")
-        w.commit(snapshot=True)
-        return ExportResult(w.run_dir.name, w.last_seq - self.start, w.last_seq, w.finished)
+        with self.lock:
+            w = self.w
+            if self.chain.seq < w.last_seq:
+                raise LogDivergedError(f"{w.run_dir}: the log has {w.last_seq} events, the "
+                                       f"history maps to {self.chain.seq}")
+            w.commit(snapshot=True)
+            self.dirty = False
+            return ExportResult(w.run_dir.name, w.last_seq - self.start, w.last_seq,
+                                w.finished)
+
+
+class Committer:
+    """Group commit for many followers: each hands over its session after appending a
+    page (:meth:`commit`) and goes on fetching; a few threads of its own make the
+    sessions durable (one fsync each, then the observers), apart from the default
+    thread pool that maps and appends. A session handed over again before its commit
+    started joins that commit: under load one fsync covers every page that came
+    meanwhile, when idle a page is committed at once (no timer, no added wait)."""
+
+    def __init__(self, threads: int = 4) -> None:
+        self._pool = concurrent.futures.ThreadPoolExecutor(
+            threads, thread_name_prefix="exporter-commit")
+        self._lock = threading.Lock()
+        self._queued: dict[SessionExport, concurrent.futures.Future[None]] = {}
+
+    def commit(self, export: SessionExport) -> asyncio.Future[None]:
+        """The commit of everything ``export`` was fed so far: done once it is
+        durable and its observers were told (its error, e.g. ``LogWriteError``)."""
+        with self._lock:
+            job = self._queued.get(export)
+            if job is None:
+                job = self._queued[export] = self._pool.submit(self._run, export)
+        return asyncio.wrap_future(job)
+
+    def _run(self, export: SessionExport) -> None:
+        with self._lock:  # started: pages fed from now on go to the next commit
+            self._queued.pop(export, None)
+        export.commit()
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True)
+
+
+_committer: Committer | None = None
+
+
+def default_committer() -> Committer:
+    """The process's committer (one for every follower that is not given one)."""
+    global _committer
+    if _committer is None:
+        _committer = Committer()
+    return _committer
 
 
 def export_history(session_id: str, events: Iterable[HistoryEvent], runs_dir: Path,
@@ -211,68 +280,131 @@ async def export_session(
     client: Client, session_id: str, runs_dir: Path, *, follow: bool = False,
     observer: LogObserver | None = None, park: Park | None = None,
     signer: Signer | None = None, resume: SessionExport | None = None,
+    committer: Committer | None = None,
 ) -> ExportResult:
     """Mirror a session's history into ``runs_dir/<session_id>/`` (until its last
     run closes when ``follow``), resuming after the lines already there;
     ``observer`` (telemetry) is told each line and commit. With ``park``, a
     follower stops once everything up to a wait for the person is written and
-    ``park`` agrees (the result says ``parked``). With ``signer``, each commit signs
-    the head (``checkpoint``); a finished log without one is re-mapped and signed.
-    ``resume``: a parked result's ``state`` whose writer the caller resumed
-    (:meth:`LogWriter.resume`), carried on from where it stopped."""
+    ``park`` agrees (the result says ``parked``). With ``signer``, the files at rest
+    end with a signed head (``checkpoint``); a finished log without one is re-mapped
+    and signed. ``resume``: a parked result's ``state`` whose writer the caller
+    resumed (:meth:`LogWriter.resume`), carried on from where it stopped.
+
+    Each page of history is appended as it comes and handed to ``committer`` (the
+    process's by default): the follower fetches the next page meanwhile, and pages
+    that come while a commit waits share it. Everything is committed before the files
+    at rest are written (on idle, at a wait, at the end) and before parking."""
     export: SessionExport | None = None
+    committer = committer or default_committer()
+    committing: asyncio.Future[None] | None = None  # the commit of the pages handed over
+    nxt: asyncio.Future[Any] | None = None  # the next history event, being fetched
+
+    async def durable() -> None:
+        """Wait for the pages handed over to be committed (their error raised here)."""
+        nonlocal committing
+        if committing is not None:
+            fut, committing = committing, None
+            await fut
+
+    events = history_events(client, session_id, follow=follow).__aiter__()
     if resume is not None:
         export, w = resume.resumed(), resume.w
     else:
         w = LogWriter(runs_dir / session_id, observer, signer)
-        await _in_thread(w.open)
     try:
+        if resume is None:  # the history's first page is fetched while the log opens
+            nxt = asyncio.ensure_future(events.__anext__())
+            await _in_thread(w.open)
         if w.finished and not w.checkpoint_due:
             return ExportResult(session_id, 0, w.last_seq, True)
         export, page = export or SessionExport(w, session_id), []
-        events = history_events(client, session_id, follow=follow).__aiter__()
         # Where parking was refused (visibility not there yet, a task pending): asked
         # again while no event comes, or the follower would hold its long-poll until
         # the person answers.
         refused: tuple[str, int] | None = None
-        committed = False  # a page was just committed (the next event may be far off)
+        handed = False  # a page was just handed over (the next event may be far off)
         while True:
-            nxt = asyncio.ensure_future(events.__anext__())
-            if committed and w.snapshot_stale:  # snapshot.json once no event comes a while
-                done, _ = await asyncio.wait({nxt}, timeout=SNAPSHOT_IDLE_S)
+            if nxt is None:
+                nxt = asyncio.ensure_future(events.__anext__())
+            if handed and w.at_rest_stale:  # the files at rest once no event comes a while
+                # (and at most every snapshot_every_s: a burst of pages waits that long)
+                done, _ = await asyncio.wait({nxt}, timeout=max(SNAPSHOT_IDLE_S,
+                                                                w.at_rest_due_in))
                 if not done:
-                    await _in_thread(w.write_snapshot)
-            committed = False
+                    await durable()
+                    await _in_thread(export.write_at_rest)
+            handed = False
             if refused is not None and park is not None \
                     and await _park_while_quiet(nxt, park, *refused):
+                await durable()
                 return replace(await _in_thread(export.finish), parked=True, state=export)
             try:
                 event, page_end = await nxt
             except StopAsyncIteration:
                 break
+            finally:
+                nxt = None
             refused = None
             page.append(event)
             if page_end:
-                await _in_thread(export.feed_page, page)
-                page, committed = [], True
+                # The next page's long-poll starts now, while this one is appended.
+                nxt = asyncio.ensure_future(events.__anext__())
+                if committing is not None and committing.done():
+                    await durable()  # its error, if any, stops the follower now
+                await _in_thread(export.feed_page, page, False)
+                if export.dirty:
+                    fut = committer.commit(export)
+                    if committing is not None:
+                        committing.add_done_callback(_retrieved)  # the new one tells
+                    committing = fut
+                page, handed = [], True
                 run_id = export.mapper.run_id
                 if export.mapper.pending_request is not None:  # a wait for the person
-                    await _in_thread(w.write_snapshot)
+                    await durable()
+                    await _in_thread(export.write_at_rest)
                 if park is not None and export.mapper.pending_request is not None \
                         and run_id is not None:
-                    if await park(run_id, event.event_id):
+                    if await park(run_id, event.event_id) and await _stop_polling(nxt):
+                        await durable()
                         return replace(await _in_thread(export.finish), parked=True,
                                        state=export)
                     refused = (run_id, event.event_id)
+        await durable()
         await _in_thread(export.feed_page, page)
         return await _in_thread(export.finish)
     finally:
+        if nxt is not None and not await _stop_polling(nxt) and not nxt.cancelled():
+            nxt.exception()  # read: the error that ended the follower came first
+        if committing is not None and not committing.done():
+            # A cancel waits for the commit in flight: the writer is not closed under it.
+            with contextlib.suppress(BaseException):
+                await asyncio.shield(committing)
         w.close()
 
 
-#: A follower writes ``snapshot.json`` when no history event came for this long
-#: after a commit that left it behind the head (``LogWriter``: at most every
-#: ``SNAPSHOT_EVERY_S`` otherwise, at a wait, at the end, on close).
+async def _stop_polling(nxt: asyncio.Future[Any]) -> bool:
+    """Cancel the long-poll for the next history event; False when an event came
+    first (it is taken then, not dropped: the caller goes on)."""
+    if nxt.done():
+        return False
+    nxt.cancel()
+    with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
+        await nxt
+    return True
+
+
+def _retrieved(fut: asyncio.Future[None]) -> None:
+    """A superseded commit's outcome: the next commit of the same writer raises the
+    same error (a failed writer stays failed), so this one is only read."""
+    if not fut.cancelled():
+        fut.exception()
+
+
+#: A follower writes the files at rest (``snapshot.json``, ``head``, ``checkpoint``)
+#: when no history event came for this long after a page that left them behind the
+#: log, and they were written ``SNAPSHOT_EVERY_S`` ago or more (``LogWriter``: by a
+#: commit at most that often otherwise; at a wait, at the end, on close).
 SNAPSHOT_IDLE_S = 2.0
 
 #: Parking refused at a page end is asked again after this long, doubling up to

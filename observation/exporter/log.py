@@ -2,23 +2,28 @@
 
 ``runs/<session_id>/`` holds ``events.ndjson`` (one line per event, each appended
 with one ``write``; a commit fsyncs them, once per batch), ``artifacts/`` (written
-before the line that names them, each durable with its directory entry), ``head``
-(``last_seq``, ``last_hash``; at each commit) and ``snapshot.json`` (each written to
-a temporary file, fsynced, renamed over the old one, after the lines they cover
-are; the rename is not fsynced: a crash may leave the previous one, whole, which
-open repairs from the log, as it does a head a crash kept from being written). The
-head never points past a line on disk; lines after it that a crash lost or tore are
-cut on open and re-exported from history, which is where they come from. One writer
-per directory, enforced by ``flock`` on ``.lock``.
+before the line that names them, each durable with its directory entry), and the
+files **at rest**: ``snapshot.json`` (the fold of the log), ``head`` (``last_seq``,
+``last_hash``) and, with a :class:`Signer`, ``checkpoint`` (``checkpoint.py``).
+Each is written to a temporary file, fsynced and renamed over the old one, after
+the lines it covers are durable; the rename is not fsynced: a crash may leave the
+previous one, whole, which open repairs from the log. The head never points past a
+line on disk; lines after it that a crash lost or tore are cut on open and
+re-exported from history, which is where they come from. One writer per
+directory, enforced by ``flock`` on ``.lock``.
 
-``snapshot.json`` is not rewritten at every commit (its size grows with the session):
-a commit writes it when ``snapshot_every_s`` passed since it was last written, and
-:meth:`LogWriter.write_snapshot` when the caller asks (the follower: when no event
-comes for a moment, at a wait for the person, at the end), and :meth:`LogWriter.close`
-when it lags the head. So at rest it is the fold of the whole log, the same bytes as
-ever (``hitlflow log replay``); while a session is followed it may lag the head by a
-few seconds (``verify --live`` does not compare it), and after a crash it is rebuilt
-from the log on open (the log is the truth).
+The files at rest are not rewritten at every commit (issue 28: the snapshot grows
+with the session, and a head and a signature per batch cost more than the batch):
+a commit makes the lines durable (one fsync) and tells the observer; the three are
+written together (:meth:`LogWriter.write_at_rest`) when the caller asks (the
+follower: when no event comes for a moment, at a wait for the person, at the end),
+by a commit when ``snapshot_every_s`` passed since they were last written, and by
+:meth:`LogWriter.close`. So at rest (a session ended, parked or closed) they are
+the same bytes as ever (``hitlflow log replay``, ``hitlflow log verify --key``);
+while a session is followed they may lag the log by a few seconds (the head is
+then behind the last line, never past it: ``verify --live`` checks the lines up to
+it, the read model's catch-up accepts it when that line hashes to it), and after a
+crash they are rebuilt from the log on open (the log is the truth).
 
 On open a torn last line (no newline, or not JSON) is cut off, the rest of the
 log is verified and folded into the snapshot, and a lagging head is rewritten.
@@ -27,9 +32,10 @@ v1 is continued in v1, a new one is written in ``LOG_VERSION`` (or the version o
 its first line, given by the caller's :class:`Chain`); a line of another
 version is refused (:class:`LogError`), so a file is never mixed.
 Any write or fsync error stops the writer for good (:class:`LogWriteError`).
-An optional :class:`LogObserver` (telemetry) is told every line and every commit.
-With a :class:`Signer`, each commit that follows appended or re-mapped lines ends
-with ``checkpoint`` (``checkpoint.py``), written after ``head``; opening never signs.
+An optional :class:`LogObserver` (telemetry) is told every line and every commit
+(after the fsync). With a :class:`Signer`, the files at rest end with
+``checkpoint``, written after ``head`` once a commit that follows appended or
+re-mapped lines allowed it (``sign``); opening never signs.
 """
 
 from __future__ import annotations
@@ -67,8 +73,9 @@ from observation.exporter.verify import (
 
 log = logging.getLogger("hitlflow.exporter")
 LOCK_NAME = ".lock"
-#: A commit rewrites ``snapshot.json`` when it was last written this long ago (else
-#: it is written on idle, at a wait, at the end and on close; see the docstring).
+#: A commit rewrites the files at rest (``snapshot.json``, ``head``, ``checkpoint``)
+#: when they were last written this long ago (else they are written on idle, at a
+#: wait, at the end and on close; see the docstring).
 SNAPSHOT_EVERY_S = 5.0
 
 
@@ -91,7 +98,7 @@ class LogWriteError(LogError):
 class LogObserver(Protocol):
     """Told every line of the log in order, as a dict read from its bytes: those on
     disk when the writer opens (``replayed``), then each appended one; and each
-    commit (after ``snapshot.json`` and ``head``). Telemetry is one
+    commit (after the batch's fsync; the files at rest may come later). Telemetry is one
     (``observation.telemetry``). It must not raise: the log comes first."""
 
     def event(self, event: dict[str, Any], replayed: bool) -> None: ...
@@ -107,7 +114,7 @@ class LogWriter:
                  signer: Signer | None = None) -> None:
         self.run_dir = run_dir
         self.observer = observer
-        self.signer = signer  # signs the head in ``checkpoint`` at each commit
+        self.signer = signer  # signs the head in ``checkpoint`` with the files at rest
         self.snapshot = LogSnapshot(run_dir.name)
         self.last_seq, self.last_hash, self.last_type = 0, GENESIS, ""
         self.last_line_hash: str | None = None  # v2 lines only
@@ -120,6 +127,10 @@ class LogWriter:
         self.snapshot_every_s = SNAPSHOT_EVERY_S
         self._snapshot_at = -float("inf")  # when snapshot.json was last written (monotonic)
         self._on_disk_seq: dict[str, int | None] = {HEAD_NAME: None, SNAPSHOT_NAME: None}
+        # The lines up to the head were checked against history (a commit said ``sign``):
+        # the files at rest then end with a signed ``checkpoint``. Opening never signs.
+        self._signable = False
+        self._signed_seq: int | None = None  # the head ``checkpoint`` signs, once written
         self._size = 0  # bytes of events.ndjson this writer knows of
         self._left: tuple[int, int, int] | None = None  # the log's (inode, size, mtime) at close
         self._root: Path | None = None  # run_dir resolved (_put_artifact)
@@ -180,8 +191,13 @@ class LogWriter:
                            (SNAPSHOT_NAME, self.snapshot.to_bytes())):
             if self._on_disk(name, data):
                 self._on_disk_seq[name] = self.last_seq
-        if None in self._on_disk_seq.values():  # stale after a crash: rebuilt from the log
-            self.commit(sign=False, snapshot=True)  # lines not yet checked: unsigned
+        new = self.last_seq == 0 and not any(
+            (self.run_dir / n).exists() for n in (HEAD_NAME, SNAPSHOT_NAME))
+        # Stale after a crash: rebuilt from the log (lines not yet checked: unsigned). A
+        # new log's come with its first commit or its close (no fsyncs on open).
+        if None in self._on_disk_seq.values() and not new:
+            self.commit(sign=False, snapshot=True)
+        self._snapshot_at = time.monotonic()  # the period of the files at rest starts
 
     def resume(self) -> LogWriter:
         """Open again after :meth:`close`, keeping the state in memory (no re-read, no
@@ -227,32 +243,64 @@ class LogWriter:
         """``snapshot.json`` on disk is behind the committed head."""
         return self._on_disk_seq[SNAPSHOT_NAME] != self.last_seq
 
-    def write_snapshot(self) -> None:
-        """Write ``snapshot.json`` now if it lags the committed head (the follower calls
-        it on idle and at a wait); nothing while lines wait for their commit."""
+    @property
+    def at_rest_stale(self) -> bool:
+        """A file at rest (``snapshot.json``, ``head``, ``checkpoint`` once the lines
+        may be signed) is behind the last line."""
+        return self.snapshot_stale or self._on_disk_seq[HEAD_NAME] != self.last_seq or (
+            self._signable and self.signer is not None and self._signed_seq != self.last_seq)
+
+    @property
+    def at_rest_due_in(self) -> float:
+        """Seconds until ``snapshot_every_s`` passed since the files at rest were last
+        written (0: it has)."""
+        return max(0.0, self.snapshot_every_s - (time.monotonic() - self._snapshot_at))
+
+    def write_at_rest(self) -> None:
+        """Write the files at rest that lag the log now: ``snapshot.json``, then
+        ``head``, then (lines checked against history, a signer given) ``checkpoint``,
+        each atomically, each only when it changed (the follower calls it on idle and
+        at a wait; a commit every ``snapshot_every_s``; close). Nothing while lines
+        wait for their commit: the head never names a line that is not durable."""
         self._guard()
-        if self._unsynced or not self.snapshot_stale:
+        if self._unsynced:
             return
         try:
-            self._put(SNAPSHOT_NAME, self.snapshot.to_bytes())
+            if self.snapshot_stale:
+                self._put(SNAPSHOT_NAME, self.snapshot.to_bytes())
+            if self._on_disk_seq[HEAD_NAME] != self.last_seq:
+                self._put(HEAD_NAME, self._head_bytes())
+            if self._signable and self.signer is not None \
+                    and self._signed_seq != self.last_seq:
+                checkpoint = self._checkpoint_bytes()
+                # The first time: it may be on disk already (a finished log reopened).
+                if checkpoint is not None and (self._signed_seq is not None or not
+                                               self._on_disk(CHECKPOINT_NAME, checkpoint)):
+                    atomic_write(self.run_dir / CHECKPOINT_NAME, checkpoint, sync_dir=False)
+                self._signed_seq = self.last_seq
         except OSError as err:
             self._failed = err
-            raise LogWriteError(f"{self.run_dir}: writing the snapshot failed: {err}"
-                                ) from err
+            raise LogWriteError(f"{self.run_dir}: writing the head, snapshot or checkpoint "
+                                f"failed: {err}") from err
+        self._snapshot_at = time.monotonic()
+
+    def write_snapshot(self) -> None:
+        """The files at rest, now (:meth:`write_at_rest`; its name before they went
+        together)."""
+        self.write_at_rest()
 
     def _put(self, name: str, data: bytes) -> None:
         atomic_write(self.run_dir / name, data, sync_dir=False)  # see the docstring
         self._on_disk_seq[name] = self.last_seq
-        if name == SNAPSHOT_NAME:
-            self._snapshot_at = time.monotonic()
 
     def close(self) -> None:
-        """Release the log; ``snapshot.json`` is brought up to the head first when every
-        line is committed (a failed writer leaves it: it is rebuilt on open)."""
+        """Release the log; the files at rest are brought up to the last line first
+        when every line is committed (a failed writer leaves them: they are rebuilt on
+        open)."""
         if self._log_fd is not None and self._failed is None and not self._unsynced \
-                and self.snapshot_stale:
+                and self.at_rest_stale:
             try:
-                self.write_snapshot()
+                self.write_at_rest()
             except LogWriteError as err:
                 log.warning("%s", err)
         if self._log_fd is not None and self._failed is None and not self._unsynced:
@@ -370,27 +418,25 @@ class LogWriter:
         return data is not None and not self._on_disk(CHECKPOINT_NAME, data)
 
     def commit(self, sign: bool = True, snapshot: bool | None = None) -> None:
-        """Make the new lines durable (one fsync), then write ``snapshot.json`` (when
-        ``snapshot``; None: when it lags and was last written ``snapshot_every_s``
-        ago), then ``head``, then (``sign`` and a signer given) ``checkpoint``, each
-        atomically and each only when it changed. The caller signs only lines it
-        checked against history."""
+        """Make the new lines durable (one fsync) and tell the observer; then write
+        the files at rest (:meth:`write_at_rest`) when ``snapshot`` (None: when they
+        were last written ``snapshot_every_s`` ago). ``sign``: the caller checked the
+        lines against history, so the files at rest may end with a signed
+        ``checkpoint`` (opening does not)."""
         self._guard()
-        if snapshot is None:
-            snapshot = time.monotonic() - self._snapshot_at >= self.snapshot_every_s
-        try:
-            if self._unsynced:
+        if sign:
+            self._signable = True
+        if self._unsynced:
+            try:
                 files.fsync(self._log_fd)  # type: ignore[arg-type]
-                self._unsynced = False
-            if snapshot and self.snapshot_stale:
-                self._put(SNAPSHOT_NAME, self.snapshot.to_bytes())
-            if self._on_disk_seq[HEAD_NAME] != self.last_seq:
-                self._put(HEAD_NAME, self._head_bytes())
-            checkpoint = self._checkpoint_bytes() if sign else None
-            if checkpoint is not None and not self._on_disk(CHECKPOINT_NAME, checkpoint):
-                atomic_write(self.run_dir / CHECKPOINT_NAME, checkpoint, sync_dir=False)
-        except OSError as err:
-            self._failed = err
-            raise LogWriteError(f"{self.run_dir}: writing the head failed: {err}") from err
+            except OSError as err:
+                self._failed = err
+                raise LogWriteError(f"{self.run_dir}: making the lines durable failed: {err}"
+                                    ) from err
+            self._unsynced = False
         if self.observer is not None:
             self.observer.commit()
+        if snapshot is None:
+            snapshot = time.monotonic() - self._snapshot_at >= self.snapshot_every_s
+        if snapshot and self.at_rest_stale:
+            self.write_at_rest()

@@ -105,6 +105,10 @@ class Exporter:
         # Followers holding a history long-poll at once (Temporal caps long-polls per
         # namespace; past the cap every poll fails, SSE and workers' included).
         self._slots = asyncio.Semaphore(max_followers)
+        # Every follower's pages are committed by one group committer (a few threads
+        # of its own): under load one fsync per session covers the pages that came
+        # meanwhile, and fsyncs do not hold the default pool that maps and appends.
+        self.committer = follower.Committer()
         self.parked: dict[str, Parked] = {}
         # The state of the last `keep_parked` parked sessions (closed writer, mapper,
         # chain, observer): a wake carries on from it instead of re-reading the log and
@@ -166,6 +170,7 @@ class Exporter:
             await asyncio.gather(*self.tasks.values(), watcher, stopping,
                                  *([self._sweep] if self._sweep else []),
                                  return_exceptions=True)
+            await asyncio.to_thread(self.committer.close)
         if self.fatal is not None:
             raise self.fatal
 
@@ -295,7 +300,8 @@ class Exporter:
                     async with self._slots:
                         result = await follower.export_session(
                             self.client, session_id, self.runs_dir, follow=True, park=park,
-                            signer=self.signer, resume=resume, **hook)
+                            signer=self.signer, resume=resume, committer=self.committer,
+                            **hook)
                     self.errors.pop(session_id, None)
                     if not result.parked:
                         self.done.add(session_id)

@@ -106,19 +106,27 @@ def fold_log(run_dir: Path, access: AccessFold | None = None,
              notices: list[NoticeRow] | None = None) -> SessionLogView:
     """A log verified line by line and folded (raises ``ChainBrokenError`` or the
     fold's ``ValueError``), and into ``access`` when given, its notices appended to
-    ``notices`` when given; its head, when there is one, must be where it ends."""
+    ``notices`` when given. Its head, when there is one, must name one of its lines:
+    the last, or one before it whose ``event_hash`` it is (the exporter writes the head
+    every few seconds, not per batch: it may lag the log, never pass it)."""
     view = SessionLogView(run_dir.name)
     notice_fold = NoticeFold(run_dir.name) if notices is not None else None
+    head = read_head(run_dir)  # before the lines: a head written meanwhile is behind them
+    at_head: str | None = None
     for event in verify_lines(read_lines(run_dir / LOG_NAME)):
         view.apply(event)
+        if head is not None and event["seq"] == head[0]:
+            at_head = event["event_hash"]
         if access is not None:
             access.apply(event)
         if notice_fold is not None and (n := notice_fold.apply(event)) is not None:
             notices.append(n)
-    head = read_head(run_dir)
-    if head is not None and head != (view.last_seq, view.last_hash):
+    if head is not None and head[0] > view.last_seq:
         raise ValueError(f"the log ends at line {view.last_seq}, its head says "
                          f"{head[0]}: lines are missing")
+    if head is not None and head[0] > 0 and at_head != head[1]:
+        raise ValueError(f"its head names line {head[0]}, whose event_hash is another: "
+                         "the head or the log was changed")
     return view
 
 

@@ -171,8 +171,9 @@ def test_a_log_from_another_history_is_refused(tmp_path):
 
 
 def test_a_batch_is_fsynced_once_and_before_the_head_names_it(tmp_path):
-    """Issue 28: snapshot.json is not rewritten per batch. Within its period each batch
-    makes the log durable once, then the head; snapshot.json comes at the end."""
+    """Issue 28: the files at rest are not rewritten per batch. Within their period
+    each batch makes the log durable once and nothing else; snapshot.json and the head
+    come at the end, after the lines they name."""
     synced: list[str] = []  # what each fsync made durable, in order
 
     def record(fd):
@@ -184,12 +185,13 @@ def test_a_batch_is_fsynced_once_and_before_the_head_names_it(tmp_path):
         pages = [EVENTS[:len(EVENTS) // 2], EVENTS[len(EVENTS) // 2:]]
         for page in pages:
             export.feed_page(page)
-            assert w.snapshot_stale
+            assert w.snapshot_stale and w.at_rest_stale
+            assert not (tmp_path / SID / "head").exists()  # a new log's: at rest
         export.finish()
         assert not w.snapshot_stale
     assert w.last_seq > 2 * len(pages)  # several lines per batch
     files = [n for n in synced if n in ("events.ndjson", ".snapshot.json.tmp", ".head.tmp")]
-    assert files == ["events.ndjson", ".head.tmp"] * len(pages) + [".snapshot.json.tmp"]
+    assert files == ["events.ndjson"] * len(pages) + [".snapshot.json.tmp", ".head.tmp"]
     verify_dir(tmp_path / SID)
 
 
