@@ -25,8 +25,8 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
-from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +47,6 @@ from observation import event_types as ev
 from observation.exporter.verify import (
     LOG_NAME,
     ChainBrokenError,
-    read_head,
     read_lines,
     verify_lines,
 )
@@ -93,12 +92,20 @@ def _history_ref(event_id: str) -> tuple[str, int]:
     return run, int(hev)
 
 
-def _read(log: Path, session_id: str, upto: int) -> list[dict[str, Any]]:
+def _whole_lines(log: Path) -> Iterator[bytes]:
+    """The log's lines that are whole now: the exporter may be appending one (the
+    head lags the log by a few seconds; every line before the last is whole)."""
+    for raw in read_lines(log):
+        if not raw.endswith(b"\n"):
+            return
+        yield raw
+
+
+def _read(log: Path, session_id: str) -> list[dict[str, Any]]:
     try:
-        return list(verify_lines(islice(read_lines(log), upto), session_id))
+        return list(verify_lines(_whole_lines(log), session_id))
     except ChainBrokenError as err:
-        raise ForkRefused(409, f"the session's log does not verify up to line {upto}: "
-                          f"{err}") from None
+        raise ForkRefused(409, f"the session's log does not verify: {err}") from None
 
 
 #: The plan events after which a plan may go on at once to run the step at its cursor.
@@ -339,8 +346,7 @@ async def rebuild(client: Client, runs_dir: Path, session_id: str, seq: int,
         raise ForkRefused(404, f"session {session_id} has no log yet")
     if seq < 1:
         raise ForkRefused(422, f"at_seq {seq}: a log's lines count from 1")
-    head = read_head(runs_dir / session_id)  # the lines up to it are whole
-    lines = _read(log, session_id, head[0] if head else 1 << 62)
+    lines = _read(log, session_id)
     if len(lines) < seq:
         raise ForkRefused(409, f"at_seq {seq} is past the end of the log ({len(lines)} "
                           "lines)", _nearest(fork_points(lines), seq))
