@@ -91,9 +91,11 @@ from observation.exporter.log import LogObserver
 from observation.exporter.note import Signer
 from observation.exporter.verify import read_lines, verify_lines
 from observation.read_model.sync import ReadModelObserver, Tee
+from observation.read_model.writer import GroupWriter
 from observation.telemetry import STORE_NAME, TelemetryStore
 from observation.telemetry.hook import SessionTelemetry
 from observation.telemetry.otel import time_ns
+from observation.telemetry.writer import BackgroundWriter
 from workflows.messages import CURRENT_BEHAVIOUR, ReplyInput, SessionInput
 from workflows.session_state import PendingRequest
 
@@ -114,7 +116,9 @@ def q(samples: list[float], p: int) -> float:
 class Stages:
     """CPU time (of the calling thread: ``time.thread_time``) spent in each stage of
     the exporter, each exclusive of the stages it calls (a stage inside a stage is
-    counted once, in the inner one). What no stage covers (the follower's event loop
+    counted once, in the inner one). The read model's and telemetry's writer
+    threads are stages of their own ("... (writer thread)": their rounds), so work
+    moved to them is still counted. What no stage covers (the follower's event loop
     work: fetching and decoding history, scheduling) is not here: the fetch-and-decode
     floor measures it apart."""
 
@@ -162,6 +166,9 @@ class Stages:
             (SessionTelemetry, "event", "telemetry"),
             (SessionTelemetry, "commit", "telemetry"),
             (TelemetryStore, "upsert", "telemetry (store, its thread)"),
+            # the writer threads' CPU (a round: merge, one transaction, callbacks)
+            (GroupWriter, "_round", "read model (writer thread)"),
+            (BackgroundWriter, "_round", "telemetry (writer thread)"),
             (feed_mod._FeedObserver, "event", "SSE feed"),
             (feed_mod._FeedObserver, "commit", "SSE feed"),
             (Tee, "event", "observers (Tee)"),
