@@ -180,22 +180,46 @@ class Suspended:
         return self.value
 
 
+class MergedBatch:
+    """Batches of one session, merged in the order added (each :meth:`add` costs what
+    the batch holds, however many came before): what writing them one after another
+    would write, as one batch (:meth:`batch`): the latest session row, each contract
+    and status change at its latest, the facts and notices of all, who is named as
+    of the latest batch that says."""
+
+    def __init__(self, first: SessionBatch) -> None:
+        self.session_id = first.session_id
+        self.session = first.session
+        self.contracts: dict[int, ContractRow] = {}
+        self.facts: dict[int, EntryRow] = {}
+        self.history: dict[int, EntryRow] = {}
+        self.access: list[tuple[str, str]] | None = None
+        self.notices: dict[str, NoticeRow] = {}
+        self.forked_from: tuple[str, int] | None = None
+        self.add(first)
+
+    def add(self, b: SessionBatch) -> MergedBatch:
+        if b.session_id != self.session_id:
+            raise ValueError(f"batches of two sessions: {self.session_id}, {b.session_id}")
+        self.session = b.session
+        self.contracts.update((c.ordinal, c) for c in b.contracts)
+        self.facts.update((f.ordinal, f) for f in b.facts)
+        self.history.update((h.ordinal, h) for h in b.history)
+        if b.access is not None:
+            self.access = b.access
+        for n in b.notices:
+            self.notices.setdefault(n.notice_id, n)
+        self.forked_from = b.forked_from or self.forked_from
+        return self
+
+    def batch(self) -> SessionBatch:
+        def ordered(rows: dict) -> list:
+            return [rows[k] for k in sorted(rows)]
+        return SessionBatch(self.session, ordered(self.contracts), ordered(self.facts),
+                            ordered(self.history), self.access, list(self.notices.values()),
+                            self.forked_from)
+
+
 def merge(a: SessionBatch, b: SessionBatch) -> SessionBatch:
-    """One batch that writes what ``a`` then ``b`` (a later batch of the same session)
-    write: ``b``'s session row, each contract and status change at its latest, the
-    facts and notices of both, who is named as of the later batch that says."""
-    if a.session_id != b.session_id:
-        raise ValueError(f"batches of two sessions: {a.session_id}, {b.session_id}")
-
-    def latest(xs: list, ys: list) -> list:
-        by = {x.ordinal: x for x in xs}
-        by.update((y.ordinal, y) for y in ys)
-        return [by[k] for k in sorted(by)]
-
-    seen = {n.notice_id for n in a.notices}
-    return SessionBatch(
-        session=b.session, contracts=latest(a.contracts, b.contracts),
-        facts=latest(a.facts, b.facts), history=latest(a.history, b.history),
-        access=b.access if b.access is not None else a.access,
-        notices=[*a.notices, *(n for n in b.notices if n.notice_id not in seen)],
-        forked_from=b.forked_from or a.forked_from)
+    """``a`` then ``b`` (a later batch of the same session) as one batch."""
+    return MergedBatch(a).add(b).batch()

@@ -11,7 +11,7 @@ there is work (no delay when idle: a batch handed to an idle writer is written a
 once; under load a round takes everything that queued up meanwhile).
 
 * **Order per session**: the batches of one session are merged in the order they
-  were handed over (``rows.merge``: its latest row, each contract and status change
+  were handed over (``rows.MergedBatch``: its latest row, each contract and status change
   at its latest, every fact and notice), so a round writes each session once.
 * **Notices** are written in the same transaction as the rows of the batch they come
   from (``INSERT ... ON CONFLICT DO NOTHING``, as before).
@@ -36,7 +36,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from observation.read_model.rows import SessionBatch, merge
+from observation.read_model.rows import MergedBatch, SessionBatch
 from observation.read_model.store import ReadModelError, ReadStore
 
 log = logging.getLogger("hitlflow.read_model")
@@ -53,7 +53,7 @@ class GroupWriter:
         self._items: list[tuple[SessionBatch | None, Callable[[], None] | None]] = []
         self._handed = 0  # items handed over so far
         self._done = 0  # items whose round ran (written, or kept after a failure)
-        self._pending: dict[str, SessionBatch] = {}  # kept: not written yet
+        self._pending: dict[str, MergedBatch] = {}  # kept: not written yet
         self._stop = False
         self.rounds = 0  # transactions that wrote (for tests and the bench)
         self.failures = 0
@@ -152,12 +152,15 @@ class GroupWriter:
         for batch, _ in items:
             if batch is not None:
                 old = pending.get(batch.session_id)
-                pending[batch.session_id] = batch if old is None else merge(old, batch)
+                if old is None:
+                    pending[batch.session_id] = MergedBatch(batch)
+                else:
+                    old.add(batch)
         ok: bool | None = None
         if pending and write:
             ok = False
             try:
-                self.store.apply_many(list(pending.values()))
+                self.store.apply_many([m.batch() for m in pending.values()])
             except ReadModelError as err:  # kept: a later round writes it
                 self.failures += 1
                 log.warning("read model: %s (%d sessions kept, tried again in %g s)",
