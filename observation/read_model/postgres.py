@@ -2,9 +2,10 @@
 
 psycopg 3. One connection per reading thread (the API reads in worker threads:
 a query is a network round trip), one writing connection under a lock; each
-batch is one transaction that locks the session's row (``SELECT ... FOR
-UPDATE``) before deciding what to write, so two exporters can never interleave
-one session's rows.
+batch (or each round of the exporter's group writer, ``writer.py``: several
+sessions' batches) is one transaction that locks the sessions' rows (``SELECT ...
+FOR UPDATE``, in session id order, in one query) before deciding what to write,
+so two exporters can never interleave one session's rows.
 """
 
 from __future__ import annotations
