@@ -32,8 +32,13 @@ from observation.exporter.keys import publish_verifier
 from observation.exporter.log import LogError, LogLockedError, LogObserver, LogWriteError
 from observation.exporter.note import Signer
 from observation.read_model import ReadModelError, ReadStore, open_store
-from observation.read_model.sync import AfterReadModel, ReadModelObserver, Tee, sync_store
-from observation.read_model.writer import GroupWriter
+from observation.read_model.sync import (
+    AfterReadModel,
+    GroupWriter,
+    ReadModelObserver,
+    Tee,
+    sync_store,
+)
 from workflows.search_attributes import SESSION_STATUS, WAITING_SINCE
 
 log = logging.getLogger("hitlflow.exporter")
