@@ -100,7 +100,8 @@ class AfterReadModel:
     """An observer (the SSE feed) told everything in the same order, but each commit
     only once the group writer has written the batches handed over before it (on the
     writer's thread): a line it streams is in the read model, a read with ``min_seq``
-    set to it is fresh at once. Lines before a commit are held with it; a
+    set to it is fresh at once (unless that round failed: the feed does not wait for
+    a broken database). Lines before a commit are held with it; a
     ``call_scheduled`` with no line held goes on at once (behind the same writer)."""
 
     HOLD = 256  # lines held at most before they go on (lines replayed at open)
