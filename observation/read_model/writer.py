@@ -7,8 +7,11 @@ session's :class:`~observation.read_model.sync.ReadModelObserver` hands its batc
 :meth:`GroupWriter.apply` and goes on with its log; the writer thread takes whatever
 was handed over since its last round and writes it in ONE transaction
 (:meth:`~observation.read_model.store.SqlStore.apply_many`), round after round while
-there is work (no delay when idle: a batch handed to an idle writer is written at
-once; under load a round takes everything that queued up meanwhile).
+there is work: no delay when idle (a batch handed to a writer idle for
+``MIN_ROUND_S`` is written at once); under load a round begins at most every
+``MIN_ROUND_S`` and takes everything that queued up meanwhile (a round's
+transaction costs about what one batch's did: the more it holds, the less each
+batch costs).
 
 * **Order per session**: the batches of one session are merged in the order they
   were handed over (``rows.MergedBatch``: its latest row, each contract and status change
@@ -41,14 +44,20 @@ from observation.read_model.store import ReadModelError, ReadStore
 
 log = logging.getLogger("hitlflow.read_model")
 RETRY_AFTER_S = 1.0
+#: Rounds begin at most this often: a batch handed to a writer idle for longer is
+#: written at once; under load, what comes within this of the last round's start
+#: waits for the next one (a round is cheaper per batch the more it holds).
+MIN_ROUND_S = 0.01
 
 
 class GroupWriter:
     """Has ``apply(batch)`` like a :class:`ReadStore`, but returns at once."""
 
     def __init__(self, store: ReadStore, *, retry_after_s: float = RETRY_AFTER_S,
-                 name: str = "read-model-writer") -> None:
-        self.store, self.retry_after_s = store, retry_after_s
+                 min_round_s: float = MIN_ROUND_S, name: str = "read-model-writer") -> None:
+        self.store, self.retry_after_s, self.min_round_s = store, retry_after_s, min_round_s
+        self._last_round = -min_round_s  # when the last round began (monotonic)
+        self.batches = 0  # batches handed over and taken by a round (for the bench)
         self._cond = threading.Condition()
         self._items: list[tuple[SessionBatch | None, Callable[[], None] | None]] = []
         self._handed = 0  # items handed over so far
@@ -121,16 +130,22 @@ class GroupWriter:
         retry_at = 0.0
         while True:
             with self._cond:
-                while not self._items and not self._stop:
-                    if self._pending:
-                        left = retry_at - time.monotonic()
-                        if left <= 0:
-                            break
-                        self._cond.wait(left)
+                while not self._stop:
+                    now = time.monotonic()
+                    if self._items:  # under load, at most one round per min_round_s
+                        left = self._last_round + self.min_round_s - now
+                    elif self._pending:  # a failed round's, tried again later
+                        left = retry_at - now
                     else:
                         self._cond.wait()
+                        continue
+                    if left <= 0:
+                        break
+                    self._cond.wait(left)
                 items, self._items = self._items, []
                 stop = self._stop
+            self._last_round = time.monotonic()
+            self.batches += sum(1 for b, _ in items if b is not None)
             wrote = self._round(items, write=stop or time.monotonic() >= retry_at)
             if wrote is False:  # tried and failed: the next try waits a moment
                 retry_at = time.monotonic() + self.retry_after_s
