@@ -62,7 +62,7 @@ class GroupWriter:
         self._items: list[tuple[SessionBatch | None, Callable[[], None] | None]] = []
         self._handed = 0  # items handed over so far
         self._done = 0  # items whose round ran (written, or kept after a failure)
-        self._pending: dict[str, MergedBatch] = {}  # kept: not written yet
+        self._pending: dict[str, SessionBatch | MergedBatch] = {}  # kept: not written yet
         self._stop = False
         self.rounds = 0  # transactions that wrote (for tests and the bench)
         self.failures = 0
@@ -168,14 +168,17 @@ class GroupWriter:
             if batch is not None:
                 old = pending.get(batch.session_id)
                 if old is None:
-                    pending[batch.session_id] = MergedBatch(batch)
-                else:
+                    pending[batch.session_id] = batch  # merged only when another comes
+                elif isinstance(old, MergedBatch):
                     old.add(batch)
+                else:
+                    pending[batch.session_id] = MergedBatch(old).add(batch)
         ok: bool | None = None
         if pending and write:
             ok = False
             try:
-                self.store.apply_many([m.batch() for m in pending.values()])
+                self.store.apply_many([m.batch() if isinstance(m, MergedBatch) else m
+                                       for m in pending.values()])
             except ReadModelError as err:  # kept: a later round writes it
                 self.failures += 1
                 log.warning("read model: %s (%d sessions kept, tried again in %g s)",
