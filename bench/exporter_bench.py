@@ -97,9 +97,12 @@ from observation.exporter.log import LogObserver
 from observation.exporter.note import Signer
 from observation.exporter.verify import read_lines, verify_lines
 from observation.read_model.sync import ReadModelObserver, Tee
+from observation.read_model.writer import GroupWriter
 from observation.telemetry import STORE_NAME, TelemetryStore
+from observation.telemetry import hook as telemetry_hook
 from observation.telemetry.hook import SessionTelemetry
 from observation.telemetry.otel import time_ns
+from observation.telemetry.writer import BackgroundWriter
 from workflows.messages import CURRENT_BEHAVIOUR, ReplyInput, SessionInput
 from workflows.session_state import PendingRequest
 
@@ -120,7 +123,9 @@ def q(samples: list[float], p: int) -> float:
 class Stages:
     """CPU time (of the calling thread: ``time.thread_time``) spent in each stage of
     the exporter, each exclusive of the stages it calls (a stage inside a stage is
-    counted once, in the inner one). What no stage covers (the follower's event loop
+    counted once, in the inner one). The read model's and telemetry's writer
+    threads are stages of their own ("... (writer thread)": their rounds), so work
+    moved to them is still counted. What no stage covers (the follower's event loop
     work: fetching and decoding history, scheduling) is not here: the fetch-and-decode
     floor measures it apart."""
 
@@ -168,6 +173,9 @@ class Stages:
             (SessionTelemetry, "event", "telemetry"),
             (SessionTelemetry, "commit", "telemetry"),
             (TelemetryStore, "upsert", "telemetry (store, its thread)"),
+            # the writer threads' CPU (a round: merge, one transaction, callbacks)
+            (GroupWriter, "_round", "read model (writer thread)"),
+            (BackgroundWriter, "_round", "telemetry (writer thread)"),
             (feed_mod._FeedObserver, "event", "SSE feed"),
             (feed_mod._FeedObserver, "commit", "SSE feed"),
             (Tee, "event", "observers (Tee)"),
@@ -308,12 +316,26 @@ async def live(client: Client, data: Path, n: int, turns: int, poll_s: float,
             super().__init__(*args, observers=timed, **kw)
             exporters.append(self)
 
+    writers: list[Any] = []  # run_exporter's writer threads (rounds, batches)
+
+    class Group(GroupWriter):
+        def __init__(self, *args: Any, **kw: Any) -> None:
+            super().__init__(*args, **kw)
+            writers.append(self)
+
+    class Background(BackgroundWriter):
+        def __init__(self, *args: Any, **kw: Any) -> None:
+            super().__init__(*args, **kw)
+            writers.append(self)
+
     data.mkdir(parents=True)
     stop, wakeups = asyncio.Event(), Wakeups()
     stages = Stages()
     timing = stages.patches()
     timing.__enter__()
-    with mock.patch.object(service, "Exporter", Timed):
+    with mock.patch.object(service, "Exporter", Timed), \
+            mock.patch.object(service, "GroupWriter", Group), \
+            mock.patch.object(telemetry_hook, "BackgroundWriter", Background):
         task = asyncio.create_task(run_exporter(  # as `up` runs it
             client, data, stop, wakeups=wakeups, feed=LogFeed(data / "runs"),
             signer=Signer.generate("bench.example/hitlflow")))
@@ -348,8 +370,11 @@ async def live(client: Client, data: Path, n: int, turns: int, poll_s: float,
     store = TelemetryStore.open(data / STORE_NAME)
     runs = len(store.runs())
     store.close()
+    rounds = [f"{type(w).__name__}: {getattr(w, 'batches', getattr(w, 'written', 0))} "
+              f"commits in {w.rounds} transactions" for w in writers]
     return {"sids": sids, "lag": lag, "lines": lines, "sessions_s": sessions_s,
-            "all_s": all_s, "telemetry_runs": runs, "stages": dict(stages.cpu)}
+            "all_s": all_s, "telemetry_runs": runs, "stages": dict(stages.cpu),
+            "rounds": rounds}
 
 
 # -- 2. export throughput ----------------------------------------------------------
@@ -537,6 +562,7 @@ async def main(argv: Iterable[str]) -> None:
                       f"{r['sessions_s']:.1f} s): {r['lines'] / r['all_s']:.0f} lines/s live; "
                       f"{r['telemetry_runs']} telemetry runs")
                 report_lag(r["lag"])
+                print(f"  writer threads: {'; '.join(r['rounds'])}")
                 events, secs = await reexport(client, r["sids"], tmpd / "again")
                 same = all((tmpd / "again" / s / "events.ndjson").read_bytes()
                            == (tmpd / "data" / "runs" / s / "events.ndjson").read_bytes()

@@ -32,7 +32,13 @@ from observation.exporter.keys import publish_verifier
 from observation.exporter.log import LogError, LogLockedError, LogObserver, LogWriteError
 from observation.exporter.note import Signer
 from observation.read_model import ReadModelError, ReadStore, open_store
-from observation.read_model.sync import ReadModelObserver, Tee, sync_store
+from observation.read_model.sync import (
+    AfterReadModel,
+    GroupWriter,
+    ReadModelObserver,
+    Tee,
+    sync_store,
+)
 from workflows.search_attributes import SESSION_STATUS, WAITING_SINCE
 
 log = logging.getLogger("hitlflow.exporter")
@@ -350,11 +356,16 @@ async def run_exporter(client: Client, data_dir: Path, stop: asyncio.Event, *,
         await asyncio.to_thread(publish_verifier, data_dir, signer.verifier())
     telemetry = await asyncio.to_thread(start_telemetry, data_dir)
     store = await asyncio.to_thread(start_read_model, data_dir, runs, read_model_url)
+    # One writer thread for the read model: a round's batches in one transaction; the
+    # feed hears a batch after it (``read_model/writer.py``).
+    writer = GroupWriter(store) if store is not None else None
 
     def observers(session_id: str) -> LogObserver | None:
+        sse = feed.observer(session_id) if feed is not None else None
         found = [telemetry.observer(session_id),
-                 ReadModelObserver(session_id, store) if store is not None else None,
-                 feed.observer(session_id) if feed is not None else None]
+                 ReadModelObserver(session_id, writer) if writer is not None else None,
+                 AfterReadModel(sse, writer) if sse is not None and writer is not None
+                 else sse]
         return Tee(found) if any(found) else None
 
     exporter = Exporter(client, runs, observers=observers, signer=signer,
@@ -367,6 +378,8 @@ async def run_exporter(client: Client, data_dir: Path, stop: asyncio.Event, *,
         if feed is not None:
             feed.want = LogFeed.nobody
         await asyncio.to_thread(telemetry.close)
+        if writer is not None:
+            await asyncio.to_thread(writer.close)  # what is pending, written
         if store is not None:
             await asyncio.to_thread(store.close)
 

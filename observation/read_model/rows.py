@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from observation.log_view import SessionLogView
-from observation.projections import execution_snapshot, has_suspended
+from observation.projections import execution_snapshot, has_suspended, was_suspended
 from observation.read_model.access import AccessFold
 from observation.read_model.notices import NoticeRow
 from workflows.canonical import canonical_json
@@ -103,7 +103,10 @@ class SessionBatch:
                             [n for n in self.notices if n.seq > seq], self.forked_from)
 
 
-def session_row(view: SessionLogView, access: AccessFold | None = None) -> SessionRow:
+def session_row(view: SessionLogView, access: AccessFold | None = None,
+                suspended: bool | None = None) -> SessionRow:
+    """``suspended``: whether some contract was ever suspended, when the caller keeps
+    it (:class:`Suspended`); else every contract is looked at."""
     pending = view.pending
     if pending is not None and access is not None:
         pending = {**pending, **access.pending_extras(pending.get("request_id"))}
@@ -117,7 +120,7 @@ def session_row(view: SessionLogView, access: AccessFold | None = None) -> Sessi
         closed_at=view.closed_at, turns=view.turns, replies=view.replies,
         llm_calls=view.llm_calls, contracts_total=len(view.contracts),
         terminal_contracts=terminal,
-        has_suspended=has_suspended(view.contracts),
+        has_suspended=has_suspended(view.contracts) if suspended is None else suspended,
         status_counts=dumps(counts), facts_total=len(view.facts),
         history_total=len(view.history), failure_reason=view.failure_reason,
         last_text=view.last_text, closed=view.closed, journal_seq=view.journal_seq,
@@ -137,11 +140,14 @@ def contract_row(view: SessionLogView, i: int) -> ContractRow:
 
 def batch(view: SessionLogView, contracts: Iterable[int], history: Iterable[int],
           facts_from: int, access: AccessFold | None = None,
-          notices: list[NoticeRow] | None = None) -> SessionBatch:
+          notices: list[NoticeRow] | None = None,
+          suspended: bool | None = None) -> SessionBatch:
     """The session's row, the given contracts and status changes (by index) and the
-    facts from index ``facts_from`` on; who is named when ``access`` changed."""
+    facts from index ``facts_from`` on; who is named when ``access`` changed. Its cost
+    is that of what changed (``suspended`` given: nothing is done per contract that
+    did not change)."""
     return SessionBatch(
-        session=session_row(view, access),
+        session=session_row(view, access, suspended),
         contracts=[contract_row(view, i) for i in sorted(contracts)],
         facts=[EntryRow(i, dumps(view.facts[i].model_dump(mode="json")), view.fact_seq[i])
                for i in range(facts_from, len(view.facts))],
@@ -158,3 +164,62 @@ def full_batch(view: SessionLogView, access: AccessFold | None = None,
         access.changed = True
     return batch(view, range(len(view.contracts)), range(len(view.history)), 0, access,
                  notices)
+
+
+class Suspended:
+    """Seed 000's ``has_suspended`` kept as contracts change: a contract that was
+    suspended stays so (its transitions only grow), so only the contracts a batch
+    touched are looked at, not all of the session's."""
+
+    def __init__(self) -> None:
+        self.value = False
+
+    def update(self, view: SessionLogView, touched: Iterable[int]) -> bool:
+        if not self.value:
+            self.value = any(was_suspended(view.contracts[i]) for i in touched)
+        return self.value
+
+
+class MergedBatch:
+    """Batches of one session, merged in the order added (each :meth:`add` costs what
+    the batch holds, however many came before): what writing them one after another
+    would write, as one batch (:meth:`batch`): the latest session row, each contract
+    and status change at its latest, the facts and notices of all, who is named as
+    of the latest batch that says."""
+
+    def __init__(self, first: SessionBatch) -> None:
+        self.session_id = first.session_id
+        self.session = first.session
+        self.contracts: dict[int, ContractRow] = {}
+        self.facts: dict[int, EntryRow] = {}
+        self.history: dict[int, EntryRow] = {}
+        self.access: list[tuple[str, str]] | None = None
+        self.notices: dict[str, NoticeRow] = {}
+        self.forked_from: tuple[str, int] | None = None
+        self.add(first)
+
+    def add(self, b: SessionBatch) -> MergedBatch:
+        if b.session_id != self.session_id:
+            raise ValueError(f"batches of two sessions: {self.session_id}, {b.session_id}")
+        self.session = b.session
+        self.contracts.update((c.ordinal, c) for c in b.contracts)
+        self.facts.update((f.ordinal, f) for f in b.facts)
+        self.history.update((h.ordinal, h) for h in b.history)
+        if b.access is not None:
+            self.access = b.access
+        for n in b.notices:
+            self.notices.setdefault(n.notice_id, n)
+        self.forked_from = b.forked_from or self.forked_from
+        return self
+
+    def batch(self) -> SessionBatch:
+        def ordered(rows: dict) -> list:
+            return [rows[k] for k in sorted(rows)]
+        return SessionBatch(self.session, ordered(self.contracts), ordered(self.facts),
+                            ordered(self.history), self.access, list(self.notices.values()),
+                            self.forked_from)
+
+
+def merge(a: SessionBatch, b: SessionBatch) -> SessionBatch:
+    """``a`` then ``b`` (a later batch of the same session) as one batch."""
+    return MergedBatch(a).add(b).batch()

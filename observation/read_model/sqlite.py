@@ -10,7 +10,9 @@ head when it starts (``sync.sync_store``). ``FULL`` would add an fsync per batch
 to the exporter's path for nothing a restart does not restore.
 
 Reads run on the caller's thread (one connection per thread); writes go through
-one connection under a lock, one ``BEGIN IMMEDIATE`` transaction per batch.
+one connection under a lock, one ``BEGIN IMMEDIATE`` transaction per batch, or per
+round of the exporter's group writer (``writer.py``: every session that committed
+meanwhile).
 """
 
 from __future__ import annotations

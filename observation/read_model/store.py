@@ -23,7 +23,9 @@ Tables (every read is one indexed query):
 * ``rm_lineage`` — a fork's parent (its log's line 1, ``SESSION_FORKED``): primary key
   the fork's id, indexed by ``(parent_id, session_id)``, so a session lists its forks.
 
-Writes: :meth:`SqlStore.apply` writes one log batch in one transaction, after
+Writes: :meth:`SqlStore.apply` writes one log batch in one transaction (and
+:meth:`SqlStore.apply_many` several sessions' batches in one: the exporter's group
+writer, ``writer.py``), after
 reading the session's stored ``last_seq`` in it: a batch the store already
 reflects is a no-op, and only the rows changed after the stored seq are written
 (each write is an upsert of the row's whole state), so re-applying a batch or an
@@ -99,6 +101,8 @@ MAX_CHILDREN = 100  # a session's forks listed with it
 _BOOLS = ("has_suspended", "closed")
 
 _SESSION_COLS = (*SESSION_COLUMNS, "updated_at")
+_STARTED_AT = SESSION_COLUMNS.index("started_at")
+_LOCK_CHUNK = 500  # session ids per query of a round's lock
 UPSERT_SESSION = (
     f"INSERT INTO rm_sessions ({', '.join(_SESSION_COLS)}) "
     f"VALUES ({', '.join('?' for _ in _SESSION_COLS)}) ON CONFLICT (session_id) DO UPDATE SET "
@@ -159,6 +163,7 @@ class ReadStore(Protocol):
     where: str
 
     def apply(self, batch: SessionBatch) -> bool: ...
+    def apply_many(self, batches: Sequence[SessionBatch]) -> int: ...
     def replace(self, batch: SessionBatch) -> None: ...
     def reset(self) -> None: ...
     def heads(self) -> dict[str, tuple[int, str]]: ...
@@ -196,6 +201,8 @@ class SqlStore:
     #: Appended to a SELECT that claims rows for update (PostgreSQL: skip the rows
     #: another transaction holds; SQLite's write transactions are serial anyway).
     skip_locked = ""
+    #: Appended to the query that reads a round's sessions (PostgreSQL: locks them).
+    lock_rows = ""
 
     def __init__(self) -> None:
         self._local = threading.local()
@@ -212,6 +219,18 @@ class SqlStore:
         """A cursor inside one write transaction (committed on exit)."""
         raise NotImplementedError
         yield
+
+    def _lock_sessions(self, cur: Any, session_ids: Sequence[str]) -> dict[str, int]:
+        """The stored ``last_seq`` of each of ``session_ids`` that has a row (sorted
+        ids; PostgreSQL locks the rows, in that order)."""
+        out: dict[str, int] = {}
+        for i in range(0, len(session_ids), _LOCK_CHUNK):
+            chunk = session_ids[i:i + _LOCK_CHUNK]
+            self._exec(cur, "SELECT session_id, last_seq FROM rm_sessions WHERE session_id "
+                       f"IN ({', '.join('?' for _ in chunk)}) ORDER BY session_id"
+                       + self.lock_rows, chunk)
+            out.update((str(r[0]), int(r[1])) for r in cur.fetchall())
+        return out
 
     def _lock_session(self, cur: Any, session_id: str) -> tuple[int, str] | None:
         self._exec(cur, "SELECT last_seq, last_hash FROM rm_sessions WHERE session_id = ?",
@@ -303,6 +322,36 @@ class SqlStore:
             raise ReadModelError(f"the read model ({self.where}) cannot be written: {err}"
                                  ) from err
 
+    def apply_many(self, batches: Sequence[SessionBatch]) -> int:
+        """Write several sessions' batches in ONE transaction (the group writer's round,
+        ``writer.py``): each as :meth:`apply` would (only what is after the stored
+        ``last_seq``; nothing when the store reflects it), one batch per session; how
+        many wrote anything. The sessions' rows are read (PostgreSQL: locked) in one
+        query, in session id order, after the notices' lock when any batch has
+        notices: two exporters' rounds wait for each other, never deadlock."""
+        ordered = sorted(batches, key=lambda b: b.session_id)
+        if len({b.session_id for b in ordered}) != len(ordered):
+            raise ValueError("apply_many: one batch per session (merge them first)")
+        if not ordered:
+            return 0
+        try:
+            with self._write_lock, self._transaction() as cur:
+                if any(b.notices for b in ordered):
+                    self._lock_notices(cur)
+                stored = self._lock_sessions(cur, [b.session_id for b in ordered])
+                todo = []
+                for b in ordered:
+                    seq = stored.get(b.session_id)
+                    if seq is None:
+                        todo.append(b)
+                    elif seq < b.session.last_seq:
+                        todo.append(b.since(seq))
+                self._write_all(cur, todo, notices_locked=True)
+                return len(todo)
+        except self._errors() as err:
+            raise ReadModelError(f"the read model ({self.where}) cannot be written: {err}"
+                                 ) from err
+
     def replace(self, batch: SessionBatch) -> None:
         """The session's rows are exactly ``batch`` (a full one), whatever was stored."""
         try:
@@ -326,32 +375,46 @@ class SqlStore:
                                  ) from err
 
     def _write(self, cur: Any, b: SessionBatch) -> None:
-        sid = b.session_id
-        s = b.session
-        values = [getattr(s, c) for c in SESSION_COLUMNS]
-        values = [int(v) if isinstance(v, bool) else v for v in values]
-        values[SESSION_COLUMNS.index("started_at")] = s.started_at or ""
-        self._exec(cur, UPSERT_SESSION, (*values, _now()))
-        self._many(cur, UPSERT_CONTRACT, [
-            (sid, c.ordinal, c.execution_id, c.status, c.entered_state_at, c.snapshot,
-             c.transitions, c.seq) for c in b.contracts])
-        self._many(cur, _upsert_entry("rm_facts"),
-                   [(sid, f.ordinal, f.body, f.seq) for f in b.facts])
-        self._many(cur, _upsert_entry("rm_history"),
-                   [(sid, h.ordinal, h.body, h.seq) for h in b.history])
-        if b.access is not None:
-            self._exec(cur, "DELETE FROM rm_access WHERE session_id = ?", (sid,))
-            self._many(cur, "INSERT INTO rm_access (session_id, role, entry, entry_lower) "
-                       "VALUES (?, ?, ?, ?)", [(sid, role, entry, entry.lower())
-                                               for role, entry in b.access])
-        if b.forked_from is not None:
-            self._exec(cur, "INSERT INTO rm_lineage (session_id, parent_id, parent_seq) "
-                       "VALUES (?, ?, ?) ON CONFLICT (session_id) DO NOTHING",
-                       (sid, *b.forked_from))
-        if b.notices:
-            self._lock_notices(cur)
-            self._many(cur, INSERT_NOTICE, [(n.notice_id, n.session_id, n.seq, n.kind, n.at,
-                                             n.body) for n in b.notices])
+        self._write_all(cur, [b])
+
+    def _write_all(self, cur: Any, batches: Sequence[SessionBatch],
+                   notices_locked: bool = False) -> None:
+        """The rows of ``batches`` (one per session), one statement per table."""
+        if not batches:
+            return
+        now = _now()
+        sessions, contracts, facts, history = [], [], [], []
+        access_of, access, lineage, notices = [], [], [], []
+        for b in batches:
+            sid, s = b.session_id, b.session
+            values = [getattr(s, c) for c in SESSION_COLUMNS]
+            values = [int(v) if isinstance(v, bool) else v for v in values]
+            values[_STARTED_AT] = s.started_at or ""
+            sessions.append((*values, now))
+            contracts += [(sid, c.ordinal, c.execution_id, c.status, c.entered_state_at,
+                           c.snapshot, c.transitions, c.seq) for c in b.contracts]
+            facts += [(sid, f.ordinal, f.body, f.seq) for f in b.facts]
+            history += [(sid, h.ordinal, h.body, h.seq) for h in b.history]
+            if b.access is not None:
+                access_of.append((sid,))
+                access += [(sid, role, entry, entry.lower()) for role, entry in b.access]
+            if b.forked_from is not None:
+                lineage.append((sid, *b.forked_from))
+            notices += [(n.notice_id, n.session_id, n.seq, n.kind, n.at, n.body)
+                        for n in b.notices]
+        self._many(cur, UPSERT_SESSION, sessions)
+        self._many(cur, UPSERT_CONTRACT, contracts)
+        self._many(cur, _upsert_entry("rm_facts"), facts)
+        self._many(cur, _upsert_entry("rm_history"), history)
+        self._many(cur, "DELETE FROM rm_access WHERE session_id = ?", access_of)
+        self._many(cur, "INSERT INTO rm_access (session_id, role, entry, entry_lower) "
+                   "VALUES (?, ?, ?, ?)", access)
+        self._many(cur, "INSERT INTO rm_lineage (session_id, parent_id, parent_seq) "
+                   "VALUES (?, ?, ?) ON CONFLICT (session_id) DO NOTHING", lineage)
+        if notices:
+            if not notices_locked:
+                self._lock_notices(cur)
+            self._many(cur, INSERT_NOTICE, notices)
 
     # -- reads ------------------------------------------------------------------------
 

@@ -3,9 +3,14 @@
 * :class:`ReadModelObserver` — a :class:`~observation.exporter.log.LogObserver`:
   it folds every line the writer has (those on disk when it opens, then each
   appended one) and, at each commit (after the batch's fsync, ``snapshot.json``
-  and ``head``: log first, then the read model), writes the rows the batch
-  changed in one transaction. A failed write is logged and kept: the next commit
-  writes everything since what the store holds.
+  and ``head``: log first, then the read model), hands the rows the batch changed
+  to the store: in the exporter service a :class:`~observation.read_model.writer.
+  GroupWriter`, which writes every session's batches of a round in one transaction
+  (a failed round is kept and written by a later one); given a store itself, one
+  transaction per commit on the caller's thread (a failed write is logged and
+  kept: the next commit writes everything since what the store holds).
+* :class:`AfterReadModel` — an observer told each commit only once the group
+  writer has the batch (the SSE feed: a streamed line is in the read model).
 * :func:`sync_store` — at the exporter's start: every log whose head the store
   does not reflect is folded and its rows replaced (sessions that ended are no
   longer followed; a store that lost commits, or a new one, catches up here).
@@ -19,23 +24,31 @@ import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from observation.exporter.log import LogObserver
 from observation.exporter.verify import LOG_NAME, read_head, read_lines, verify_lines
 from observation.log_view import SessionLogView
 from observation.read_model.access import AccessFold
 from observation.read_model.notices import NoticeFold, NoticeRow
-from observation.read_model.rows import batch, full_batch
+from observation.read_model.rows import SessionBatch, Suspended, batch, full_batch
 from observation.read_model.store import ReadModelError, ReadStore
+from observation.read_model.writer import GroupWriter
 
 log = logging.getLogger("hitlflow.read_model")
+
+
+class BatchSink(Protocol):
+    """Where an observer's batches go: a :class:`ReadStore` (written at once, may
+    raise :class:`ReadModelError`) or a :class:`GroupWriter` (handed over)."""
+
+    def apply(self, batch: SessionBatch) -> Any: ...
 
 
 class ReadModelObserver:
     """One session's log into the read model, batch by batch."""
 
-    def __init__(self, session_id: str, store: ReadStore) -> None:
+    def __init__(self, session_id: str, store: BatchSink) -> None:
         self.store = store
         self.view = SessionLogView(session_id)
         self.access = AccessFold()  # who is named: the session's people, the deciders
@@ -46,6 +59,7 @@ class ReadModelObserver:
         self._contracts: set[int] = set()
         self._history: set[int] = set()
         self._stored: int | None = None  # what the store holds, once known
+        self._suspended = Suspended()  # has_suspended, kept as contracts change
 
     def event(self, event: dict[str, Any], replayed: bool) -> None:
         if self.broken is not None:
@@ -69,7 +83,7 @@ class ReadModelObserver:
         self._history |= history
         try:
             b = batch(view, self._contracts, self._history, self._facts_from, self.access,
-                      self._notices)
+                      self._notices, self._suspended.update(view, contracts))
             self.store.apply(b)  # the store skips what it already has
         except ReadModelError as err:  # kept: the next commit writes it
             self.access.changed = True
@@ -80,6 +94,51 @@ class ReadModelObserver:
         self._notices.clear()
         self._contracts.clear()
         self._history.clear()
+
+
+class AfterReadModel:
+    """An observer (the SSE feed) told everything in the same order, but each commit
+    only once the group writer has written the batches handed over before it (on the
+    writer's thread): a line it streams is in the read model, a read with ``min_seq``
+    set to it is fresh at once (unless that round failed: the feed does not wait for
+    a broken database). Lines before a commit are held with it; a
+    ``call_scheduled`` with no line held goes on at once (behind the same writer)."""
+
+    HOLD = 256  # lines held at most before they go on (lines replayed at open)
+
+    def __init__(self, inner: LogObserver, writer: GroupWriter) -> None:
+        self.inner, self.writer = inner, writer
+        self._held: list[tuple[str, Any, bool]] = []
+
+    def event(self, event: dict[str, Any], replayed: bool) -> None:
+        self._held.append(("event", event, replayed))
+        if len(self._held) >= self.HOLD:
+            self._pass()
+
+    def commit(self) -> None:
+        self._held.append(("commit", None, False))
+        self._pass()
+
+    def call_scheduled(self, call_id: str) -> None:
+        if getattr(self.inner, "call_scheduled", None) is None:
+            return
+        self._held.append(("call", call_id, False))
+        if not any(kind == "event" for kind, _, _ in self._held):
+            self._pass()
+
+    def _pass(self) -> None:
+        held, self._held = self._held, []
+        inner = self.inner
+
+        def then() -> None:  # on the writer's thread, in the order handed over
+            for kind, value, replayed in held:
+                if kind == "event":
+                    inner.event(value, replayed)
+                elif kind == "commit":
+                    inner.commit()
+                else:
+                    inner.call_scheduled(value)  # type: ignore[attr-defined]
+        self.writer.after(then)
 
 
 class Tee:

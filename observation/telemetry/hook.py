@@ -77,7 +77,7 @@ class SessionTelemetry:
         runs = self.projector.runs
         if self.store is not None and self.dirty and self.head is not None:
             try:
-                self.store.upsert([runs[r] for r in runs if r in self.dirty],
+                self.store.upsert([runs[r] for r in self.dirty if r in runs],  # what changed
                                   (self.session_id, *self.head))
                 self.dirty.clear()
             except TelemetryStoreError as err:  # kept dirty: the next commit retries

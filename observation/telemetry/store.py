@@ -27,6 +27,7 @@ from urllib.parse import quote
 import rfc8785
 
 from observation.telemetry.model import TelemetryRun
+from workflows.canonical import jcs
 
 STORE_NAME = "telemetry.sqlite"
 SCHEMA_VERSION = "hitlflow-telemetry-v1"
@@ -64,7 +65,7 @@ class TelemetryStoreError(Exception):
 
 
 def _text(value: Any) -> str:
-    return rfc8785.dumps(value).decode()
+    return jcs(value).decode()  # RFC 8785 (the C encoder where it provably is)
 
 
 def to_row(run: TelemetryRun) -> tuple[Any, ...]:

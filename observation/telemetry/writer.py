@@ -2,9 +2,12 @@
 
 The exporter's writer threads hand their changed runs over (as rows, made at once,
 so later changes cannot leak in) and go on with the log; this thread writes
-whatever has queued up in one transaction. A failed write is kept and tried again
-(rows are idempotent: a row is never replaced by an older state). ``flush`` waits
-until everything handed over is written; ``close`` flushes and stops.
+whatever has queued up in one transaction per round (round after round while there
+is work, at most one per ``MIN_ROUND_S``; at once when idle), each run once (its
+latest row: a row is never replaced by an older state, so writing only the latest
+is the same) and each session's progress once (its furthest). A failed write is
+kept and tried again. ``flush`` waits until everything handed over is written;
+``close`` flushes and stops.
 """
 
 from __future__ import annotations
@@ -12,23 +15,32 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from collections.abc import Iterable
 from typing import Any
 
 from observation.telemetry.model import TelemetryRun
-from observation.telemetry.store import TelemetryStore, TelemetryStoreError, to_row
+from observation.telemetry.store import COLUMNS, TelemetryStore, TelemetryStoreError, to_row
 
 log = logging.getLogger("hitlflow.telemetry")
 Item = tuple[list[tuple[Any, ...]], tuple[str, int, str] | None]
 RETRY_AFTER_S = 1.0
+#: Rounds begin at most this often (as the read model's, ``read_model/writer.py``).
+MIN_ROUND_S = 0.01
+_LAST_SEQ = COLUMNS.index("last_seq")
 
 
 class BackgroundWriter:
     """Has ``upsert(runs, progress)`` like :class:`TelemetryStore`, but returns at once."""
 
     def __init__(self, store: TelemetryStore, *, max_batch: int = 1000,
-                 retry_after_s: float = RETRY_AFTER_S) -> None:
+                 retry_after_s: float = RETRY_AFTER_S,
+                 min_round_s: float = MIN_ROUND_S) -> None:
         self.store, self.max_batch, self.retry_after_s = store, max_batch, retry_after_s
+        self.rounds = 0  # transactions written (for tests and the bench)
+        self.written = 0  # upserts handed over and written by them
+        self.min_round_s = min_round_s
+        self._last_round = -min_round_s  # when the last round began (monotonic)
         self._queue: queue.SimpleQueue[Item | threading.Event | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name="telemetry-store",
                                         daemon=True)
@@ -54,6 +66,11 @@ class BackgroundWriter:
         stop = False
         while not stop:
             first = self._queue.get() if not pending else self._get(self.retry_after_s)
+            # under load, at most one round per min_round_s (idle: at once)
+            if first is not None and (left := self._last_round + self.min_round_s
+                                      - time.monotonic()) > 0:
+                time.sleep(left)
+            self._last_round = time.monotonic()
             for item in [first, *self._drain()]:
                 if item is None:
                     stop = True
@@ -64,7 +81,7 @@ class BackgroundWriter:
             while pending:
                 batch = pending[: self.max_batch]
                 try:
-                    self.store.upsert_rows(batch)
+                    self._round(batch)
                 except TelemetryStoreError as err:  # kept: tried again
                     log.warning("telemetry store: %s (retrying)", err)
                     break
@@ -76,6 +93,25 @@ class BackgroundWriter:
                 for event in waiting:
                     event.set()
                 waiting.clear()
+
+    def _round(self, items: list[Item]) -> None:
+        """``items`` in one transaction: each run's latest row, each session's
+        furthest progress (what writing them all in order would leave)."""
+        rows: dict[str, tuple[Any, ...]] = {}
+        progress: dict[str, tuple[str, int, str]] = {}
+        for item_rows, item_progress in items:
+            for row in item_rows:
+                old = rows.get(row[0])
+                if old is None or row[_LAST_SEQ] >= old[_LAST_SEQ]:
+                    rows[row[0]] = row
+            if item_progress is not None:
+                old_p = progress.get(item_progress[0])
+                if old_p is None or item_progress[1] >= old_p[1]:
+                    progress[item_progress[0]] = item_progress
+        self.store.upsert_rows([(list(rows.values()), None),
+                                *(([], p) for p in progress.values())])
+        self.rounds += 1
+        self.written += len(items)
 
     def _get(self, timeout: float) -> Any:
         try:

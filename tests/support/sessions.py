@@ -138,16 +138,19 @@ async def running_exporter(client: Client, data_dir: Path, task_queue: str | Non
     from observation.exporter.follower import SESSION_QUERY
     from observation.exporter.keys import publish_verifier
     from observation.exporter.service import Exporter, start_read_model
-    from observation.read_model.sync import ReadModelObserver, Tee
+    from observation.read_model.sync import AfterReadModel, ReadModelObserver, Tee
+    from observation.read_model.writer import GroupWriter
 
     store = await asyncio.to_thread(start_read_model, data_dir, data_dir / "runs")
     assert store is not None
+    writer = GroupWriter(store)  # as run_exporter writes it: in groups, the feed after
     query = SESSION_QUERY + (f' AND TaskQueue = "{task_queue}"' if task_queue else "")
     if signer is not None:
         publish_verifier(data_dir, signer.verifier())
     exporter = Exporter(client, data_dir / "runs", query=query, discover_every_s=0.2,
-                        observers=lambda sid: Tee([ReadModelObserver(sid, store),
-                                                   feed.observer(sid) if feed else None]),
+                        observers=lambda sid: Tee([
+                            ReadModelObserver(sid, writer),
+                            AfterReadModel(feed.observer(sid), writer) if feed else None]),
                         signer=signer)
     if feed is not None:
         feed.want = exporter.wake
@@ -158,4 +161,5 @@ async def running_exporter(client: Client, data_dir: Path, task_queue: str | Non
     finally:
         stop.set()
         await task
+        await asyncio.to_thread(writer.close)
         store.close()

@@ -1,0 +1,102 @@
+"""Benchmark: what a read model round costs per batch, by how many batches it holds.
+
+Run by hand (not a test), from the repository root::
+
+    .venv/bin/python bench/read_model_bench.py
+
+The saved histories (``tests/workflows/histories``) exported ``--copies`` times as
+sessions of their own, a commit every three log lines (as the exporter commits a
+history page); their batches are then written into a new SQLite read model: one
+transaction per batch (``ReadStore.apply``, as before the group writer), and in rounds
+of 1, 4, 16 and 64 batches (``apply_many`` after merging each session's batches, as
+the group writer does, ``observation/read_model/writer.py``). CPU time of this one
+process per log line (the fold and the rows are made before the clock starts).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from observation.exporter import export_history
+from observation.exporter.decode import load_history
+from observation.exporter.verify import read_lines, verify_lines
+from observation.read_model import open_store
+from observation.read_model.rows import MergedBatch, SessionBatch
+from observation.read_model.sync import ReadModelObserver
+
+HISTORIES = Path(__file__).resolve().parents[1] / "tests" / "workflows" / "histories"
+SCENARIOS = ("demo", "rejected", "auto_timeout", "canceled")
+
+
+class Caught:
+    def __init__(self) -> None:
+        self.batches: list[SessionBatch] = []
+
+    def apply(self, batch: SessionBatch) -> None:
+        self.batches.append(batch)
+
+
+def batches(tmp: Path, copies: int, every: int) -> tuple[list[SessionBatch], int]:
+    logs = []
+    for name in SCENARIOS:
+        sid, events = load_history((HISTORIES / f"{name}.json").read_text())
+        export_history(sid, events, tmp / "runs", None)
+        logs.append((sid, list(verify_lines(read_lines(tmp / "runs" / sid / "events.ndjson")))))
+    caught, lines = Caught(), 0
+    for copy in range(copies):
+        for sid, events in logs:
+            observer = ReadModelObserver(f"{sid}-{copy}", caught)
+            for i, e in enumerate(events):
+                observer.event(e, False)
+                lines += 1
+                if i % every == every - 1:
+                    observer.commit()
+            observer.commit()
+    return caught.batches, lines
+
+
+def main(argv: list[str]) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--copies", type=int, default=30)
+    p.add_argument("--every", type=int, default=3, help="log lines per commit")
+    args = p.parse_args(argv)
+    if args.copies < 1 or args.every < 1:
+        p.error("--copies and --every must be at least 1")
+    with tempfile.TemporaryDirectory(prefix="hitlflow-rm-bench-") as d:
+        tmp = Path(d)
+        found, lines = batches(tmp, args.copies, args.every)
+        print(f"{len(found)} batches of {lines} log lines ({args.copies} copies of "
+              f"{len(SCENARIOS)} histories, a commit every {args.every} lines)")
+        store = open_store(tmp / "one")
+        t0 = time.process_time()
+        for b in found:
+            store.apply(b)
+        spent = time.process_time() - t0
+        store.close()
+        print(f"  one transaction per batch (apply): {spent / lines * 1e6:6.1f} us per line, "
+              f"{spent / len(found) * 1e6:5.0f} us per batch")
+        for size in (1, 4, 16, 64):
+            store = open_store(tmp / f"rounds{size}")
+            t0 = time.process_time()
+            rounds = 0
+            for i in range(0, len(found), size):
+                merged: dict[str, SessionBatch | MergedBatch] = {}
+                for b in found[i:i + size]:  # as the group writer merges them
+                    old = merged.get(b.session_id)
+                    merged[b.session_id] = b if old is None else (
+                        old.add(b) if isinstance(old, MergedBatch) else MergedBatch(old).add(b))
+                store.apply_many([m.batch() if isinstance(m, MergedBatch) else m
+                                  for m in merged.values()])
+                rounds += 1
+            spent = time.process_time() - t0
+            store.close()
+            print(f"  rounds of {size:2d} batches (apply_many): {spent / lines * 1e6:6.1f} us "
+                  f"per line, {spent / rounds * 1e6:5.0f} us per round")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
