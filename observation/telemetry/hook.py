@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from observation.exporter.verify import LOG_NAME, read_head, read_lines, verify_lines
-from observation.telemetry.model import TelemetryRun
+from observation.telemetry.model import Run, TelemetryRun
 from observation.telemetry.otel import SpanSink, TelemetryConfigError, otlp_exporter_from_env
 from observation.telemetry.project import ProjectionError, TelemetryProjector
 from observation.telemetry.store import STORE_NAME, TelemetryStore, TelemetryStoreError
@@ -36,7 +36,7 @@ log = logging.getLogger("hitlflow.telemetry")
 
 
 class RunSink(Protocol):
-    def upsert(self, runs: Iterable[TelemetryRun],
+    def upsert(self, runs: Iterable[TelemetryRun | Run],
                progress: tuple[str, int, str] | None = None) -> None: ...
 
 
@@ -145,7 +145,7 @@ def sync_store(store: TelemetryStore, runs_dir: Path, *, every: bool = False
         try:
             projector, head = replay_log(run_dir)
             if head is not None:
-                store.upsert(projector.ordered(), (run_dir.name, *head))
+                store.upsert(projector.runs.values(), (run_dir.name, *head))
                 synced += 1
         except (ValueError, KeyError, TypeError, OSError) as err:  # ChainBroken, Projection
             errors[run_dir.name] = f"{type(err).__name__}: {err}"

@@ -6,6 +6,11 @@ step — (``work_item``), gate run (``gate``) and LLM call (``llm_call``; its pa
 is its reasoning step). Each run is one span of the log: ``context_json`` holds the
 ``trace_id`` and ``span_id`` (and ``parent_span_id``) that the NDJSON events of
 that operation carry.
+
+:class:`TelemetryRun` is the record as read and shown (the store's rows, the CLI,
+``project``); :class:`Run` is the projector's own mutable state of one run, a plain
+slotted object changed on every log line (no validation per attribute set) that
+keeps its store row's JSON texts until what they encode changes.
 """
 
 from __future__ import annotations
@@ -13,6 +18,8 @@ from __future__ import annotations
 from typing import Any
 
 from pydantic import BaseModel
+
+from workflows.canonical import canonical_text, jcs, plain
 
 JOB_TYPES = ("session", "reasoning", "work_item", "gate", "llm_call")
 #: Statuses of runs. A session run has the session's canonical status; a child is
@@ -62,3 +69,104 @@ class TelemetryRun(BaseModel):
     @property
     def parent_span_id(self) -> str | None:
         return self.context_json.get("parent_span_id")
+
+
+class Run:
+    """A run as the projector holds it: the fields of :class:`TelemetryRun`, mutable,
+    without validation. ``attributes`` is changed only through :meth:`set_attrs`
+    (which drops the cached ``attributes_json``); ``context_json`` never changes."""
+
+    __slots__ = (
+        "_attrs_text",
+        "_context_text",
+        "_odd",
+        "attributes",
+        "context_json",
+        "ended_at",
+        "event_count",
+        "first_seq",
+        "job_type",
+        "last_seq",
+        "name",
+        "ordinal",
+        "parent_run_id",
+        "run_id",
+        "session_id",
+        "started_at",
+        "status",
+        "updated_at",
+    )
+
+    def __init__(self, *, run_id: str, parent_run_id: str | None, session_id: str,
+                 job_type: str, name: str, status: str, updated_at: str,
+                 context_json: dict[str, str | None], attributes: dict[str, Any],
+                 ordinal: int, first_seq: int, last_seq: int,
+                 started_at: str | None = None, ended_at: str | None = None,
+                 event_count: int = 0) -> None:
+        self.run_id, self.parent_run_id, self.session_id = run_id, parent_run_id, session_id
+        self.job_type, self.name, self.status = job_type, name, status
+        self.started_at, self.ended_at, self.updated_at = started_at, ended_at, updated_at
+        self.context_json, self.attributes = context_json, attributes
+        self.ordinal, self.first_seq, self.last_seq = ordinal, first_seq, last_seq
+        self.event_count = event_count
+        self._context_text: str | None = None
+        self._attrs_text: str | None = None
+        # attributes whose value JCS does not write as canonical_text does (floats...)
+        self._odd = {k for k, v in attributes.items() if not (k.isascii() and plain(v))}
+
+    @property
+    def ended(self) -> bool:
+        return self.ended_at is not None
+
+    @property
+    def trace_id(self) -> str:
+        return str(self.context_json["trace_id"])
+
+    @property
+    def span_id(self) -> str:
+        return str(self.context_json["span_id"])
+
+    @property
+    def parent_span_id(self) -> str | None:
+        return self.context_json.get("parent_span_id")
+
+    def set_attrs(self, attrs: dict[str, Any]) -> None:
+        """Set attributes; each new value is checked once for the fast encoder."""
+        self.attributes.update(attrs)
+        self._attrs_text = None
+        odd = self._odd
+        for k, v in attrs.items():
+            if k.isascii() and plain(v):
+                odd.discard(k)
+            else:
+                odd.add(k)
+
+    def texts(self) -> tuple[str, str]:
+        """``(context_json, attributes_json)`` as RFC 8785 text, each encoded once per
+        change."""
+        if self._context_text is None:
+            self._context_text = jcs(self.context_json).decode()
+        if self._attrs_text is None:
+            self._attrs_text = self._encode_attrs()
+        return self._context_text, self._attrs_text
+
+    def _encode_attrs(self) -> str:
+        """``jcs(attributes)``, without walking values already known to be plain."""
+        if not self._odd:
+            text = canonical_text(self.attributes)
+            try:
+                text.encode()  # a lone surrogate: jcs raises its own error for it
+                return text
+            except UnicodeEncodeError:
+                pass
+        return jcs(self.attributes).decode()
+
+    def model(self) -> TelemetryRun:
+        """The :class:`TelemetryRun` of this state (copies: later changes stay out)."""
+        return TelemetryRun(
+            run_id=self.run_id, parent_run_id=self.parent_run_id, session_id=self.session_id,
+            job_type=self.job_type, name=self.name, status=self.status,
+            started_at=self.started_at, ended_at=self.ended_at, updated_at=self.updated_at,
+            context_json=dict(self.context_json), attributes=dict(self.attributes),
+            ordinal=self.ordinal, first_seq=self.first_seq, last_seq=self.last_seq,
+            event_count=self.event_count)

@@ -27,7 +27,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcess
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
-from observation.telemetry.model import TelemetryRun
+from observation.telemetry.model import Run, TelemetryRun
 
 SCOPE = InstrumentationScope("hitlflow.telemetry", "1")
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -89,13 +89,13 @@ def gen_ai_attributes(a: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def span_name(run: TelemetryRun) -> str:
+def span_name(run: TelemetryRun | Run) -> str:
     if run.job_type == "llm_call":  # GenAI convention: "{operation} {model}"
         return f"chat {run.attributes.get('model') or ''}".strip()
     return run.name
 
 
-def run_attributes(run: TelemetryRun) -> dict[str, Any]:
+def run_attributes(run: TelemetryRun | Run) -> dict[str, Any]:
     attrs: dict[str, Any] = {
         "hitlflow.session_id": run.session_id, "hitlflow.run_id": run.run_id,
         "hitlflow.parent_run_id": run.parent_run_id, "hitlflow.job_type": run.job_type,
@@ -108,7 +108,7 @@ def run_attributes(run: TelemetryRun) -> dict[str, Any]:
     return _clean(attrs)
 
 
-def to_span(run: TelemetryRun, resource: Resource | None = None) -> ReadableSpan:
+def to_span(run: TelemetryRun | Run, resource: Resource | None = None) -> ReadableSpan:
     """The span of a run (ended or not: an open run's end time is left unset)."""
     status = Status(StatusCode.UNSET)
     if run.status == "failed":
@@ -149,7 +149,7 @@ class SpanSink:
                                          else SimpleSpanProcessor(exporter))
         self.resource = resource or default_resource()
 
-    def export(self, runs: Iterable[TelemetryRun]) -> None:
+    def export(self, runs: Iterable[TelemetryRun | Run]) -> None:
         for run in runs:
             self.processor.on_end(to_span(run, self.resource))
 

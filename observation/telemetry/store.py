@@ -26,7 +26,7 @@ from urllib.parse import quote
 
 import rfc8785
 
-from observation.telemetry.model import TelemetryRun
+from observation.telemetry.model import Run, TelemetryRun
 from workflows.canonical import jcs
 
 STORE_NAME = "telemetry.sqlite"
@@ -51,9 +51,13 @@ CREATE TABLE IF NOT EXISTS sessions (
     session_id TEXT PRIMARY KEY, last_seq INTEGER NOT NULL, last_hash TEXT NOT NULL);
 INSERT OR IGNORE INTO meta (key, value) VALUES ('schema', '{SCHEMA_VERSION}');
 """
+#: What a run's later lines change; the rest (ids, span, ordinal, first_seq) is fixed
+#: when the run is created, so an update leaves it, and the indexes on it, alone.
+CHANGING = ("name", "status", "started_at", "ended_at", "updated_at", "attributes_json",
+            "last_seq", "event_count")
 _UPSERT = (f"INSERT INTO runs ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))}) "
            "ON CONFLICT (run_id) DO UPDATE SET "
-           + ", ".join(f"{c} = excluded.{c}" for c in COLUMNS[1:])
+           + ", ".join(f"{c} = excluded.{c}" for c in CHANGING)
            + " WHERE excluded.last_seq >= runs.last_seq")
 _PROGRESS = ("INSERT INTO sessions (session_id, last_seq, last_hash) VALUES (?, ?, ?) "
              "ON CONFLICT (session_id) DO UPDATE SET last_seq = excluded.last_seq, "
@@ -68,10 +72,17 @@ def _text(value: Any) -> str:
     return jcs(value).decode()  # RFC 8785 (the C encoder where it provably is)
 
 
-def to_row(run: TelemetryRun) -> tuple[Any, ...]:
+def to_row(run: TelemetryRun | Run) -> tuple[Any, ...]:
+    """The run's row (``COLUMNS``). A projector's :class:`Run` keeps its JSON texts
+    until they change, so a run touched by many commits is encoded once per change."""
+    if isinstance(run, Run):
+        context, attributes = run.texts()
+    else:
+        context, attributes = _text(run.context_json), _text(run.attributes)
+    ctx = run.context_json
     return (run.run_id, run.session_id, run.parent_run_id, run.job_type, run.name, run.status,
-            run.started_at, run.ended_at, run.updated_at, run.trace_id, run.span_id,
-            run.parent_span_id, _text(run.context_json), _text(run.attributes), run.ordinal,
+            run.started_at, run.ended_at, run.updated_at, str(ctx["trace_id"]),
+            str(ctx["span_id"]), ctx.get("parent_span_id"), context, attributes, run.ordinal,
             run.first_seq, run.last_seq, run.event_count)
 
 
@@ -152,7 +163,7 @@ class TelemetryStore:
 
     # -- writing -------------------------------------------------------------------------
 
-    def upsert(self, runs: Iterable[TelemetryRun],
+    def upsert(self, runs: Iterable[TelemetryRun | Run],
                progress: tuple[str, int, str] | None = None) -> None:
         """Write runs (each unless its row is newer) and, optionally, how far the
         session's log is reflected: ``(session_id, last_seq, last_hash)``. One

@@ -1,9 +1,11 @@
 """Store writes off the log's path: one thread upserts for every session.
 
 The exporter's writer threads hand their changed runs over (as rows, made at once,
-so later changes cannot leak in) and go on with the log; this thread writes
-whatever has queued up in one transaction per round (round after round while there
-is work, at most one per ``MIN_ROUND_S``; at once when idle), each run once (its
+so later changes cannot leak in; a projector's run keeps its JSON texts until they
+change, so making a row encodes only what changed) and go on with the log; this
+thread writes whatever has queued up in one transaction per round (round after
+round while there is work, at most one per ``MIN_ROUND_S``; at once when idle, and
+at once for ``flush``/``close``), each run once (its
 latest row: a row is never replaced by an older state, so writing only the latest
 is the same) and each session's progress once (its furthest). A failed write is
 kept and tried again. ``flush`` waits until everything handed over is written;
@@ -19,14 +21,18 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from observation.telemetry.model import TelemetryRun
+from observation.telemetry.model import Run, TelemetryRun
 from observation.telemetry.store import COLUMNS, TelemetryStore, TelemetryStoreError, to_row
 
 log = logging.getLogger("hitlflow.telemetry")
 Item = tuple[list[tuple[Any, ...]], tuple[str, int, str] | None]
 RETRY_AFTER_S = 1.0
-#: Rounds begin at most this often (as the read model's, ``read_model/writer.py``).
-MIN_ROUND_S = 0.01
+#: Rounds begin at most this often. A transaction costs far more than the rows in
+#: it, and nothing waits for telemetry rows (the SSE feed and the lag follow the read
+#: model, ``read_model/writer.py``, whose rounds are 10 ms apart), so a busy
+#: exporter's commits are gathered for up to this long: the store lags the log by at
+#: most about this much.
+MIN_ROUND_S = 0.2
 _LAST_SEQ = COLUMNS.index("last_seq")
 
 
@@ -46,7 +52,7 @@ class BackgroundWriter:
                                         daemon=True)
         self._thread.start()
 
-    def upsert(self, runs: Iterable[TelemetryRun],
+    def upsert(self, runs: Iterable[TelemetryRun | Run],
                progress: tuple[str, int, str] | None = None) -> None:
         self._queue.put(([to_row(r) for r in runs], progress))
 
@@ -66,8 +72,8 @@ class BackgroundWriter:
         stop = False
         while not stop:
             first = self._queue.get() if not pending else self._get(self.retry_after_s)
-            # under load, at most one round per min_round_s (idle: at once)
-            if first is not None and (left := self._last_round + self.min_round_s
+            # under load, at most one round per min_round_s (idle, flush, close: at once)
+            if isinstance(first, tuple) and (left := self._last_round + self.min_round_s
                                       - time.monotonic()) > 0:
                 time.sleep(left)
             self._last_round = time.monotonic()

@@ -21,6 +21,7 @@ import rfc8785
 from observation.exporter import export_history
 from observation.exporter.decode import load_history
 from observation.telemetry import TelemetryProjector, project
+from observation.telemetry.model import Run
 from observation.telemetry.store import to_row
 
 HISTORIES = Path(__file__).parents[1] / "workflows" / "histories"
@@ -67,3 +68,41 @@ if __name__ == "__main__":
     with tempfile.TemporaryDirectory() as d:
         GOLDEN.write_text(json.dumps(record(Path(d)), indent=1, sort_keys=True) + "\n")
     sys.stdout.write(f"wrote {GOLDEN}\n")
+
+
+def _run(**attributes) -> Run:
+    return Run(run_id="s/x", parent_run_id=None, session_id="s", job_type="session",
+               name="n", status="running", updated_at="t", ordinal=0, first_seq=1,
+               last_seq=1, context_json={"trace_id": "a", "span_id": "b",
+                                         "parent_span_id": None}, attributes=attributes)
+
+
+ODD_VALUES = [1.5, 0.1, 1e21, -0.0, 2**53 - 1, {"é": 1}, [{"k": 2.5}], "é\u2028", "\U0001f600",
+              {"a": [1, {"b": None}]}, None, True, "plain", 7]
+
+
+@pytest.mark.parametrize("value", ODD_VALUES, ids=repr)
+def test_a_runs_cached_texts_are_rfc8785_as_values_come_and_go(value):
+    """The projector's runs encode their attributes without re-walking known-plain
+    values: whatever is set (floats, non-ASCII keys, big integers) and then replaced,
+    the text is what rfc8785 writes for the attributes at that moment."""
+    run = _run(first=value)
+    assert run.texts() == (rfc8785.dumps(run.context_json).decode(),
+                           rfc8785.dumps(run.attributes).decode())
+    for step in ({"x": value}, {"first": "plain"}, {"x": 1}, {"é": value}, {"é": 2},
+                 {"first": value}):
+        run.set_attrs(step)
+        assert run.texts()[1] == rfc8785.dumps(run.attributes).decode(), step
+        assert to_row(run) == to_row(run.model())  # the record's row, encoded anew
+
+
+@pytest.mark.parametrize("value", ["\ud800", 2**53, {"k": [-(2**60)]}], ids=repr)
+def test_what_jcs_cannot_encode_is_refused_as_jcs_refuses_it(value):
+    run = _run(ok=1)
+    run.texts()
+    run.set_attrs({"v": value})
+    with pytest.raises(Exception) as got:
+        run.texts()
+    with pytest.raises(Exception) as want:
+        rfc8785.dumps({"v": value})
+    assert type(got.value) is type(want.value)
