@@ -17,9 +17,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
 from pydantic import BaseModel
 
-from workflows.canonical import canonical_text, jcs, plain
+from workflows.canonical import jcs, plain
 
 JOB_TYPES = ("session", "reasoning", "work_item", "gate", "llm_call")
 #: Statuses of runs. A session run has the session's canonical status; a child is
@@ -27,6 +28,11 @@ JOB_TYPES = ("session", "reasoning", "work_item", "gate", "llm_call")
 STATUSES = ("queued", "running", "waiting_user", "succeeded", "failed", "rejected",
             "canceled")
 ENDED = frozenset({"succeeded", "failed", "rejected", "canceled"})
+
+
+#: orjson writes RFC 8785 for values ``plain`` holds for (sorted keys; an integer
+#: beyond +-(2**53 - 1) refused): as ``observation.exporter.chain.payload_jcs``.
+_ORJSON_JCS = orjson.OPT_SORT_KEYS | orjson.OPT_STRICT_INTEGER
 
 
 def run_id(session_id: str, kind: str, key: str = "") -> str:
@@ -145,21 +151,10 @@ class Run:
         """``(context_json, attributes_json)`` as RFC 8785 text, each encoded once per
         change."""
         if self._context_text is None:
-            self._context_text = jcs(self.context_json).decode()
+            self._context_text = _jcs_text(self.context_json, plain(self.context_json))
         if self._attrs_text is None:
-            self._attrs_text = self._encode_attrs()
+            self._attrs_text = _jcs_text(self.attributes, not self._odd)
         return self._context_text, self._attrs_text
-
-    def _encode_attrs(self) -> str:
-        """``jcs(attributes)``, without walking values already known to be plain."""
-        if not self._odd:
-            text = canonical_text(self.attributes)
-            try:
-                text.encode()  # a lone surrogate: jcs raises its own error for it
-                return text
-            except UnicodeEncodeError:
-                pass
-        return jcs(self.attributes).decode()
 
     def model(self) -> TelemetryRun:
         """The :class:`TelemetryRun` of this state (copies: later changes stay out)."""
@@ -170,3 +165,13 @@ class Run:
             context_json=dict(self.context_json), attributes=dict(self.attributes),
             ordinal=self.ordinal, first_seq=self.first_seq, last_seq=self.last_seq,
             event_count=self.event_count)
+
+
+def _jcs_text(value: dict[str, Any], is_plain: bool) -> str:
+    """``jcs(value)`` as text; ``is_plain``: ``plain(value)`` is known to hold."""
+    if is_plain:
+        try:
+            return orjson.dumps(value, option=_ORJSON_JCS).decode()
+        except orjson.JSONEncodeError:  # a lone surrogate: jcs raises its own error
+            pass
+    return jcs(value).decode()

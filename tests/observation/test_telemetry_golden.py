@@ -78,7 +78,8 @@ def _run(**attributes) -> Run:
 
 
 ODD_VALUES = [1.5, 0.1, 1e21, -0.0, 2**53 - 1, {"é": 1}, [{"k": 2.5}], "é\u2028", "\U0001f600",
-              {"a": [1, {"b": None}]}, None, True, "plain", 7]
+              {"a": [1, {"b": None}]}, None, True, "plain", 7, "\x00\x1f\"\\/\x7f\b\t\n",
+              {"z": 1, "a": {"y": "\u00e9", "B": [False, -(2**53 - 1)]}}, ["\ufeff", ""]]
 
 
 @pytest.mark.parametrize("value", ODD_VALUES, ids=repr)
