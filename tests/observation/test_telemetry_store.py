@@ -125,6 +125,24 @@ def test_an_older_state_never_overwrites_a_newer_row(exported):
     assert dump(exported / STORE_NAME) == before
 
 
+def test_a_newer_state_updates_what_lines_change_and_leaves_what_is_fixed(exported):
+    """An update sets status, name, times, attributes, last_seq and event_count; a
+    run's ids, span, ordinal and first_seq are fixed when it is created."""
+    sid, _ = LOADED["demo"]
+    with TelemetryStore.open(exported / STORE_NAME) as store:
+        run = store.runs(session_id=sid, job_type="llm_call")[0]
+        newer = run.model_copy(update={
+            "status": "failed", "name": "renamed", "ended_at": "2030-01-01T00:00:00Z",
+            "attributes": {"x": 1.5}, "last_seq": run.last_seq + 1000, "event_count": 99,
+            "ordinal": 12345, "first_seq": 0, "parent_run_id": "elsewhere",
+            "context_json": {**run.context_json, "span_id": "f" * 16}})
+        store.upsert([newer])
+        got = store.run(run.run_id)
+    assert got == run.model_copy(update={
+        "status": "failed", "name": "renamed", "ended_at": "2030-01-01T00:00:00Z",
+        "attributes": {"x": 1.5}, "last_seq": run.last_seq + 1000, "event_count": 99})
+
+
 @pytest.mark.parametrize("content", [
     b"this is not a database, just some bytes " * 100,
     b"SQLite format 3\x00" + b"\xff" * 4000,  # a header, then garbage
