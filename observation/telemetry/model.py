@@ -117,7 +117,8 @@ class Run:
         self.event_count = event_count
         self._context_text: str | None = None
         self._attrs_text: str | None = None
-        # attributes whose value JCS does not write as canonical_text does (floats...)
+        # attributes whose value orjson may not write as RFC 8785 does (floats, non-ASCII
+        # keys, big integers...): while there is one, the texts go through rfc8785
         self._odd = {k for k, v in attributes.items() if not (k.isascii() and plain(v))}
 
     @property
