@@ -18,11 +18,9 @@ from dataclasses import dataclass, field
 from observation.log_view import SessionLogView
 from observation.projections import execution_snapshot, has_suspended, was_suspended
 from observation.read_model.access import AccessFold
+from observation.read_model.json_text import dumps
 from observation.read_model.notices import NoticeRow
-from workflows.canonical import canonical_json
 from workflows.contract import CONTRACT_TABLE
-
-dumps = canonical_json
 
 
 @dataclass(frozen=True)
