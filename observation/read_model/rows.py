@@ -20,7 +20,7 @@ from observation.projections import execution_snapshot, has_suspended, was_suspe
 from observation.read_model.access import AccessFold
 from observation.read_model.json_text import dumps
 from observation.read_model.notices import NoticeRow
-from workflows.contract import CONTRACT_TABLE
+from workflows.contract import CONTRACT_TABLE, TransitionRecord
 
 
 @dataclass(frozen=True)
@@ -125,28 +125,47 @@ def session_row(view: SessionLogView, access: AccessFold | None = None,
         last_seq=view.last_seq, last_hash=view.last_hash)
 
 
-def contract_row(view: SessionLogView, i: int) -> ContractRow:
+class TransitionTexts:
+    """Each contract's transitions as JSON, kept: a transition is written once it can no
+    longer change (a later one follows it: the fold names the actor of the last one
+    only), not again at every change of its contract."""
+
+    def __init__(self) -> None:
+        self._texts: dict[int, tuple[list[str], int]] = {}  # index: (texts, final ones)
+
+    def of(self, i: int, transitions: list[TransitionRecord]) -> str:
+        texts, final = self._texts.get(i, ([], 0))
+        del texts[final:]  # the last one written may have changed since
+        texts += [dumps(t.model_dump(mode="json")) for t in transitions[final:]]
+        self._texts[i] = texts, max(len(transitions) - 1, 0)
+        return f"[{','.join(texts)}]"
+
+
+def contract_row(view: SessionLogView, i: int,
+                 texts: TransitionTexts | None = None) -> ContractRow:
     c = view.contracts[i]
     entered = c.transitions[-1].timestamp if c.transitions else c.created_at
     snap = execution_snapshot(c, entered).model_dump(mode="json")
     return ContractRow(
         ordinal=i, execution_id=c.execution_id, status=c.status.value,
         entered_state_at=snap["entered_state_at"], snapshot=dumps(snap),
-        transitions=dumps([t.model_dump(mode="json") for t in c.transitions]),
+        transitions=dumps([t.model_dump(mode="json") for t in c.transitions])
+        if texts is None else texts.of(i, c.transitions),
         seq=view.contract_seq[i])
 
 
 def batch(view: SessionLogView, contracts: Iterable[int], history: Iterable[int],
           facts_from: int, access: AccessFold | None = None,
           notices: list[NoticeRow] | None = None,
-          suspended: bool | None = None) -> SessionBatch:
+          suspended: bool | None = None,
+          texts: TransitionTexts | None = None) -> SessionBatch:
     """The session's row, the given contracts and status changes (by index) and the
     facts from index ``facts_from`` on; who is named when ``access`` changed. Its cost
     is that of what changed (``suspended`` given: nothing is done per contract that
-    did not change)."""
+    did not change; ``texts``: the transitions written before, kept)."""
     return SessionBatch(
         session=session_row(view, access, suspended),
-        contracts=[contract_row(view, i) for i in sorted(contracts)],
+        contracts=[contract_row(view, i, texts) for i in sorted(contracts)],
         facts=[EntryRow(i, dumps(view.facts[i].model_dump(mode="json")), view.fact_seq[i])
                for i in range(facts_from, len(view.facts))],
         history=[EntryRow(i, dumps(view.history[i].model_dump(mode="json")),
