@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import operator
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -102,6 +103,8 @@ _BOOLS = ("has_suspended", "closed")
 
 _SESSION_COLS = (*SESSION_COLUMNS, "updated_at")
 _STARTED_AT = SESSION_COLUMNS.index("started_at")
+_session_values = operator.attrgetter(*SESSION_COLUMNS)  # the row's values, in C
+_BOOL_AT = tuple(SESSION_COLUMNS.index(c) for c in _BOOLS)
 _LOCK_CHUNK = 500  # session ids per query of a round's lock
 UPSERT_SESSION = (
     f"INSERT INTO rm_sessions ({', '.join(_SESSION_COLS)}) "
@@ -387,8 +390,9 @@ class SqlStore:
         access_of, access, lineage, notices = [], [], [], []
         for b in batches:
             sid, s = b.session_id, b.session
-            values = [getattr(s, c) for c in SESSION_COLUMNS]
-            values = [int(v) if isinstance(v, bool) else v for v in values]
+            values = list(_session_values(s))
+            for i in _BOOL_AT:  # PostgreSQL's INTEGER takes no bool
+                values[i] = int(values[i])
             values[_STARTED_AT] = s.started_at or ""
             values.append(now)
             row = stored.get(sid)
