@@ -14,6 +14,10 @@ where it provably writes the same characters, through ``canonical_json`` for the
   writes (lone surrogates, integers beyond 64 bits, non-``str`` keys): a value holding a
   float, a subclass of a builtin, a key that is not a ``str`` or anything else goes the
   exact way, and so does one ``orjson`` refuses.
+
+:func:`dumps_typed` skips the walk for values that hold no float by their type (a
+transition, a memory fact, the status counts); only their parts typed ``Any`` are
+walked (a snapshot's ``result``, a status change's FCMP payloads).
 """
 
 from __future__ import annotations
@@ -51,15 +55,31 @@ def plain(value: Any) -> bool:
     return False
 
 
+def floatless(value: Any) -> bool:
+    """:func:`plain`, False for a value nested too deep to walk (the exact path then
+    says what it says of it)."""
+    try:
+        return plain(value)
+    except RecursionError:
+        return False
+
+
 def dumps(value: Any) -> str:
     """``canonical_json(value)``, the same text, faster where that is provably so."""
-    try:
-        fast = plain(value)
-    except RecursionError:  # nested too deep for a walk: the exact path says what it says
-        fast = False
-    if fast:
+    if floatless(value):
         try:
             return orjson.dumps(value, option=_SORTED).decode()
         except TypeError:  # JSONEncodeError: a lone surrogate, a huge integer, too deep
             pass
     return canonical_json(value)
+
+
+def dumps_typed(value: Any) -> str:
+    """:func:`dumps` of a value that holds no float by its type (a pydantic model's JSON
+    dump whose fields are strings, integers, booleans, enums of strings and datetimes,
+    a ``{str: int}``): not walked. What ``orjson`` refuses (a lone surrogate) goes the
+    exact way."""
+    try:
+        return orjson.dumps(value, option=_SORTED).decode()
+    except TypeError:
+        return canonical_json(value)

@@ -134,3 +134,36 @@ def test_the_last_transition_named_later_is_written_again(tmp_path):
     again = texts.of(0, c.transitions[:1])
     assert again != first and again == _plain(c.transitions[:1])
     assert texts.of(0, c.transitions) == _plain(c.transitions)
+
+
+def test_floats_in_the_parts_typed_any_are_written_exactly(tmp_path):
+    """A snapshot's ``result`` and a status change's FCMP payloads may hold floats
+    (walked); the rest of those rows holds none by its type (not walked)."""
+    from observation.read_model.rows import batch, contract_row
+    from workflows.canonical import canonical_json
+
+    sid, events = logs(tmp_path / "runs")[0]
+    view = SessionLogView(sid)
+    for e in events:
+        view.apply(e)
+    c = view.contracts[0]
+    c.result = {"ratio": 1e-05, "big": 1e16, "name": "\u00e9t\u00e9"}
+    change = view.history[-1]
+    change.fcmp.append(change.fcmp[0].model_copy(update={"payload": {"p": 0.1, "q": 2.5e-7}})
+                       if change.fcmp else _fcmp({"p": 0.1, "q": 2.5e-7}))
+    row = contract_row(view, 0)
+    assert '"ratio":1e-05' in row.snapshot and '"big":1e+16' in row.snapshot
+    snap = __import__("json").loads(row.snapshot)
+    assert row.snapshot == canonical_json(snap)
+    b = batch(view, [0], [len(view.history) - 1], 0)
+    entry = b.history[-1].body
+    assert '"q":2.5e-07' in entry
+    assert entry == canonical_json(change.model_dump(mode="json"))
+    assert [f.body for f in b.facts] == \
+        [canonical_json(f.model_dump(mode="json")) for f in view.facts]
+
+
+def _fcmp(payload):
+    from workflows.statechart import FcmpEvent
+
+    return FcmpEvent(type="conversation.state.changed", payload=payload)
