@@ -10,7 +10,8 @@ history page); their batches are then written into a new SQLite read model: one
 transaction per batch (``ReadStore.apply``, as before the group writer), and in rounds
 of 1, 4, 16 and 64 batches (``apply_many`` after merging each session's batches, as
 the group writer does, ``observation/read_model/writer.py``). CPU time of this one
-process per log line (the fold and the rows are made before the clock starts).
+process per log line: first of the folds and of making the batches' rows (the
+exporter's thread), then of writing them (the writer thread's SQL).
 """
 
 from __future__ import annotations
@@ -40,23 +41,31 @@ class Caught:
         self.batches.append(batch)
 
 
-def batches(tmp: Path, copies: int, every: int) -> tuple[list[SessionBatch], int]:
+def batches(tmp: Path, copies: int, every: int
+            ) -> tuple[list[SessionBatch], int, float, float]:
     logs = []
     for name in SCENARIOS:
         sid, events = load_history((HISTORIES / f"{name}.json").read_text())
         export_history(sid, events, tmp / "runs", None)
         logs.append((sid, list(verify_lines(read_lines(tmp / "runs" / sid / "events.ndjson")))))
-    caught, lines = Caught(), 0
+    caught, lines, fold, rows = Caught(), 0, 0.0, 0.0
+    clock = time.process_time
     for copy in range(copies):
         for sid, events in logs:
             observer = ReadModelObserver(f"{sid}-{copy}", caught)
+            t0 = clock()
             for i, e in enumerate(events):
                 observer.event(e, False)
                 lines += 1
                 if i % every == every - 1:
+                    t1 = clock()
                     observer.commit()
+                    rows += clock() - t1
+            t1 = clock()
             observer.commit()
-    return caught.batches, lines
+            rows += clock() - t1
+            fold += clock() - t0
+    return caught.batches, lines, fold - rows, rows
 
 
 def main(argv: list[str]) -> None:
@@ -68,9 +77,11 @@ def main(argv: list[str]) -> None:
         p.error("--copies and --every must be at least 1")
     with tempfile.TemporaryDirectory(prefix="hitlflow-rm-bench-") as d:
         tmp = Path(d)
-        found, lines = batches(tmp, args.copies, args.every)
+        found, lines, fold, rows = batches(tmp, args.copies, args.every)
         print(f"{len(found)} batches of {lines} log lines ({args.copies} copies of "
               f"{len(SCENARIOS)} histories, a commit every {args.every} lines)")
+        print(f"  the folds (ReadModelObserver.event): {fold / lines * 1e6:6.1f} us per line; "
+              f"the batches' rows (commit): {rows / lines * 1e6:6.1f} us per line")
         store = open_store(tmp / "one")
         t0 = time.process_time()
         for b in found:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from observation import event_types as ev
-from workflows.canonical import canonical_json
+from observation.read_model.json_text import dumps
 
 ISSUE_REMINDED, ISSUE_ESCALATED = ev.ISSUE_REMINDED, ev.ISSUE_ESCALATED
 EXPIRED_RESOLUTION = "interaction.reply.expired"
@@ -136,7 +136,7 @@ class NoticeFold:
                 "owner": self.owner, "approvers": list(self.approvers),
                 "session_notify": list(self.notify), **fields}
         return NoticeRow(body["notice_id"], self.session_id, seq, kind, str(at),
-                         canonical_json(body))
+                         dumps(body))
 
 
 #: The lines that may make a notice (or set what later ones say), by type.

@@ -56,12 +56,6 @@ class PostgresStore(SqlStore):
     def _run_query(self, conn: Any, sql: str, params: Any) -> list[tuple[Any, ...]]:
         return conn.execute(sql, params, prepare=True).fetchall()
 
-    def _lock_session(self, cur: Any, session_id: str) -> tuple[int, str] | None:
-        cur.execute("SELECT last_seq, last_hash FROM rm_sessions WHERE session_id = %s "
-                    "FOR UPDATE", (session_id,))
-        row = cur.fetchone()
-        return (int(row[0]), str(row[1])) if row is not None else None
-
     def _lock_notices(self, cur: Any) -> None:
         cur.execute("SELECT pg_advisory_xact_lock(%s)", (self.NOTICES_LOCK,))
 

@@ -18,11 +18,9 @@ from dataclasses import dataclass, field
 from observation.log_view import SessionLogView
 from observation.projections import execution_snapshot, has_suspended, was_suspended
 from observation.read_model.access import AccessFold
+from observation.read_model.json_text import dumps, dumps_typed, floatless
 from observation.read_model.notices import NoticeRow
-from workflows.canonical import canonical_json
-from workflows.contract import CONTRACT_TABLE
-
-dumps = canonical_json
+from workflows.contract import CONTRACT_TABLE, TransitionRecord
 
 
 @dataclass(frozen=True)
@@ -121,37 +119,67 @@ def session_row(view: SessionLogView, access: AccessFold | None = None,
         llm_calls=view.llm_calls, contracts_total=len(view.contracts),
         terminal_contracts=terminal,
         has_suspended=has_suspended(view.contracts) if suspended is None else suspended,
-        status_counts=dumps(counts), facts_total=len(view.facts),
+        status_counts=dumps_typed(counts), facts_total=len(view.facts),
         history_total=len(view.history), failure_reason=view.failure_reason,
         last_text=view.last_text, closed=view.closed, journal_seq=view.journal_seq,
         last_seq=view.last_seq, last_hash=view.last_hash)
 
 
-def contract_row(view: SessionLogView, i: int) -> ContractRow:
+class TransitionTexts:
+    """Each contract's transitions as JSON, kept: a transition is written once it can no
+    longer change (a later one follows it: the fold names the actor of the last one
+    only), not again at every change of its contract."""
+
+    def __init__(self) -> None:
+        self._texts: dict[int, tuple[list[str], int]] = {}  # index: (texts, final ones)
+
+    def of(self, i: int, transitions: list[TransitionRecord]) -> str:
+        texts, final = self._texts.get(i, ([], 0))
+        del texts[final:]  # the last one written may have changed since
+        texts += [dumps_typed(t.model_dump(mode="json")) for t in transitions[final:]]
+        self._texts[i] = texts, max(len(transitions) - 1, 0)
+        return f"[{','.join(texts)}]"
+
+
+def _snapshot_text(snap: dict) -> str:
+    """A snapshot's JSON: only its ``result`` (``Any``) may hold a float."""
+    return dumps_typed(snap) if floatless(snap["result"]) else dumps(snap)
+
+
+def _change_text(change: dict) -> str:
+    """A status change's JSON: only its FCMP events' payloads (``Any``) may hold one."""
+    return dumps_typed(change) if floatless(change["fcmp"]) else dumps(change)
+
+
+def contract_row(view: SessionLogView, i: int,
+                 texts: TransitionTexts | None = None) -> ContractRow:
     c = view.contracts[i]
     entered = c.transitions[-1].timestamp if c.transitions else c.created_at
     snap = execution_snapshot(c, entered).model_dump(mode="json")
     return ContractRow(
         ordinal=i, execution_id=c.execution_id, status=c.status.value,
-        entered_state_at=snap["entered_state_at"], snapshot=dumps(snap),
-        transitions=dumps([t.model_dump(mode="json") for t in c.transitions]),
+        entered_state_at=snap["entered_state_at"], snapshot=_snapshot_text(snap),
+        transitions=dumps([t.model_dump(mode="json") for t in c.transitions])
+        if texts is None else texts.of(i, c.transitions),
         seq=view.contract_seq[i])
 
 
 def batch(view: SessionLogView, contracts: Iterable[int], history: Iterable[int],
           facts_from: int, access: AccessFold | None = None,
           notices: list[NoticeRow] | None = None,
-          suspended: bool | None = None) -> SessionBatch:
+          suspended: bool | None = None,
+          texts: TransitionTexts | None = None) -> SessionBatch:
     """The session's row, the given contracts and status changes (by index) and the
     facts from index ``facts_from`` on; who is named when ``access`` changed. Its cost
     is that of what changed (``suspended`` given: nothing is done per contract that
-    did not change)."""
+    did not change; ``texts``: the transitions written before, kept)."""
     return SessionBatch(
         session=session_row(view, access, suspended),
-        contracts=[contract_row(view, i) for i in sorted(contracts)],
-        facts=[EntryRow(i, dumps(view.facts[i].model_dump(mode="json")), view.fact_seq[i])
+        contracts=[contract_row(view, i, texts) for i in sorted(contracts)],
+        facts=[EntryRow(i, dumps_typed(view.facts[i].model_dump(mode="json")),
+                        view.fact_seq[i])
                for i in range(facts_from, len(view.facts))],
-        history=[EntryRow(i, dumps(view.history[i].model_dump(mode="json")),
+        history=[EntryRow(i, _change_text(view.history[i].model_dump(mode="json")),
                           view.history_seq[i]) for i in sorted(history)],
         access=access.rows() if access is not None and access.take_changed() else None,
         notices=list(notices or ()), forked_from=view.forked_from)

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import operator
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -102,15 +103,26 @@ _BOOLS = ("has_suspended", "closed")
 
 _SESSION_COLS = (*SESSION_COLUMNS, "updated_at")
 _STARTED_AT = SESSION_COLUMNS.index("started_at")
+_session_values = operator.attrgetter(*SESSION_COLUMNS)  # the row's values, in C
+_BOOL_AT = tuple(SESSION_COLUMNS.index(c) for c in _BOOLS)
 _LOCK_CHUNK = 500  # session ids per query of a round's lock
 UPSERT_SESSION = (
     f"INSERT INTO rm_sessions ({', '.join(_SESSION_COLS)}) "
     f"VALUES ({', '.join('?' for _ in _SESSION_COLS)}) ON CONFLICT (session_id) DO UPDATE SET "
     + ", ".join(f"{c} = excluded.{c}" for c in _SESSION_COLS[1:]))
+#: The session row's columns no index holds: a session whose ``status`` and
+#: ``started_at`` are as stored is updated in them only (its indexes' pages are left
+#: alone: a round writes fewer pages).
+_UNINDEXED = tuple(c for c in _SESSION_COLS[1:] if c not in ("status", "started_at"))
+UPDATE_SESSION = (f"UPDATE rm_sessions SET {', '.join(f'{c} = ?' for c in _UNINDEXED)} "
+                  "WHERE session_id = ?")
+_UNINDEXED_AT = tuple(_SESSION_COLS.index(c) for c in _UNINDEXED)
+#: A contract's ``execution_id`` is that of its ordinal for good (creation order in
+#: its log): not rewritten, so the ``(session_id, execution_id)`` index is untouched.
 UPSERT_CONTRACT = (
     "INSERT INTO rm_contracts (session_id, ordinal, execution_id, status, entered_state_at, "
     "snapshot, transitions, seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
-    "ON CONFLICT (session_id, ordinal) DO UPDATE SET execution_id = excluded.execution_id, "
+    "ON CONFLICT (session_id, ordinal) DO UPDATE SET "
     "status = excluded.status, entered_state_at = excluded.entered_state_at, "
     "snapshot = excluded.snapshot, transitions = excluded.transitions, seq = excluded.seq")
 
@@ -220,23 +232,18 @@ class SqlStore:
         raise NotImplementedError
         yield
 
-    def _lock_sessions(self, cur: Any, session_ids: Sequence[str]) -> dict[str, int]:
-        """The stored ``last_seq`` of each of ``session_ids`` that has a row (sorted
-        ids; PostgreSQL locks the rows, in that order)."""
-        out: dict[str, int] = {}
+    def _lock_sessions(self, cur: Any, session_ids: Sequence[str]
+                       ) -> dict[str, tuple[int, str | None, str]]:
+        """The stored ``(last_seq, status, started_at)`` of each of ``session_ids``
+        that has a row (sorted ids; PostgreSQL locks the rows, in that order)."""
+        out: dict[str, tuple[int, str | None, str]] = {}
         for i in range(0, len(session_ids), _LOCK_CHUNK):
             chunk = session_ids[i:i + _LOCK_CHUNK]
-            self._exec(cur, "SELECT session_id, last_seq FROM rm_sessions WHERE session_id "
-                       f"IN ({', '.join('?' for _ in chunk)}) ORDER BY session_id"
-                       + self.lock_rows, chunk)
-            out.update((str(r[0]), int(r[1])) for r in cur.fetchall())
+            self._exec(cur, "SELECT session_id, last_seq, status, started_at FROM "
+                       f"rm_sessions WHERE session_id IN ({', '.join('?' for _ in chunk)}) "
+                       "ORDER BY session_id" + self.lock_rows, chunk)
+            out.update((str(r[0]), (int(r[1]), r[2], str(r[3]))) for r in cur.fetchall())
         return out
-
-    def _lock_session(self, cur: Any, session_id: str) -> tuple[int, str] | None:
-        self._exec(cur, "SELECT last_seq, last_hash FROM rm_sessions WHERE session_id = ?",
-                   (session_id,))
-        row = cur.fetchone()
-        return (int(row[0]), str(row[1])) if row is not None else None
 
     def _errors(self) -> tuple[type[BaseException], ...]:
         raise NotImplementedError
@@ -310,17 +317,9 @@ class SqlStore:
     # -- writes -----------------------------------------------------------------------
 
     def apply(self, batch: SessionBatch) -> bool:
-        """Write one batch; False (nothing written) when the store already reflects it."""
-        try:
-            with self._write_lock, self._transaction() as cur:
-                stored = self._lock_session(cur, batch.session_id)
-                if stored is not None and stored[0] >= batch.session.last_seq:
-                    return False
-                self._write(cur, batch.since(stored[0]) if stored is not None else batch)
-                return True
-        except self._errors() as err:
-            raise ReadModelError(f"the read model ({self.where}) cannot be written: {err}"
-                                 ) from err
+        """Write one batch; False (nothing written) when the store already reflects it
+        (:meth:`apply_many` of one)."""
+        return self.apply_many([batch]) > 0
 
     def apply_many(self, batches: Sequence[SessionBatch]) -> int:
         """Write several sessions' batches in ONE transaction (the group writer's round,
@@ -341,12 +340,12 @@ class SqlStore:
                 stored = self._lock_sessions(cur, [b.session_id for b in ordered])
                 todo = []
                 for b in ordered:
-                    seq = stored.get(b.session_id)
-                    if seq is None:
+                    row = stored.get(b.session_id)
+                    if row is None:
                         todo.append(b)
-                    elif seq < b.session.last_seq:
-                        todo.append(b.since(seq))
-                self._write_all(cur, todo, notices_locked=True)
+                    elif row[0] < b.session.last_seq:
+                        todo.append(b.since(row[0]))
+                self._write_all(cur, todo, notices_locked=True, stored=stored)
                 return len(todo)
         except self._errors() as err:
             raise ReadModelError(f"the read model ({self.where}) cannot be written: {err}"
@@ -378,19 +377,29 @@ class SqlStore:
         self._write_all(cur, [b])
 
     def _write_all(self, cur: Any, batches: Sequence[SessionBatch],
-                   notices_locked: bool = False) -> None:
-        """The rows of ``batches`` (one per session), one statement per table."""
+                   notices_locked: bool = False,
+                   stored: dict[str, tuple[int, str | None, str]] | None = None) -> None:
+        """The rows of ``batches`` (one per session), one statement per table;
+        ``stored``: the sessions' stored ``(last_seq, status, started_at)`` (a session
+        whose indexed columns are as stored is updated in the others only)."""
         if not batches:
             return
         now = _now()
-        sessions, contracts, facts, history = [], [], [], []
+        stored = stored or {}
+        sessions, updates, contracts, facts, history = [], [], [], [], []
         access_of, access, lineage, notices = [], [], [], []
         for b in batches:
             sid, s = b.session_id, b.session
-            values = [getattr(s, c) for c in SESSION_COLUMNS]
-            values = [int(v) if isinstance(v, bool) else v for v in values]
+            values = list(_session_values(s))
+            for i in _BOOL_AT:  # PostgreSQL's INTEGER takes no bool
+                values[i] = int(values[i])
             values[_STARTED_AT] = s.started_at or ""
-            sessions.append((*values, now))
+            values.append(now)
+            row = stored.get(sid)
+            if row is not None and row[1] == s.status and row[2] == values[_STARTED_AT]:
+                updates.append((*(values[i] for i in _UNINDEXED_AT), sid))
+            else:
+                sessions.append(values)
             contracts += [(sid, c.ordinal, c.execution_id, c.status, c.entered_state_at,
                            c.snapshot, c.transitions, c.seq) for c in b.contracts]
             facts += [(sid, f.ordinal, f.body, f.seq) for f in b.facts]
@@ -403,6 +412,7 @@ class SqlStore:
             notices += [(n.notice_id, n.session_id, n.seq, n.kind, n.at, n.body)
                         for n in b.notices]
         self._many(cur, UPSERT_SESSION, sessions)
+        self._many(cur, UPDATE_SESSION, updates)
         self._many(cur, UPSERT_CONTRACT, contracts)
         self._many(cur, _upsert_entry("rm_facts"), facts)
         self._many(cur, _upsert_entry("rm_history"), history)

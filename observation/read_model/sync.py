@@ -31,7 +31,13 @@ from observation.exporter.verify import LOG_NAME, read_head, read_lines, verify_
 from observation.log_view import SessionLogView
 from observation.read_model.access import AccessFold
 from observation.read_model.notices import NoticeFold, NoticeRow
-from observation.read_model.rows import SessionBatch, Suspended, batch, full_batch
+from observation.read_model.rows import (
+    SessionBatch,
+    Suspended,
+    TransitionTexts,
+    batch,
+    full_batch,
+)
 from observation.read_model.store import ReadModelError, ReadStore
 from observation.read_model.writer import GroupWriter
 
@@ -60,6 +66,7 @@ class ReadModelObserver:
         self._history: set[int] = set()
         self._stored: int | None = None  # what the store holds, once known
         self._suspended = Suspended()  # has_suspended, kept as contracts change
+        self._texts = TransitionTexts()  # the transitions' JSON, each written once
 
     def event(self, event: dict[str, Any], replayed: bool) -> None:
         if self.broken is not None:
@@ -83,7 +90,7 @@ class ReadModelObserver:
         self._history |= history
         try:
             b = batch(view, self._contracts, self._history, self._facts_from, self.access,
-                      self._notices, self._suspended.update(view, contracts))
+                      self._notices, self._suspended.update(view, contracts), self._texts)
             self.store.apply(b)  # the store skips what it already has
         except ReadModelError as err:  # kept: the next commit writes it
             self.access.changed = True
