@@ -15,6 +15,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import json
+import logging
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass, field, replace
@@ -23,6 +24,7 @@ from typing import Any, TypeVar
 
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.service import RPCError
 
 from activities.deltas import call_scheduled
 from observation.event_types import is_sse
@@ -34,6 +36,7 @@ from observation.exporter.note import Signer
 from observation.exporter.verify import SNAPSHOT_NAME
 
 SESSION_QUERY = 'WorkflowType="SessionWorkflow"'
+log = logging.getLogger("hitlflow.exporter")
 T = TypeVar("T")
 
 
@@ -49,21 +52,60 @@ async def first_run_id(client: Client, session_id: str) -> str:
     raise LookupError(f"session {session_id} has no history")
 
 
+@dataclass
+class HistoryCursor:
+    """How far a follower read a session's history: the run it reads, the token of
+    its next page (at a page's end only) and how many events it took. A follower woken
+    after a park carries on from the token, instead of fetching the whole history
+    again (work per turn, not per session); where the token no longer holds, the
+    history comes again from its first run and the events taken are passed over."""
+
+    run_id: str | None = None
+    token: bytes | None = None
+    taken: int = 0
+
+
 async def history_events(
-    client: Client, session_id: str, *, follow: bool = False
+    client: Client, session_id: str, *, follow: bool = False,
+    cursor: HistoryCursor | None = None,
 ) -> AsyncIterator[tuple[HistoryEvent, bool]]:
-    """``(event, end_of_page)`` for every history event of every run, in order."""
-    run_id: str | None = await first_run_id(client, session_id)
-    while run_id:
-        it = client.get_workflow_handle(session_id, run_id=run_id).fetch_history_events(
-            wait_new_event=follow)
-        run_id = None
+    """``(event, end_of_page)`` for every history event of every run, in order;
+    with a ``cursor`` that read some of it before, the events after those."""
+    cursor = cursor if cursor is not None else HistoryCursor()
+    if cursor.run_id is not None and cursor.token is not None:
+        try:
+            async for item in _runs(client, session_id, cursor, follow, 0):
+                yield item
+            return
+        except RPCError as err:  # e.g. the run was reset: read again from the start
+            log.info("exporter: %s: carrying on from the last page failed (%s); "
+                     "reading the history again", session_id, err)
+    cursor.run_id, cursor.token = await first_run_id(client, session_id), None
+    async for item in _runs(client, session_id, cursor, follow, cursor.taken):
+        yield item
+
+
+async def _runs(client: Client, session_id: str, cursor: HistoryCursor, follow: bool,
+                skip: int) -> AsyncIterator[tuple[HistoryEvent, bool]]:
+    while cursor.run_id:
+        it = client.get_workflow_handle(session_id, run_id=cursor.run_id) \
+            .fetch_history_events(next_page_token=cursor.token, wait_new_event=follow)
+        new_run: str | None = None
         async for event in it:
             if event.HasField("workflow_execution_continued_as_new_event_attributes"):
-                run_id = event.workflow_execution_continued_as_new_event_attributes \
+                new_run = event.workflow_execution_continued_as_new_event_attributes \
                     .new_execution_run_id
             page = it.current_page
-            yield event, page is None or it.current_page_index >= len(page)
+            end = page is None or it.current_page_index >= len(page)
+            # the next page's token, at a page's end (where a follower parks); until
+            # an event comes, the cursor keeps the one this fetch started from
+            cursor.token = it.next_page_token if end else None
+            if skip:
+                skip -= 1
+                continue
+            cursor.taken += 1
+            yield event, end
+        cursor.run_id, cursor.token = new_run, None
 
 
 async def session_events(
@@ -138,6 +180,13 @@ class SessionExport:
         self.chain = writer.chain()  # the log's own format version (v1 stays v1)
         self.fed = 0  # history events fed so far
         self.skip = 0  # history events to pass over (fed before a resume)
+        self.cursor = HistoryCursor()  # how far the follower read the history
+
+    def carried_on(self) -> SessionExport:
+        """Carry on after :meth:`LogWriter.resume` with the history from
+        ``cursor`` on (:func:`history_events` passes over what was fed)."""
+        self.start = self.w.last_seq
+        return self
 
     def resumed(self) -> SessionExport:
         """Carry on after :meth:`LogWriter.resume`: the history comes again from its
@@ -307,9 +356,10 @@ async def export_session(
             fut, committing = committing, None
             await fut
 
-    events = history_events(client, session_id, follow=follow).__aiter__()
+    cursor = resume.cursor if resume is not None else HistoryCursor()
+    events = history_events(client, session_id, follow=follow, cursor=cursor).__aiter__()
     if resume is not None:
-        export, w = resume.resumed(), resume.w
+        export, w = resume.carried_on(), resume.w
     else:
         w = LogWriter(runs_dir / session_id, observer, signer)
     try:
@@ -318,7 +368,10 @@ async def export_session(
             await _in_thread(w.open)
         if w.finished and not w.checkpoint_due:
             return ExportResult(session_id, 0, w.last_seq, True)
-        export, page = export or SessionExport(w, session_id), []
+        if export is None:
+            export = SessionExport(w, session_id)
+            export.cursor = cursor
+        page: list[HistoryEvent] = []
         # Where parking was refused (visibility not there yet, a task pending): asked
         # again while no event comes, or the follower would hold its long-poll until
         # the person answers.

@@ -228,3 +228,74 @@ async def test_followers_at_once_are_bounded(worker, tmp_path, monkeypatch):
         await reply(h, 0)
         await reply(h, 1)
         await h.result()
+
+
+class Fetches:
+    """Every history page a client asks Temporal for: (workflow id, first event id)."""
+
+    def __init__(self, client: Client) -> None:
+        self.pages: list[tuple[str, int]] = []
+        service = client.workflow_service
+        real = service.get_workflow_execution_history
+
+        async def counted(req, **kw):
+            resp = await real(req, **kw)
+            if resp.history.events:
+                self.pages.append((req.execution.workflow_id, resp.history.events[0].event_id))
+            return resp
+        self.restore = lambda: setattr(service, "get_workflow_execution_history", real)
+        service.get_workflow_execution_history = counted
+
+
+async def test_a_woken_session_reads_only_the_history_after_its_park(worker, tmp_path):
+    """A parked follower keeps its place in the history (the next page's token): woken,
+    it asks for the events after those it took, not for the whole history again (the
+    work of a wake is the turn's, not the session's)."""
+    client, tq = worker
+    h = await start_session(client, two_questions(), tq)
+    await until(h, lambda s: s.status == W)
+    exporter = Exporter(client, tmp_path / "runs", discover_every_s=3600,
+                        query=f'WorkflowType="SessionWorkflow" AND WorkflowId="{h.id}"')
+    wakeups, fetches = Wakeups(), Fetches(client)
+    task, stop = await running(exporter, wakeups=wakeups)
+    try:
+        await eventually(parked(exporter, h.id, 0), "not parked at the first question")
+        for answered in (0, 1):
+            await reply(h, answered)
+            wakeups(h.id)
+            if answered == 0:
+                await eventually(parked(exporter, h.id, 1), "not parked again")
+        await eventually(lambda: h.id in exporter.done, "never finished")
+        firsts = [first for sid, first in fetches.pages if sid == h.id]
+        await same_as_one_shot(client, exporter, h.id, tmp_path)
+    finally:
+        stop.set()
+        await task
+        fetches.restore()
+    # From event 1 twice (the first-run lookup, then the follower's first page), and
+    # never again: each wake asks for the events after those it took.
+    assert firsts.count(1) == 2, firsts
+    assert firsts == sorted(firsts), firsts
+
+
+async def test_a_token_that_no_longer_holds_reads_the_history_again(worker, tmp_path):
+    """A cursor whose token the server refuses falls back to the first run and passes
+    over the events it took: the same events, once each."""
+    from observation.exporter.follower import HistoryCursor, history_events
+
+    client, tq = worker
+    h = await start_session(client, two_questions(), tq)
+    await until(h, lambda s: s.status == W)
+    cursor = HistoryCursor()
+    taken = []
+    async for e, end in history_events(client, h.id, follow=True, cursor=cursor):
+        taken.append(e.event_id)
+        if len(taken) >= 3 and end:
+            break  # where a follower parks: at a page's end, the next page's token kept
+    assert cursor.token is not None and cursor.taken == len(taken)
+    await reply(h, 0)  # history grows past what the cursor took
+    await until(h, lambda s: s.status == W and s.replies == 1)
+    every = [e.event_id async for e, _ in history_events(client, h.id)]
+    cursor.token = b"not a token"
+    rest = [e.event_id async for e, _ in history_events(client, h.id, cursor=cursor)]
+    assert rest and taken + rest == every
