@@ -15,7 +15,7 @@ keeps its store row's JSON texts until what they encode changes.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 from pydantic import BaseModel
@@ -41,23 +41,14 @@ def run_id(session_id: str, kind: str, key: str = "") -> str:
     return f"{session_id}/{kind}/{key}" if key else f"{session_id}/{kind}"
 
 
-class TelemetryRun(BaseModel):
-    run_id: str
-    parent_run_id: str | None
-    session_id: str
-    job_type: str
-    name: str
-    status: str
-    started_at: str | None = None
-    ended_at: str | None = None
-    updated_at: str
-    #: ``{"trace_id", "span_id", "parent_span_id"}``: the ids of the NDJSON events.
-    context_json: dict[str, str | None]
-    attributes: dict[str, Any]
-    ordinal: int  # the n-th run of its session (0: the parent), in the log's order
-    first_seq: int  # the log line that created the run
-    last_seq: int  # the last log line that changed it
-    event_count: int = 0  # log lines on this run's span
+class SpanIds:
+    """What a run's ``ended_at`` and ``context_json`` say, for both shapes of a run
+    (:class:`TelemetryRun`, validated; :class:`Run`, the projector's)."""
+
+    __slots__ = ()
+    if TYPE_CHECKING:  # the classes' own fields (annotated here, pydantic would add them)
+        ended_at: str | None
+        context_json: dict[str, str | None]
 
     @property
     def ended(self) -> bool:
@@ -77,7 +68,27 @@ class TelemetryRun(BaseModel):
         return self.context_json.get("parent_span_id")
 
 
-class Run:
+class TelemetryRun(SpanIds, BaseModel):
+    run_id: str
+    parent_run_id: str | None
+    session_id: str
+    job_type: str
+    name: str
+    status: str
+    started_at: str | None = None
+    ended_at: str | None = None
+    updated_at: str
+    #: ``{"trace_id", "span_id", "parent_span_id"}``: the ids of the NDJSON events.
+    context_json: dict[str, str | None]
+    attributes: dict[str, Any]
+    ordinal: int  # the n-th run of its session (0: the parent), in the log's order
+    first_seq: int  # the log line that created the run
+    last_seq: int  # the last log line that changed it
+    event_count: int = 0  # log lines on this run's span
+
+
+
+class Run(SpanIds):
     """A run as the projector holds it: the fields of :class:`TelemetryRun`, mutable,
     without validation. ``attributes`` is changed only through :meth:`set_attrs`
     (which drops the cached ``attributes_json``); ``context_json`` never changes."""
@@ -121,21 +132,6 @@ class Run:
         # keys, big integers...): while there is one, the texts go through rfc8785
         self._odd = {k for k, v in attributes.items() if not (k.isascii() and plain(v))}
 
-    @property
-    def ended(self) -> bool:
-        return self.ended_at is not None
-
-    @property
-    def trace_id(self) -> str:
-        return str(self.context_json["trace_id"])
-
-    @property
-    def span_id(self) -> str:
-        return str(self.context_json["span_id"])
-
-    @property
-    def parent_span_id(self) -> str | None:
-        return self.context_json.get("parent_span_id")
 
     def set_attrs(self, attrs: dict[str, Any]) -> None:
         """Set attributes; each new value is checked once for the fast encoder."""

@@ -21,27 +21,9 @@ from observation.read_model.list_token import InvalidPageToken
 from observation.read_model.rows import full_batch
 from observation.read_model.store import ReadStore
 from observation.read_model.sync import ReadModelObserver, fold_log, rebuild, sync_store
-from tests.support.postgres import postgres_url
 
 HISTORIES = Path(__file__).parents[1] / "workflows" / "histories"
 SCENARIOS = ("demo", "rejected", "auto_timeout", "canceled")
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def make_store(request, tmp_path):
-    stores: list[ReadStore] = []
-
-    def make() -> ReadStore:
-        if request.param == "sqlite":
-            store = open_store(tmp_path / f"db{len(stores)}")
-        else:
-            store = open_store(tmp_path, postgres_url())
-        stores.append(store)
-        return store
-
-    yield make
-    for s in stores:
-        s.close()
 
 
 def history(name: str):

@@ -8,28 +8,11 @@ import json
 
 import pytest
 
-from observation.read_model import open_store
 from observation.read_model.notices import NoticeFold
 from observation.read_model.sync import rebuild, sync_store
 from tests.observation.test_read_model import export, history
-from tests.support.postgres import postgres_url
 
 SCENARIOS = ("demo", "rejected", "auto_timeout", "canceled")
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def make_store(request, tmp_path):
-    stores = []
-
-    def make():
-        store = (open_store(tmp_path / f"db{len(stores)}") if request.param == "sqlite"
-                 else open_store(tmp_path, postgres_url()))
-        stores.append(store)
-        return store
-
-    yield make
-    for s in stores:
-        s.close()
 
 
 def _kinds(store) -> list[tuple[str, str]]:

@@ -13,32 +13,12 @@ from observation.exporter import export_history
 from observation.exporter.decode import load_history
 from observation.exporter.verify import read_lines, verify_lines
 from observation.log_view import SessionLogView
-from observation.read_model import open_store
 from observation.read_model.rows import TransitionTexts
-from observation.read_model.store import ReadStore
 from observation.read_model.sync import ReadModelObserver, rebuild
 from observation.read_model.writer import GroupWriter
-from tests.support.postgres import postgres_url
 
 HISTORIES = Path(__file__).parents[1] / "workflows" / "histories"
 SCENARIOS = ("demo", "rejected", "auto_timeout", "canceled")
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def make_store(request, tmp_path):
-    stores: list[ReadStore] = []
-
-    def make() -> ReadStore:
-        if request.param == "sqlite":
-            store = open_store(tmp_path / f"db{len(stores)}")
-        else:
-            store = open_store(tmp_path, postgres_url())
-        stores.append(store)
-        return store
-
-    yield make
-    for s in stores:
-        s.close()
 
 
 def logs(runs: Path) -> list[tuple[str, list[dict]]]:

@@ -16,31 +16,12 @@ import pytest
 
 from observation.exporter.follower import SessionExport
 from observation.exporter.log import LogWriter
-from observation.read_model import open_store
 from observation.read_model.rows import SESSION_COLUMNS, SessionBatch, SessionRow, merge
 from observation.read_model.sqlite import SqliteStore
 from observation.read_model.store import ReadStore
 from observation.read_model.sync import AfterReadModel, ReadModelObserver, Tee, rebuild
 from observation.read_model.writer import GroupWriter
 from tests.observation.test_read_model import SCENARIOS, export, history
-from tests.support.postgres import postgres_url
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def make_store(request, tmp_path):
-    stores: list[ReadStore] = []
-
-    def make() -> ReadStore:
-        if request.param == "sqlite":
-            store = open_store(tmp_path / f"db{len(stores)}")
-        else:
-            store = open_store(tmp_path, postgres_url())
-        stores.append(store)
-        return store
-
-    yield make
-    for s in stores:
-        s.close()
 
 
 class Rounds:
