@@ -258,8 +258,9 @@ class IfBusy(StrEnum):
 def say(session_id: SessionArg, text: Annotated[str, typer.Argument()],
         if_busy: Annotated[IfBusy, typer.Option("--if-busy", help=(
             "While the agent works: enqueue (wait for its next LLM call), interrupt (cut "
-            "the turn; a new one starts with the message) or reject (refused, nothing "
-            "changes)."))] = IfBusy.enqueue,
+            "the turn; a new one starts with the message; a plan stops at the step "
+            "boundary and waits for you) or reject (refused, nothing changes)."
+            ))] = IfBusy.enqueue,
         *, stack: Stack) -> None:
     """Send the session a message (it starts a turn; while the agent works, --if-busy
     says what it does)."""
@@ -272,7 +273,8 @@ def say(session_id: SessionArg, text: Annotated[str, typer.Argument()],
             # The agent works: the message is taken at its next step (or once the call
             # an interrupt waits for is done), not now: nothing to wait for here.
             typer.echo("message accepted" + (
-                ": interrupting the agent's turn" if if_busy is IfBusy.interrupt
+                ": interrupting the turn or plan step in progress"
+                if if_busy is IfBusy.interrupt
                 else ": the agent takes it at its next step"))
             return
         readable(api, session_id, ack)

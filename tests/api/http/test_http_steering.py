@@ -97,7 +97,7 @@ async def test_session_say_takes_if_busy(http_stack: HttpStack, tmp_path: Path):
         assert state["inbox"] == ["later"]  # only the one accepted
         assert ok(await hitlflow(http_stack, "session", "say", sid, "wait", "--if-busy",
                                  "interrupt")).strip() == \
-            "message accepted: interrupting the agent's turn"
+            "message accepted: interrupting the turn or plan step in progress"
     finally:
         release.touch()
     await stopped(http_stack, sid)
