@@ -48,6 +48,7 @@ from observation.exporter.lines import (  # re-exported: the names of a line
     read_json,
 )
 from observation.exporter.model import LogEvent, MappedEvent, built
+from observation.exporter.verify import ORJSON_JCS
 from workflows.canonical import MAX_SAFE_INT, jcs, plain
 
 __all__ = ["GENESIS", "HASH_PREFIX", "LINE_PREFIX", "LOG_VERSION", "LOG_VERSIONS", "Chain",
@@ -56,8 +57,6 @@ __all__ = ["GENESIS", "HASH_PREFIX", "LINE_PREFIX", "LOG_VERSION", "LOG_VERSIONS
 
 #: JCS (I-JSON) numbers: integers beyond this lose precision, so they become strings.
 _SURROGATE = re.compile("[\ud800-\udfff]")
-#: orjson's options where it writes RFC 8785: sorted keys, no integer beyond 2**53 - 1.
-_ORJSON_JCS = orjson.OPT_SORT_KEYS | orjson.OPT_STRICT_INTEGER
 _sha256 = hashlib.sha256
 
 
@@ -182,7 +181,7 @@ def payload_jcs(value: Any) -> bytes:
 def _orjson_jcs(value: Any) -> bytes:
     """``jcs`` of a value ``plain`` holds for, by orjson."""
     try:
-        return orjson.dumps(value, option=_ORJSON_JCS)
+        return orjson.dumps(value, option=ORJSON_JCS)
     except orjson.JSONEncodeError:  # a lone surrogate (rfc8785 says why), or nesting
         return jcs(value)  # deeper than orjson goes
 
@@ -194,7 +193,7 @@ def _envelope_jcs(envelope: dict[str, Any]) -> bytes:
         if type(v) is not str and type(v) is not int and v is not None:
             return jcs(envelope)
     try:
-        return orjson.dumps(envelope, option=_ORJSON_JCS)
+        return orjson.dumps(envelope, option=ORJSON_JCS)
     except orjson.JSONEncodeError:  # a lone surrogate: rfc8785 says why
         return jcs(envelope)
 

@@ -82,7 +82,7 @@ _SLOW_BYTES = re.compile(rb"[\xee-\xf4]")
 _fast_jcs = canonical_text
 #: orjson's options on the fast path: sorted keys, and an integer beyond
 #: +-(2^53 - 1) refused (JCS would write it as the double it rounds to).
-_ORJSON_JCS = orjson.OPT_SORT_KEYS | orjson.OPT_STRICT_INTEGER
+ORJSON_JCS = orjson.OPT_SORT_KEYS | orjson.OPT_STRICT_INTEGER
 _V2_FIELDS = tuple(sorted(ENVELOPE_V2))
 _v2_values = itemgetter(*_V2_FIELDS)
 #: The types of a v2 line's fields in key order (``parent_span_id``: str or None).
@@ -207,7 +207,7 @@ def fast_line(line: bytes) -> dict[str, Any] | None:
     try:
         obj = orjson.loads(line)
         if type(obj) is not dict or len(obj) != 13 or \
-                orjson.dumps(obj, option=_ORJSON_JCS) != line[:-1]:
+                orjson.dumps(obj, option=ORJSON_JCS) != line[:-1]:
             return None
         values = _v2_values(obj)
     except (orjson.JSONDecodeError, orjson.JSONEncodeError, KeyError):
@@ -304,7 +304,7 @@ def verify_lines(lines: Iterable[bytes], session_id: str | None = None, *,
     decode = nums.decoder().decode
     loads, dumps, sha256 = orjson.loads, orjson.dumps, _sha256
     values_of, types, option, no_float, plain_keys = (
-        _v2_values, _V2_TYPES, _ORJSON_JCS | orjson.OPT_APPEND_NEWLINE, _no_float,
+        _v2_values, _V2_TYPES, ORJSON_JCS | orjson.OPT_APPEND_NEWLINE, _no_float,
         _plain_keys)
     for n, line in enumerate(lines, 1):
         if fast and version != 1:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from pydantic import BaseModel
 
+from observation.exporter.verify import ORJSON_JCS
 from workflows.canonical import jcs, plain
 
 JOB_TYPES = ("session", "reasoning", "work_item", "gate", "llm_call")
@@ -32,7 +33,6 @@ ENDED = frozenset({"succeeded", "failed", "rejected", "canceled"})
 
 #: orjson writes RFC 8785 for values ``plain`` holds for (sorted keys; an integer
 #: beyond +-(2**53 - 1) refused): as ``observation.exporter.chain.payload_jcs``.
-_ORJSON_JCS = orjson.OPT_SORT_KEYS | orjson.OPT_STRICT_INTEGER
 
 
 def run_id(session_id: str, kind: str, key: str = "") -> str:
@@ -168,7 +168,7 @@ def _jcs_text(value: dict[str, Any], is_plain: bool) -> str:
     """``jcs(value)`` as text; ``is_plain``: ``plain(value)`` is known to hold."""
     if is_plain:
         try:
-            return orjson.dumps(value, option=_ORJSON_JCS).decode()
+            return orjson.dumps(value, option=ORJSON_JCS).decode()
         except orjson.JSONEncodeError:  # a lone surrogate: jcs raises its own error
             pass
     return jcs(value).decode()

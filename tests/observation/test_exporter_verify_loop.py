@@ -9,26 +9,14 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable
-from pathlib import Path
 
 import orjson
 import pytest
 import rfc8785
 
-from observation.exporter import ChainBrokenError, export_history
+from observation.exporter import ChainBrokenError
 from observation.exporter.chain import GENESIS, LINE_PREFIX
-from observation.exporter.decode import load_history
 from observation.exporter.verify import verify_lines
-
-HISTORIES = Path(__file__).resolve().parents[1] / "workflows" / "histories"
-SID, DEMO = load_history((HISTORIES / "demo.json").read_text())
-
-
-@pytest.fixture(scope="module")
-def demo_lines(tmp_path_factory) -> list[bytes]:
-    runs = tmp_path_factory.mktemp("runs")
-    export_history(SID, DEMO, runs)
-    return (runs / SID / "events.ndjson").read_bytes().splitlines(keepends=True)
 
 
 def text(value: object) -> str:

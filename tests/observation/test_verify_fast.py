@@ -21,7 +21,7 @@ from observation.exporter import ChainBrokenError, export_history
 from observation.exporter import lines as line_names
 from observation.exporter.chain import LINE_PREFIX, read_json
 from observation.exporter.decode import load_history
-from observation.exporter.verify import _ORJSON_JCS, fast_line, verify_lines
+from observation.exporter.verify import ORJSON_JCS, fast_line, verify_lines
 from workflows.canonical import MAX_SAFE_INT
 
 REPO = Path(__file__).resolve().parents[2]
@@ -54,19 +54,12 @@ any_value = st.recursive(
 @settings(max_examples=400, suppress_health_check=[HealthCheck.too_slow])
 @given(plain_value)
 def test_orjson_writes_what_rfc8785_writes_for_the_fast_paths_values(value):
-    assert orjson.dumps(value, option=_ORJSON_JCS) == rfc8785.dumps(value)
+    assert orjson.dumps(value, option=ORJSON_JCS) == rfc8785.dumps(value)
 
 
 # -- generated lines ----------------------------------------------------------------
 
 SID, DEMO = load_history((HISTORIES / "demo.json").read_text())
-
-
-@pytest.fixture(scope="module")
-def demo_lines(tmp_path_factory) -> list[bytes]:
-    runs = tmp_path_factory.mktemp("runs")
-    export_history(SID, DEMO, runs)
-    return (runs / SID / "events.ndjson").read_bytes().splitlines(keepends=True)
 
 
 def with_payload(template: bytes, payload: object) -> dict:
