@@ -284,11 +284,6 @@ class LogWriter:
                                 f"failed: {err}") from err
         self._snapshot_at = time.monotonic()
 
-    def write_snapshot(self) -> None:
-        """The files at rest, now (:meth:`write_at_rest`; its name before they went
-        together)."""
-        self.write_at_rest()
-
     def _put(self, name: str, data: bytes) -> None:
         atomic_write(self.run_dir / name, data, sync_dir=False)  # see the docstring
         self._on_disk_seq[name] = self.last_seq
