@@ -31,7 +31,7 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from workflows.decisions import ANSWER_CONFLICT, AnswerProblem
-from workflows.safety import SafetyClass, at_most_once
+from workflows.safety import SafetyClass, at_most_once, classify
 from workflows.statechart import SessionStatus
 
 IfBusy = Literal["enqueue", "interrupt", "reject"]
@@ -180,10 +180,9 @@ def step_safety(safety: str | None, run: Any, tools: list[Any]) -> str:
     if safety is not None:
         return safety
     server = getattr(run, "server", None)
-    for t in tools:
-        if server is not None and t.name == server and run.tool in t.tool_overrides:
-            return str(t.tool_overrides[run.tool])
-    return SafetyClass.IRREVERSIBLE.value
+    override = next((t.tool_overrides.get(run.tool) for t in tools
+                     if server is not None and t.name == server), None)
+    return classify(None, override).value  # no annotations: irreversible
 
 
 def plan_stop_text(by: str, step: int, cut: InFlight | None, message: str) -> str:
