@@ -161,6 +161,9 @@ def up_env() -> dict[str, str]:
     return {**env, "PYTHONUNBUFFERED": "1"}
 
 
+WORKER_MODULE = re.compile(rb"\bapi\.(runtime\.)?worker_process\b")
+
+
 @dataclass
 class Up:
     """A running ``hitlflow up``: its process, the API's URL, Temporal's address."""
@@ -181,10 +184,12 @@ class Up:
 
     @property
     def worker_pid(self) -> int:
-        """The session worker's pid: ``up`` runs it in a child process."""
+        """The session worker's pid: ``up`` runs it in a child process (the module is
+        ``api.runtime.worker_process``; ``api.worker_process`` before the API was split
+        in three, so older baselines can be measured)."""
         children = Path(f"/proc/{self.pid}/task/{self.pid}/children").read_text().split()
         return next(int(pid) for pid in children
-                    if b"api.runtime.worker_process" in Path(f"/proc/{pid}/cmdline").read_bytes())
+                    if WORKER_MODULE.search(Path(f"/proc/{pid}/cmdline").read_bytes()))
 
     @property
     def stderr_path(self) -> Path:
