@@ -21,6 +21,7 @@ import binascii
 import hashlib
 import re
 from dataclasses import dataclass
+from functools import cached_property
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import (
@@ -84,7 +85,7 @@ class Verifier:
     name: str
     public: bytes  # 32 bytes, RFC 8032
 
-    @property
+    @cached_property  # computed once: the exporter signs a head at every wait
     def key_id(self) -> bytes:
         return key_id(self.name, self.public)
 
@@ -129,16 +130,23 @@ class Signer:
             raise NoteKeyError(f"{name!r} is not a key name (non-empty, no spaces, no +)")
         return cls(name, Ed25519PrivateKey.generate().private_bytes_raw())
 
-    @property
+    # The key object, its verifier and key id are made once (cached_property writes
+    # the instance's __dict__, which a frozen dataclass allows): loading the key and
+    # hashing its id cost more than the signature the exporter makes at every wait.
+    @cached_property
     def _private(self) -> Ed25519PrivateKey:
         return Ed25519PrivateKey.from_private_bytes(self.seed)
 
-    def verifier(self) -> Verifier:
+    @cached_property
+    def _verifier(self) -> Verifier:
         return Verifier(self.name, self._private.public_key().public_bytes_raw())
+
+    def verifier(self) -> Verifier:
+        return self._verifier
 
     @property
     def key_id(self) -> bytes:
-        return self.verifier().key_id
+        return self._verifier.key_id
 
     def text(self) -> str:
         encoded = base64.b64encode(ALG_ED25519 + self.seed).decode()

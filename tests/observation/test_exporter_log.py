@@ -30,7 +30,9 @@ from observation.exporter import (
     verify_dir,
 )
 from observation.exporter import files as files_mod
+from observation.exporter.checkpoint import verify_checkpoint
 from observation.exporter.decode import load_history
+from observation.exporter.note import Signer
 from observation.exporter.verify import read_lines, verify_lines
 
 HISTORIES = Path(__file__).parents[1] / "workflows" / "histories"
@@ -342,6 +344,56 @@ def test_a_stale_snapshot_and_head_are_rewritten_on_open(tmp_path, reference):
     LogWriter(d).open().close()
     assert (d / "head").read_bytes() == reference["head"]
     assert (d / "snapshot.json").read_bytes() == reference["snapshot.json"]
+
+
+def test_the_files_at_rest_are_fsynced_only_once_the_log_is_finished(tmp_path, reference):
+    """Issue 28: while a session runs, snapshot.json, head and checkpoint are replaced
+    without an fsync (an unfinished log is always opened again, and open rebuilds
+    them); a finished log's are fsynced, as it is not opened again."""
+    synced: list[str] = []
+    signer = Signer.generate("test.example/hitlflow")
+
+    def record(fd):
+        synced.append(Path(f"/proc/self/fd/{fd}").readlink().name)
+
+    at_rest = (".snapshot.json.tmp", ".head.tmp", ".checkpoint.tmp")
+    half = len(EVENTS) // 2
+    with mock.patch.object(files_mod, "fsync", record), \
+            LogWriter(tmp_path / SID, signer=signer) as w:
+        export = SessionExport(w, SID)
+        export.feed_page(EVENTS[:half])
+        export.write_at_rest()
+        assert (tmp_path / SID / "checkpoint").exists() and not w.finished
+        assert not [n for n in synced if n in at_rest]  # written, not fsynced
+        export.feed_page(EVENTS[half:])
+        export.finish()
+        assert w.finished
+    assert [n for n in synced if n in at_rest] == list(at_rest)
+    assert {k: v for k, v in tree(tmp_path / SID).items() if k != "checkpoint"} == reference
+
+
+@pytest.mark.parametrize("damage", ["empty", "torn"])
+def test_torn_or_empty_files_at_rest_of_a_running_log_are_rebuilt_on_open(tmp_path, damage):
+    """What a power loss may leave of files replaced without an fsync: open rewrites
+    head and snapshot.json from the log, and the next commit after history signs the
+    log again; the directory verifies at rest with the key."""
+    signer = Signer.generate("test.example/hitlflow")
+    half = len(EVENTS) // 2
+    with LogWriter(tmp_path / SID, signer=signer) as w:
+        SessionExport(w, SID).feed_page(EVENTS[:half])
+    d = tmp_path / SID
+    good = tree(d)
+    for name in ("head", "snapshot.json", "checkpoint"):
+        data = (d / name).read_bytes()
+        (d / name).write_bytes(b"" if damage == "empty" else data[:len(data) // 2])
+    with LogWriter(d, signer=signer) as w:
+        assert {n: (d / n).read_bytes() for n in ("head", "snapshot.json")} == \
+            {n: good[n] for n in ("head", "snapshot.json")}
+        export = SessionExport(w, SID)
+        export.feed_page(EVENTS[:half])  # the history again: re-mapped, checked
+        export.finish()  # as a follower does at a wait or its end: signed again
+    assert (d / "checkpoint").read_bytes() == good["checkpoint"]
+    verify_checkpoint(d, verify_dir(d), signer.verifier())
 
 
 def test_a_lost_tail_is_re_exported_and_checked_against_the_old_head(tmp_path, reference):
