@@ -372,9 +372,9 @@ async def export_session(
             export = SessionExport(w, session_id)
             export.cursor = cursor
         page: list[HistoryEvent] = []
-        # Where parking was refused (visibility not there yet, a task pending): asked
-        # again while no event comes, or the follower would hold its long-poll until
-        # the person answers.
+        # A wait where parking is to be asked (first after a quiet moment, again
+        # while refused: visibility not there yet, a task pending) while no event
+        # comes, or the follower would hold its long-poll until the person answers.
         refused: tuple[str, int] | None = None
         handed = False  # a page was just handed over (the next event may be far off)
         while True:
@@ -418,10 +418,9 @@ async def export_session(
                     await _in_thread(export.write_at_rest)
                 if park is not None and export.mapper.pending_request is not None \
                         and run_id is not None:
-                    if await park(run_id, event.event_id) and await _stop_polling(nxt):
-                        await durable()
-                        return replace(await _in_thread(export.finish), parked=True,
-                                       state=export)
+                    # Asked once no event came for PARK_RETRY_S (_park_while_quiet), not
+                    # at once: a wait answered within it (a person at the inbox, a rule)
+                    # costs no describe, no park and no wake.
                     refused = (run_id, event.event_id)
         await durable()
         await _in_thread(export.feed_page, page)
@@ -460,8 +459,9 @@ def _retrieved(fut: asyncio.Future[None]) -> None:
 #: commit at most that often otherwise; at a wait, at the end, on close).
 SNAPSHOT_IDLE_S = 2.0
 
-#: Parking refused at a page end is asked again after this long, doubling up to
-#: ``PARK_RETRY_MAX_S``, while no new event comes.
+#: A follower at a wait for the person first asks to park once no event came for
+#: this long, and again after twice as long, doubling up to ``PARK_RETRY_MAX_S``,
+#: while no new event comes (parking is refused while visibility lags).
 PARK_RETRY_S = 0.5
 PARK_RETRY_MAX_S = 30.0
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from temporalio.client import Client, WorkflowHandle
 
-from observation.exporter import Exporter, Wakeups, export_session, verify_dir
+from observation.exporter import Exporter, Wakeups, export_session, follower, verify_dir
 from tests.support.sessions import running_worker, start_session, until
 from workflows.config import SessionConfig
 from workflows.messages import RecoverInput, ReplyInput
@@ -188,6 +188,32 @@ async def test_a_refused_park_is_asked_again_without_new_history(worker, tmp_pat
     await reply(h, 0)
     await reply(h, 1)
     await h.result()
+
+
+async def test_a_wait_answered_within_the_quiet_moment_is_not_parked(worker, tmp_path,
+                                                                      monkeypatch):
+    """Parking is first asked once no event came for PARK_RETRY_S after a wait (here
+    made long): waits answered before that cost no describe, no park and no wake; the
+    follower goes on to the end and its log is the one-shot export's."""
+    monkeypatch.setattr(follower, "PARK_RETRY_S", 3600.0)
+    client, tq = worker
+    h = await start_session(client, two_questions(), tq)
+    asked: list[int] = []
+
+    async def park(run_id: str, last_event_id: int) -> bool:
+        asked.append(last_event_id)
+        return True
+
+    following = asyncio.create_task(export_session(
+        client, h.id, tmp_path / "runs", follow=True, park=park))
+    for answered in (0, 1):
+        await eventually(lambda n=answered: types(tmp_path / "runs" / h.id).count(
+            "ISSUE_OPENED") == n + 1, "the wait is not in the log")
+        await reply(h, answered)
+    result = await asyncio.wait_for(following, 60)
+    assert result.finished and not result.parked and asked == []
+    again = await export_session(client, h.id, tmp_path / "again")
+    assert tree(tmp_path / "again" / h.id) == tree(tmp_path / "runs" / h.id)
 
 
 async def test_followers_at_once_are_bounded(worker, tmp_path, monkeypatch):
