@@ -212,7 +212,7 @@ async def test_a_wait_answered_within_the_quiet_moment_is_not_parked(worker, tmp
         await reply(h, answered)
     result = await asyncio.wait_for(following, 60)
     assert result.finished and not result.parked and asked == []
-    again = await export_session(client, h.id, tmp_path / "again")
+    await export_session(client, h.id, tmp_path / "again")
     assert tree(tmp_path / "again" / h.id) == tree(tmp_path / "runs" / h.id)
 
 
