@@ -298,7 +298,7 @@ def up_command(
         fail(f"Error: the people file: {e}")
     except (TokenFileError, OSError) as e:
         fail(f"Error: the API token: {e}")
-    run(_up(settings, run_worker, signer, auth, notify=_notify_checked()))
+    run(_up(settings, run_worker, signer, auth, notify=_notify_checked()), serving=True)
 
 
 def _notify_checked() -> bool:

@@ -1,0 +1,43 @@
+"""The serving processes (``up``, ``serve``, the exporter, the notifier) run on uvloop's
+event loop and uvicorn parses HTTP with httptools (issue 28: less CPU per request and
+per wake-up); the worker keeps asyncio's loop (its workflows run on Temporal's)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+from uvicorn.protocols.http.auto import AutoHTTPProtocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+PROBE = textwrap.dedent("""
+    import asyncio, sys
+    from api.runtime.process import run
+
+    async def main() -> int:
+        print(type(asyncio.get_running_loop()).__module__)
+        return 7
+
+    run(main(), serving=sys.argv[1] == "serving")
+""")
+
+
+def loop_module(*args: str) -> tuple[str, int]:
+    done = subprocess.run([sys.executable, "-c", PROBE, *args], capture_output=True,
+                          text=True, timeout=60)
+    return done.stdout.strip(), done.returncode
+
+
+def test_a_serving_process_runs_on_uvloop_and_keeps_its_exit_code():
+    assert loop_module("serving") == ("uvloop", 7)
+
+
+def test_other_processes_keep_asyncios_loop():
+    module, code = loop_module("worker")
+    assert code == 7 and module.startswith("asyncio")
+
+
+def test_uvicorn_parses_http_with_httptools():
+    # "auto" (what api.http.app's Config leaves it at) is httptools when it imports
+    assert AutoHTTPProtocol is HttpToolsProtocol
