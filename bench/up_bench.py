@@ -3,7 +3,7 @@ against a baseline revision, in one run (issue 28).
 
 Run by hand (not a test), from the repository root::
 
-    .venv/bin/python bench/up_bench.py                    # 20 sessions x 5 turns vs 12cf083
+    .venv/bin/python bench/up_bench.py                    # 20 sessions x 5 turns vs 2882ede
     .venv/bin/python bench/up_bench.py --quick            # 4 sessions x 3 turns, A B B A
     .venv/bin/python bench/up_bench.py --baseline main~3  # against another revision
     .venv/bin/python bench/up_bench.py --baseline none    # this tree alone
@@ -36,11 +36,12 @@ Temporal dev server, other (up's other child processes, none today: work moved o
 up's process stays counted), and all together; and the history events and log lines per
 turn.
 
-**Before and after in one run.** ``--baseline REV`` (default ``12cf083``: main when this
-bench was written, the "today" of issue 28's target for ``up``) checks REV out into a
+**Before and after in one run.** ``--baseline REV`` (default ``2882ede``: main when
+issue 28 was filed, the "today" of its target for ``up``) checks REV out into a
 temporary ``git worktree`` and runs the same workload against an ``up`` started from
 that tree (``cwd`` and ``PYTHONPATH`` set to it, the same venv: its code wins over the
-editable install; the bench checks where ``api.cli`` is imported from with that
+editable install, but the venv's packages are this tree's: a baseline's uvicorn parses
+HTTP with httptools too when it is installed, which favours the baseline; the bench checks where ``api.cli`` is imported from with that
 environment, and ``up``'s and its worker's cwd and ``PYTHONPATH`` from ``/proc``). Each
 of ``--rounds`` rounds runs both sides: baseline then current in odd rounds, current
 then baseline in even ones (A B B A; ``--order abab`` keeps the baseline first), so the
@@ -85,7 +86,7 @@ from temporalio.client import Client
 from api.cli.sse_client import aparse_lines
 
 REPO = Path(__file__).resolve().parents[1]
-DEFAULT_BASELINE = "12cf083"
+DEFAULT_BASELINE = "2882ede"
 KEY_ENV = "UPBENCH_LLM_KEY"  # the fake model's key: any value, never a secret
 TOOL = "append_note"
 STUCK_AFTER_S = 600  # a client still going after this long failed
@@ -473,7 +474,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--rounds", type=int, default=2, help="rounds per side, alternating (2)")
     p.add_argument("--baseline", default=DEFAULT_BASELINE,
                    help=f"the revision to compare with ({DEFAULT_BASELINE}: main when "
-                   "this bench was written), or 'none' (this tree alone)")
+                   "issue 28 was filed), or 'none' (this tree alone)")
     p.add_argument("--order", choices=("abba", "abab"), default="abba",
                    help="the sides' order in successive rounds: abba (default: baseline "
                    "first in odd rounds, current first in even ones, so a drift of the "
