@@ -72,6 +72,7 @@ from temporalio.service import RPCError
 
 from activities.mcp.pool import McpClientPool
 from api.runtime.devserver import DevServer
+from api.runtime.process import serving_loop
 from api.runtime.worker import build_worker
 from observation.exporter import (
     Chain,
@@ -535,6 +536,8 @@ def parse(argv: Iterable[str]) -> argparse.Namespace:
                         "(as before issue 28's second pass; `up` runs the worker apart)")
     p.add_argument("--skip-live", action="store_true")
     p.add_argument("--skip-verify", action="store_true")
+    p.add_argument("--asyncio-loop", action="store_true",
+                   help="run on asyncio's event loop, not the one up runs on (uvloop)")
     args = p.parse_args(list(argv))
     if args.n < 1 or args.turns < 0 or args.poll_ms <= 0 or args.verify_events < 1:
         p.error("-n and --verify-events must be at least 1, --turns at least 0, "
@@ -617,4 +620,8 @@ async def main(argv: Iterable[str]) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main(sys.argv[1:]))
+    # The exporter on the event loop `up` runs it on (api.runtime.process.serving_loop:
+    # uvloop where installed); --asyncio-loop: asyncio's own, to compare.
+    loop = None if "--asyncio-loop" in sys.argv else serving_loop()
+    with asyncio.Runner(loop_factory=loop) as runner:
+        runner.run(main(sys.argv[1:]))
