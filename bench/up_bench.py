@@ -42,13 +42,13 @@ temporary ``git worktree`` and runs the same workload against an ``up`` started 
 that tree (``cwd`` and ``PYTHONPATH`` set to it, the same venv: its code wins over the
 editable install, but the venv's packages are this tree's: a baseline's uvicorn parses
 HTTP with httptools too when it is installed, which favours the baseline; the bench
-checks where ``api.cli`` is imported from with that environment, and ``up``'s and its worker's cwd and ``PYTHONPATH`` from ``/proc``). Each
-of ``--rounds`` rounds runs both sides: baseline then current in odd rounds, current
-then baseline in even ones (A B B A; ``--order abab`` keeps the baseline first), so the
-machine's noise and its drift over the run hit both; the figures are pooled per side and
-reported as current/baseline, with up's ratio round by round. The worktree is removed at
-the end (it is registered in the repository's worktree list meanwhile). Nothing is
-downloaded.
+checks where ``api.cli`` is imported from with that environment, and ``up``'s and its
+worker's cwd and ``PYTHONPATH`` from ``/proc``). Each of ``--rounds`` rounds runs both
+sides: baseline then current in odd rounds, current then baseline in even ones (A B B A;
+``--order abab`` keeps the baseline first), so the machine's noise and its drift over
+the run hit both; the figures are pooled per side and reported as current/baseline, with
+up's ratio round by round. The worktree is removed at the end (it is registered in the
+repository's worktree list meanwhile). Nothing is downloaded.
 
 Targets (issue 28): up's CPU per turn at most 0.5x the baseline's. With the same code
 on both sides the ratios measure the bench's own noise (docs/performance.md).
