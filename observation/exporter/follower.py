@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
+from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError
@@ -37,6 +38,9 @@ from observation.exporter.verify import SNAPSHOT_NAME
 
 SESSION_QUERY = 'WorkflowType="SessionWorkflow"'
 log = logging.getLogger("hitlflow.exporter")
+#: The history events whose log lines may come with an artifact (an LLM call's or a
+#: tool's result: ``activities.py``): a page with one is fed in a thread.
+_ACTIVITY_COMPLETED = EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED
 T = TypeVar("T")
 
 
@@ -230,6 +234,22 @@ class SessionExport:
             if commit:
                 self._commit()
 
+    def feed_page_now(self, events: list[HistoryEvent]) -> bool:
+        """Feed a page in the calling thread (the follower's event loop: no thread's
+        wake-up and hand-back per page) when that cannot block: no commit holds the
+        lock and no event in it completes an activity (the only ones whose lines come
+        with an artifact file, written and fsynced before its line). False: nothing
+        was fed (:meth:`feed_page` in a thread, then)."""
+        if any(e.event_type == _ACTIVITY_COMPLETED for e in events) \
+                or not self.lock.acquire(blocking=False):
+            return False
+        try:
+            for event in events:
+                self.feed(event)
+        finally:
+            self.lock.release()
+        return True
+
     def commit(self) -> None:
         """Commit the lines fed so far (one fsync; nothing when there are none)."""
         with self.lock:
@@ -405,7 +425,8 @@ async def export_session(
                 nxt = asyncio.ensure_future(events.__anext__())
                 if committing is not None and committing.done():
                     await durable()  # its error, if any, stops the follower now
-                await _in_thread(export.feed_page, page, False)
+                if not export.feed_page_now(page):
+                    await _in_thread(export.feed_page, page, False)
                 if export.dirty:
                     fut = committer.commit(export)
                     if committing is not None:

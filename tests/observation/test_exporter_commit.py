@@ -13,8 +13,15 @@ from typing import Any
 from unittest import mock
 
 import pytest
+from temporalio.api.enums.v1 import EventType
 
-from observation.exporter import LogWriteError, LogWriter, SessionExport, verify_dir
+from observation.exporter import (
+    LogWriteError,
+    LogWriter,
+    SessionExport,
+    export_history,
+    verify_dir,
+)
 from observation.exporter import files as files_mod
 from observation.exporter.decode import load_history
 from observation.exporter.follower import Committer
@@ -129,4 +136,35 @@ async def test_a_failed_fsync_reaches_the_follower_and_stops_the_writer(tmp_path
     again = LogWriter(tmp_path / SID).open()
     assert again.last_seq > 0
     again.close()
+    verify_dir(tmp_path / SID)
+
+
+def test_a_page_is_fed_in_the_callers_thread_only_when_that_cannot_block(tmp_path):
+    """``feed_page_now`` (the follower's loop, no thread hop): refused while a commit
+    holds the session's lock and for a page that completes an activity (its lines may
+    come with an artifact file, fsynced before them); what it feeds is what
+    ``feed_page`` would: the same log."""
+    completes = [i for i, e in enumerate(EVENTS)
+                 if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED]
+    assert completes, "the demo history completes activities"
+    heard = Heard()
+    w, export = writer(tmp_path, SID, heard)
+    with export.lock:  # a commit under way
+        assert not export.feed_page_now(EVENTS[:1])
+    assert w.last_seq == 0
+    inline = 0
+    for i, event in enumerate(EVENTS):
+        if export.feed_page_now([event]):
+            inline += 1
+            assert i not in completes
+        else:
+            assert i in completes
+            export.feed_page([event], commit=False)
+    export.finish()
+    w.close()
+    assert inline == len(EVENTS) - len(completes)
+    one_shot = tmp_path / "one-shot"
+    export_history(SID, EVENTS, one_shot)
+    assert (tmp_path / SID / "events.ndjson").read_bytes() == \
+        (one_shot / SID / "events.ndjson").read_bytes()
     verify_dir(tmp_path / SID)
