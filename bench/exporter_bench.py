@@ -27,7 +27,10 @@ starts it, SQLite file):
    (map, chain and hash, canonical line, append, snapshot fold/serialise/write, head,
    fsync, checkpoint, read model, telemetry, SSE feed; ``Stages``), against the
    fetch-and-decode floor: the CPU of fetching the same histories again, nothing
-   else running (what any follower must pay).
+   else running (what any follower must pay); and against a bare live follower: the
+   same workload again, followed by tasks that only long-poll each history page after
+   page and decode it, as the exporter's follower fetches it (``--skip-live-floor``
+   skips that run).
 2. **Export throughput**: the same N sessions exported again from Temporal into a
    fresh directory (history fetched over gRPC, mapped, chained, one write per line,
    one fsync, snapshot and head per page), 8 sessions at a time; then offline
@@ -85,6 +88,7 @@ from observation.exporter import (
     export_history,
     export_session,
     files,
+    follower,
     map_history,
     run_exporter,
     service,
@@ -378,6 +382,37 @@ async def live(client: Client, data: Path, n: int, turns: int, poll_s: float,
             "rounds": rounds}
 
 
+async def bare_live(client: Client, n: int, turns: int, poll_s: float) -> tuple[int, float]:
+    """The live fetch-and-decode floor: the same workload (the worker and the people
+    apart) followed by bare followers in this process, one per session from its first
+    reply on, each long-polling its history page after page as the exporter's follower
+    does (``follower.history_events``, the same cursor and requests) and decoding it,
+    nothing else: no log, no observers, no parking. Its events and this process's CPU
+    for the run."""
+    tq = f"bench-{uuid.uuid4().hex[:6]}"
+    counts: dict[str, int] = {}
+    tasks: list[asyncio.Task[None]] = []
+
+    async def follow(sid: str) -> None:
+        async for _ in follower.history_events(client, sid, follow=True):
+            counts[sid] += 1
+
+    def seen(sid: str) -> None:  # the people's reply: the session exists
+        if sid not in counts:
+            counts[sid] = 0
+            tasks.append(asyncio.ensure_future(follow(sid)))
+
+    wakeups = Wakeups()
+    wakeups._to = seen  # the API's wake-up, taken as discovery
+    t0 = time.process_time()
+    with WorkerProcess("hitlflow", client.service_client.config.target_host, tq):
+        sids = await people_apart(client.service_client.config.target_host, tq, n, turns,
+                                  poll_s, wakeups)
+        await asyncio.gather(*tasks)
+    assert set(sids) == set(counts)
+    return sum(counts.values()), time.process_time() - t0
+
+
 # -- 2. export throughput ----------------------------------------------------------
 
 
@@ -511,15 +546,23 @@ def report_lag(lag: dict[str, list[float]]) -> None:
           f"{max(every):9.1f}")
 
 
-def report_cpu(stages: dict[str, float], events: int, fetch_s: float) -> None:
+def report_cpu(stages: dict[str, float], events: int, fetch_s: float,
+               live_floor: tuple[int, float] | None = None) -> None:
     """The exporter's CPU per history event by stage, against the floor: fetching and
-    decoding the same histories (what any follower pays)."""
+    decoding the same histories (what any follower pays); and, with ``live_floor``
+    (:func:`bare_live`'s events and CPU), against what a bare live follower pays."""
     floor = fetch_s / events * 1e6
     own = {k: v for k, v in stages.items() if not k.startswith("bench")}
     total = sum(own.values()) / events * 1e6
     print(f"  exporter CPU per history event ({events} events): {total + floor:.0f} us = "
           f"fetch-and-decode floor {floor:.0f} us (measured apart, same histories) + stages "
           f"{total:.0f} us; {(total + floor) / floor:.2f}x the floor (target <= 2x)")
+    if live_floor is not None:
+        live = live_floor[1] / live_floor[0] * 1e6
+        print(f"  a bare live follower of the same workload (long-polls page after page, "
+              f"decodes, nothing else; {live_floor[0]} events): {live:.0f} us per event "
+              f"(this process's CPU); the exporter's stages + that: "
+              f"{(total + live) / live:.2f}x it")
     for k, v in sorted(stages.items(), key=lambda kv: -kv[1]):
         print(f"    {k:34} {v / events * 1e6:8.1f} us/event")
 
@@ -536,6 +579,8 @@ def parse(argv: Iterable[str]) -> argparse.Namespace:
                         "(as before issue 28's second pass; `up` runs the worker apart)")
     p.add_argument("--skip-live", action="store_true")
     p.add_argument("--skip-verify", action="store_true")
+    p.add_argument("--skip-live-floor", action="store_true",
+                   help="skip the bare live follower's run (the live fetch-and-decode floor)")
     p.add_argument("--asyncio-loop", action="store_true",
                    help="run on asyncio's event loop, not the one up runs on (uvloop)")
     args = p.parse_args(list(argv))
@@ -571,7 +616,9 @@ async def main(argv: Iterable[str]) -> None:
                            == (tmpd / "data" / "runs" / s / "events.ndjson").read_bytes()
                            for s in r["sids"])
                 hists, fetch_s = await histories(client, r["sids"])
-            report_cpu(r["stages"], sum(len(evs) for _, evs in hists), fetch_s)
+                bare = None if args.skip_live_floor else await bare_live(
+                    client, args.n, args.turns, args.poll_ms / 1000)
+            report_cpu(r["stages"], sum(len(evs) for _, evs in hists), fetch_s, bare)
             print("2. export throughput")
             print(f"  from Temporal (fetch + map + write + fsync, 8 at a time): {events} events "
                   f"in {secs:.2f} s = {events / secs:,.0f} events/s (same bytes as live: {same})")
