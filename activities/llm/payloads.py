@@ -8,6 +8,8 @@ import hashlib
 import re
 from typing import Any
 
+import orjson
+
 from activities.llm.wire import ToolNames, openai_tools
 from workflows.canonical import canonical_json
 from workflows.io import LLMCallInput, LLMCallStarted, TokenUsage
@@ -39,8 +41,40 @@ def api_cost_usd(model: str, usage: TokenUsage) -> float | None:
 # -- hashing --------------------------------------------------------------------------
 
 
+def canonical_bytes(value: Any) -> bytes:
+    """``canonical_json(value).encode("utf-8")``: by orjson (sorted keys) where it
+    writes that very text, a value of exactly str, int, bool, None, list and dicts
+    with str keys, no float (orjson writes a double's digits in another form), an
+    integer beyond 64 bits or a lone surrogate refused by orjson and left to the
+    reference, which writes the one and raises on the other, as before
+    (``tests/observation/test_hotpath.py``)."""
+    if _orjson_exact(value):
+        try:
+            return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+        except orjson.JSONEncodeError:
+            pass
+    return canonical_json(value).encode("utf-8")
+
+
+def _orjson_exact(value: Any) -> bool:
+    t = type(value)
+    if t is str or t is int or t is bool or value is None:
+        return True
+    if t is dict:
+        for k, v in value.items():  # noqa: SIM110 (a loop: faster than all())
+            if type(k) is not str or not _orjson_exact(v):
+                return False
+        return True
+    if t is list:
+        for v in value:  # noqa: SIM110
+            if not _orjson_exact(v):
+                return False
+        return True
+    return False
+
+
 def sha256_json(value: Any) -> str:
-    return hashlib.sha256(canonical_json(value).encode("utf-8")).hexdigest()
+    return hashlib.sha256(canonical_bytes(value)).hexdigest()
 
 
 def llm_call_started(input: LLMCallInput) -> LLMCallStarted:

@@ -20,10 +20,10 @@ from typing import Any
 from temporalio.api.failure.v1 import Failure
 from temporalio.api.history.v1 import HistoryEvent
 
-from activities.llm.payloads import llm_call_started
+from activities.llm.payloads import canonical_bytes, llm_call_started
 from observation import event_types as ev
 from observation.exporter import ids
-from observation.exporter.chain import jsonable
+from observation.exporter.chain import jsonable, log_value, payload_jcs
 from observation.exporter.decode import event_ms, first_value, payload_value
 from observation.exporter.gates import GateMapper, is_gate
 from observation.exporter.model import (
@@ -32,7 +32,7 @@ from observation.exporter.model import (
     Artifact,
     MappedEvent,
 )
-from workflows.canonical import canonical_json, jcs
+from workflows.canonical import jcs
 from workflows.io import LLMCallFailed, LLMCallInput, LLMCallResult
 
 
@@ -139,12 +139,13 @@ class ActivityMapper(GateMapper):
                 "ecs_request": r.ecs_request.model_dump(mode="json") if r.ecs_request else None,
                 "end": r.end}
             call = r.finished.call_id
-            self._artifact(f"artifacts/llm/{call}.json", canonical_json(answer).encode(),
+            self._artifact(f"artifacts/llm/{call}.json", canonical_bytes(answer),
                            LLM_OUTPUT_SCHEMA, act, call_id=call, work_item_id=None)
         elif act.type == "call_tool":
             self._tool_result(act, result)
             self._artifact(f"artifacts/tool/{act.input['execution_id']}.json",
-                           jcs(jsonable(result)), TOOL_RESULT_SCHEMA, act, call_id=None,
+                           payload_jcs(log_value(result)[0]) if type(result) is dict
+                           else jcs(jsonable(result)), TOOL_RESULT_SCHEMA, act, call_id=None,
                            work_item_id=act.input["execution_id"])
         elif is_gate(act.type, act.input):
             self.gate_finished(act.input, result)
