@@ -17,10 +17,16 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
 from temporalio.api.failure.v1 import Failure
 from temporalio.api.history.v1 import HistoryEvent
 
-from activities.llm.payloads import canonical_bytes, llm_call_started
+from activities.llm.payloads import (
+    canonical_bytes,
+    llm_call_started,
+    messages_json,
+    tool_schema_hash,
+)
 from observation import event_types as ev
 from observation.exporter import ids
 from observation.exporter.chain import jsonable, log_value, payload_jcs
@@ -33,7 +39,7 @@ from observation.exporter.model import (
     MappedEvent,
 )
 from workflows.canonical import jcs
-from workflows.io import LLMCallFailed, LLMCallInput, LLMCallResult
+from workflows.io import LLMCallFailed, LLMCallInput, LLMCallResult, LLMCallStarted
 
 
 @dataclass
@@ -42,6 +48,17 @@ class _Activity:
     input: dict[str, Any]
     started_ms: int | None = None
     attempt: int = 1
+
+
+def _key(value: Any) -> bytes:
+    """A part of a call's input as its JSON bytes: equal bytes, equal JSON values
+    (orjson tells ``1`` from ``1.0`` and ``true``; the input is read from JSON)."""
+    return orjson.dumps(value)
+
+
+def _same_items(a: list[Any], b: list[Any]) -> bool:
+    """The same objects in the same order (pydantic copies a list it validates)."""
+    return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
 
 
 def _dump(model: Any) -> dict[str, Any]:
@@ -57,6 +74,8 @@ class ActivityMapper(GateMapper):
         GateMapper.__init__(self)
         self.activities: dict[tuple[str | None, int], _Activity] = {}
         self.artifact_paths: set[str] = set()
+        #: The parts of the session's last LLM call input, by their JSON (_call_started)
+        self._last_call: dict[bytes, Any] = {}
 
     def emit(self, type: str, payload: dict[str, Any], span: str | None = None,
              parent: str | None = None, artifact: Artifact | None = None) -> MappedEvent:
@@ -113,8 +132,8 @@ class ActivityMapper(GateMapper):
             return
         act.started_ms, act.attempt = event_ms(e), a.attempt
         if act.type == "llm_call":
-            started = llm_call_started(LLMCallInput.model_validate(act.input))
-            self.emit(ev.LLM_CALL_STARTED, _dump(started), *self._spans(act))
+            self.emit(ev.LLM_CALL_STARTED, _dump(self._call_started(act.input)),
+                      *self._spans(act))
         elif act.type == "call_tool":
             i = act.input
             self.emit(ev.TOOL_CALL_STARTED, {
@@ -124,6 +143,45 @@ class ActivityMapper(GateMapper):
                 *self._spans(act))
         elif is_gate(act.type, act.input):
             self.gate_started(act.input, a.attempt)
+
+    def _call_started(self, raw: Any) -> LLMCallStarted:
+        """``llm_call_started(LLMCallInput.model_validate(raw))``, with what the
+        session's previous LLM call validated and encoded reused: a call's input
+        repeats the conversation so far, the model's settings and the tools. A part
+        (``llm``, ``tools``, each message) whose JSON is the very bytes of one seen in
+        the previous call is handed to pydantic as the instance validated then (which
+        it takes as it is), and a message's canonical text is kept with it; the rest
+        is validated as ever, the whole input too (``tests/observation/
+        test_hotpath.py``). Only the last call's parts are kept."""
+        prev, seen = self._last_call, {}
+        self._last_call = seen
+        if type(raw) is not dict or type(raw.get("messages")) is not list:
+            return llm_call_started(LLMCallInput.model_validate(raw))
+        try:
+            keys = [_key(m) for m in raw["messages"]]
+            llm_key, tools_key = _key(("llm", raw.get("llm"))), _key(("tools", raw.get("tools")))
+        except (orjson.JSONEncodeError, TypeError):  # not orjson's to write: no reuse
+            return llm_call_started(LLMCallInput.model_validate(raw))
+        given = {**raw, "messages": [prev[k][0] if k in prev else m
+                                     for k, m in zip(keys, raw["messages"], strict=True)]}
+        if llm_key in prev:
+            given["llm"] = prev[llm_key]
+        if tools_key in prev:
+            given["tools"] = prev[tools_key]
+        inp = LLMCallInput.model_validate(given)
+        texts = []
+        for k, m in zip(keys, inp.messages, strict=True):
+            known = prev.get(k)
+            text = known[1] if known is not None and known[0] is m else \
+                canonical_bytes(m.model_dump(mode="json"))
+            seen[k] = (m, text)
+            texts.append(text)
+        seen[llm_key], seen[tools_key] = inp.llm, inp.tools
+        hashed = prev.get(b"#" + tools_key)
+        if hashed is None or not _same_items(hashed[0], inp.tools):
+            hashed = (inp.tools, tool_schema_hash(inp.tools))
+        seen[b"#" + tools_key] = hashed
+        return llm_call_started(inp, messages_json(texts), lambda _: hashed[1])
 
     def _act_completed(self, e: HistoryEvent) -> None:
         a = e.activity_task_completed_event_attributes
