@@ -48,7 +48,7 @@ import logging
 import os
 import time
 from pathlib import Path
-from stat import S_ISREG
+from stat import S_ISDIR, S_ISREG
 from typing import Any, Protocol
 
 import orjson
@@ -135,8 +135,6 @@ class LogWriter:
         self._size = 0  # bytes of events.ndjson this writer knows of
         self._left: tuple[int, int, int] | None = None  # the log's (inode, size, mtime) at close
         self._root: Path | None = None  # run_dir resolved (_put_artifact)
-        #: An artifact folder's path in the run directory -> its real path + "/"
-        self._folders: dict[str, str] = {}
 
     # -- open / close -------------------------------------------------------------------
 
@@ -310,7 +308,6 @@ class LogWriter:
                 with contextlib.suppress(OSError):
                     os.close(fd)
         self._log_fd = self._lock_fd = None
-        self._folders.clear()  # unlocked: the folders are checked again on resume
 
     def __enter__(self) -> LogWriter:
         return self.open()
@@ -386,42 +383,49 @@ class LogWriter:
                                 ) from err
 
     def _put_artifact(self, artifact: Artifact) -> None:
-        """Write ``artifact`` unless its file holds these bytes already. The path must
-        stay in ``artifacts/`` once resolved (no ``..``, no symlink out). A folder seen
-        before is known by its real path (:attr:`_folders`): a plain name in it needs
-        one ``lstat`` instead of resolving every component again; anything else (a new
-        folder, a symlink, a name that is not plain, a folder gone) takes
-        :meth:`_put_artifact_resolved`, the reference."""
-        folder_rel, _, name = artifact.path.rpartition("/")
-        folder = self._folders.get(folder_rel)
-        if folder is None or name in ("", ".", "..") or "\0" in name \
-                or not self._put_in(folder + name, artifact.content):
-            self._put_artifact_resolved(artifact)
+        """Write ``artifact`` unless its file holds these bytes already. Its path must
+        stay in ``artifacts/`` once resolved (no ``..``, no symlink out): a path of
+        plain names under ``artifacts/`` whose folders are all there as real folders
+        (``lstat``: no symlink) and whose file is not a symlink resolves to itself, so
+        it is written as the reference (:meth:`_put_artifact_resolved`) would write it
+        without resolving every part of the path through pathlib again (a few ``lstat``
+        instead); any other path takes the reference."""
+        root = self._root
+        if root is None:  # the run directory's real path, once (the writer holds its lock)
+            root = self._root = self.run_dir.resolve()
+        parts = artifact.path.split("/")
+        if len(parts) < 2 or parts[0] != "artifacts" or not self._put_plain(
+                f"{root}/", parts, artifact.content):
+            self._put_artifact_resolved(root, artifact)
 
-    def _put_in(self, path: str, content: bytes) -> bool:
-        """Write a plain name in a folder known by its real path; False: not done (a
-        symlink or not a file there, the folder gone), the reference must."""
-        try:
-            st = os.lstat(path)
-        except FileNotFoundError:
-            try:
-                atomic_write(Path(path), content)
-            except FileNotFoundError:  # the folder went away
-                self._folders.clear()
+    @staticmethod
+    def _put_plain(root: str, parts: list[str], content: bytes) -> bool:
+        """The fast path of :meth:`_put_artifact`; False: not taken, nothing written."""
+        path = root
+        for i, part in enumerate(parts):
+            if part in ("", ".", "..") or "\0" in part:
                 return False
-            return True
-        if not S_ISREG(st.st_mode):
-            return False
+            path += part
+            try:
+                mode = os.lstat(path).st_mode
+            except FileNotFoundError:
+                if i < len(parts) - 1:  # a folder to make: the reference makes it
+                    return False
+                atomic_write(Path(path), content)
+                return True
+            if i < len(parts) - 1:
+                if not S_ISDIR(mode):  # a symlink, or not a folder
+                    return False
+                path += "/"
+            elif not S_ISREG(mode):
+                return False
         with open(path, "rb") as f:
             if f.read() == content:
                 return True
         atomic_write(Path(path), content)
         return True
 
-    def _put_artifact_resolved(self, artifact: Artifact) -> None:
-        root = self._root
-        if root is None:  # the run directory's real path, once (the writer holds its lock)
-            root = self._root = self.run_dir.resolve()
+    def _put_artifact_resolved(self, root: Path, artifact: Artifact) -> None:
         path = (root / artifact.path).resolve()
         if not path.is_relative_to(root / "artifacts"):
             raise LogError(f"artifact path {artifact.path!r} leaves the artifacts folder")
@@ -430,23 +434,8 @@ class LogWriter:
             for d in (path.parent.parent, root):  # make the new folders' entries durable
                 fsync_dir(d)
         elif path.is_file() and path.read_bytes() == artifact.content:
-            self._know_folder(root, artifact.path)
             return
         atomic_write(path, artifact.content)
-        self._know_folder(root, artifact.path)
-
-    def _know_folder(self, root: Path, rel: str) -> None:
-        """Remember the real path of ``rel``'s folder when every part of ``rel`` is a
-        plain name and the folder is in ``artifacts/``: a plain name in it then resolves
-        to that path plus the name (unless the name is a symlink, which lstat tells)."""
-        folder_rel = rel.rpartition("/")[0]
-        parts = folder_rel.split("/")
-        if folder_rel in self._folders or any(
-                p in ("", ".", "..") or "\0" in p for p in parts):
-            return
-        folder = (root / folder_rel).resolve()
-        if folder.is_dir() and folder.is_relative_to(root / "artifacts"):
-            self._folders[folder_rel] = f"{folder}/"
 
     def _head_bytes(self) -> bytes:
         head = {"last_hash": self.last_hash, "last_seq": self.last_seq}

@@ -397,50 +397,52 @@ def test_an_llm_call_input_orjson_cannot_key_is_validated_whole():
     assert mapper._last_call == {}
 
 
-# -- artifacts: a folder resolved once ---------------------------------------------------
+# -- artifacts: a plain path checked with lstat, not resolved through pathlib -----------
 
 
 def artifact_log(tmp_path: Path) -> LogWriter:
     return LogWriter(tmp_path / "runs" / "s-a").open()
 
 
-def test_an_artifact_in_a_known_folder_is_written_once_and_kept(tmp_path):
+def test_an_artifact_is_written_once_kept_and_replaced_when_it_changed(tmp_path):
     w = artifact_log(tmp_path)
     try:
-        w.write_artifact(Artifact(path="artifacts/llm/a.json", content=b"1"))
-        assert w._folders == {"artifacts/llm": f"{(w.run_dir / 'artifacts/llm').resolve()}/"}
-        w.write_artifact(Artifact(path="artifacts/llm/b.json", content=b"2"))  # fast path
-        path = w.run_dir / "artifacts/llm/b.json"
-        before = path.stat()
-        w.write_artifact(Artifact(path="artifacts/llm/b.json", content=b"2"))  # unchanged
-        assert path.stat().st_ino == before.st_ino and path.stat().st_mtime_ns == \
-            before.st_mtime_ns
-        w.write_artifact(Artifact(path="artifacts/llm/b.json", content=b"3"))  # replaced
-        assert path.read_bytes() == b"3" and not list(path.parent.glob(".*.tmp"))
-        shutil.rmtree(w.run_dir / "artifacts")  # the folder went away: made again
-        w.write_artifact(Artifact(path="artifacts/llm/c.json", content=b"4"))
-        assert (w.run_dir / "artifacts/llm/c.json").read_bytes() == b"4"
+        with mock.patch.object(LogWriter, "_put_artifact_resolved",
+                               wraps=w._put_artifact_resolved) as reference:
+            w.write_artifact(Artifact(path="artifacts/llm/a.json", content=b"1"))
+            assert reference.call_count == 1  # a folder to make: the reference
+            w.write_artifact(Artifact(path="artifacts/llm/b.json", content=b"2"))
+            path = w.run_dir / "artifacts/llm/b.json"
+            before = path.stat()
+            w.write_artifact(Artifact(path="artifacts/llm/b.json", content=b"2"))  # kept
+            assert (path.stat().st_ino, path.stat().st_mtime_ns) == \
+                (before.st_ino, before.st_mtime_ns)
+            w.write_artifact(Artifact(path="artifacts/llm/b.json", content=b"3"))  # replaced
+            assert path.read_bytes() == b"3" and not list(path.parent.glob(".*.tmp"))
+            assert reference.call_count == 1  # the folder was there: lstat only
+            shutil.rmtree(w.run_dir / "artifacts")  # the folder went away: made again
+            w.write_artifact(Artifact(path="artifacts/llm/c.json", content=b"4"))
+            assert (w.run_dir / "artifacts/llm/c.json").read_bytes() == b"4"
+            assert reference.call_count == 2
     finally:
         w.close()
-    assert w._folders == {}  # unlocked: checked again on resume
 
 
 @pytest.mark.parametrize("rel", ["../x.json", "artifacts/../x.json", "/tmp/x.json",
-                                 "artifacts/llm/../../x.json", "other/x.json"])
-def test_an_artifact_path_out_of_the_folder_is_refused_known_folder_or_not(tmp_path, rel):
+                                 "artifacts/llm/../../x.json", "other/x.json",
+                                 "artifacts//../x.json", "x.json"])
+def test_an_artifact_path_out_of_the_folder_is_refused(tmp_path, rel):
     w = artifact_log(tmp_path)
     try:
-        for known in (False, True):
-            if known:
-                w.write_artifact(Artifact(path="artifacts/llm/ok.json", content=b"1"))
-            with pytest.raises(LogError, match="leaves the artifacts folder"):
-                w._put_artifact(Artifact(path=rel, content=b"x"))
+        w.write_artifact(Artifact(path="artifacts/llm/ok.json", content=b"1"))
+        with pytest.raises(LogError, match="leaves the artifacts folder"):
+            w._put_artifact(Artifact(path=rel, content=b"x"))
         assert not (w.run_dir / "x.json").exists() and not (tmp_path / "runs/x.json").exists()
     finally:
         w.close()
 
 
-def test_a_symlink_out_of_the_artifacts_folder_is_refused_after_the_folder_is_known(tmp_path):
+def test_a_symlink_out_of_the_artifacts_folder_is_refused(tmp_path):
     outside = tmp_path / "outside"
     outside.mkdir()
     w = artifact_log(tmp_path)
@@ -452,7 +454,23 @@ def test_a_symlink_out_of_the_artifacts_folder_is_refused_after_the_folder_is_kn
         (w.run_dir / "artifacts/tool").symlink_to(outside, target_is_directory=True)
         with pytest.raises(LogError, match="leaves the artifacts folder"):
             w._put_artifact(Artifact(path="artifacts/tool/t.json", content=b"x"))
-        assert list(outside.iterdir()) == []
-        assert "artifacts/tool" not in w._folders
+        shutil.rmtree(w.run_dir / "artifacts")  # the folder itself a symlink out
+        (w.run_dir / "artifacts").symlink_to(outside, target_is_directory=True)
+        with pytest.raises(LogError, match="leaves the artifacts folder"):
+            w._put_artifact(Artifact(path="artifacts/llm/ok.json", content=b"x"))
+        assert list(outside.iterdir()) == []  # nothing written out there
+    finally:
+        w.close()
+
+
+def test_a_symlink_inside_the_artifacts_folder_takes_the_reference(tmp_path):
+    """Resolved into ``artifacts/``, as before: written there."""
+    w = artifact_log(tmp_path)
+    try:
+        w.write_artifact(Artifact(path="artifacts/llm/ok.json", content=b"1"))
+        (w.run_dir / "artifacts/same").symlink_to(w.run_dir / "artifacts/llm",
+                                                  target_is_directory=True)
+        w._put_artifact(Artifact(path="artifacts/same/x.json", content=b"2"))
+        assert (w.run_dir / "artifacts/llm/x.json").read_bytes() == b"2"
     finally:
         w.close()
