@@ -29,7 +29,7 @@ from activities.llm.payloads import (
 )
 from observation import event_types as ev
 from observation.exporter import ids
-from observation.exporter.chain import jsonable, log_value, payload_jcs
+from observation.exporter.chain import jsonable, logged_jcs
 from observation.exporter.decode import event_ms, first_value, payload_value
 from observation.exporter.gates import GateMapper, is_gate
 from observation.exporter.model import (
@@ -202,7 +202,7 @@ class ActivityMapper(GateMapper):
         elif act.type == "call_tool":
             self._tool_result(act, result)
             self._artifact(f"artifacts/tool/{act.input['execution_id']}.json",
-                           payload_jcs(log_value(result)[0]) if type(result) is dict
+                           logged_jcs(result) if type(result) is dict
                            else jcs(jsonable(result)), TOOL_RESULT_SCHEMA, act, call_id=None,
                            work_item_id=act.input["execution_id"])
         elif is_gate(act.type, act.input):

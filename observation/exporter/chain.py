@@ -52,7 +52,8 @@ from observation.exporter.verify import ORJSON_JCS
 from workflows.canonical import MAX_SAFE_INT, jcs, plain
 
 __all__ = ["GENESIS", "HASH_PREFIX", "LINE_PREFIX", "LOG_VERSION", "LOG_VERSIONS", "Chain",
-           "hash_body", "jsonable", "line_bytes", "line_hash", "log_value", "payload_jcs",
+           "hash_body", "jsonable", "line_bytes", "line_hash", "log_value", "logged_jcs",
+           "payload_jcs",
            "read_json", "seed_hash"]
 
 #: JCS (I-JSON) numbers: integers beyond this lose precision, so they become strings.
@@ -217,6 +218,13 @@ def payload_jcs(value: Any) -> bytes:
     ``tests/observation/test_hotpath.py`` checks it over generated values); else
     ``jcs`` (rfc8785, which also refuses a lone surrogate, as before)."""
     return _orjson_jcs(value) if plain(value) else jcs(value)
+
+
+def logged_jcs(value: dict[str, Any]) -> bytes:
+    """``jcs(jsonable(value))`` of a dict: :func:`log_value`'s walk, then orjson where
+    it found the result ``plain`` (as :func:`payload_jcs`, without walking again)."""
+    logged, exact = log_value(value)
+    return _orjson_jcs(logged) if exact else jcs(logged)
 
 
 def _orjson_jcs(value: Any) -> bytes:

@@ -28,7 +28,7 @@ from temporalio.api.history.v1 import HistoryEvent
 from activities.llm.payloads import canonical_bytes, llm_call_started, sha256_json
 from observation.exporter import Chain, LogEvent, MappedEvent, SessionMapper
 from observation.exporter.activities import ActivityMapper
-from observation.exporter.chain import jsonable, log_value, payload_jcs, read_json
+from observation.exporter.chain import jsonable, log_value, logged_jcs, payload_jcs, read_json
 from observation.exporter.decode import (
     MappingError,
     first_value,
@@ -282,7 +282,7 @@ def test_a_tool_results_artifact_bytes_as_before(result):
         expected = jcs(jsonable(result))
     except rfc8785.CanonicalizationError:
         return
-    assert payload_jcs(log_value(result)[0]) == expected
+    assert logged_jcs(result) == payload_jcs(log_value(result)[0]) == expected
 
 
 @functools.cache
