@@ -41,6 +41,9 @@ from observation.exporter.model import (
 from workflows.canonical import jcs
 from workflows.io import LLMCallFailed, LLMCallInput, LLMCallResult, LLMCallStarted
 
+#: The most JSON of a call's messages whose parts are kept for the next call.
+KEEP_CALL_BYTES = 64 * 1024
+
 
 @dataclass
 class _Activity:
@@ -152,7 +155,9 @@ class ActivityMapper(GateMapper):
         the previous call is handed to pydantic as the instance validated then (which
         it takes as it is), and a message's canonical text is kept with it; the rest
         is validated as ever, the whole input too (``tests/observation/
-        test_hotpath.py``). Only the last call's parts are kept."""
+        test_hotpath.py``). Only the last call's parts are kept, and only while its
+        messages' JSON is at most ``KEEP_CALL_BYTES`` (the exporter keeps a parked
+        session's mapper: a long conversation is not held for it)."""
         prev, seen = self._last_call, {}
         self._last_call = seen
         if type(raw) is not dict or type(raw.get("messages")) is not list:
@@ -181,6 +186,8 @@ class ActivityMapper(GateMapper):
         if hashed is None or not _same_items(hashed[0], inp.tools):
             hashed = (inp.tools, tool_schema_hash(inp.tools))
         seen[b"#" + tools_key] = hashed
+        if sum(map(len, keys)) > KEEP_CALL_BYTES:  # a parked session keeps its mapper
+            self._last_call = {}
         return llm_call_started(inp, messages_json(texts), lambda _: hashed[1])
 
     def _act_completed(self, e: HistoryEvent) -> None:

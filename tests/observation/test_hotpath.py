@@ -27,6 +27,7 @@ from temporalio.api.history.v1 import HistoryEvent
 
 from activities.llm.payloads import canonical_bytes, llm_call_started, sha256_json
 from observation.exporter import Chain, LogEvent, MappedEvent, SessionMapper
+from observation.exporter import activities as activities_mod
 from observation.exporter.activities import ActivityMapper
 from observation.exporter.chain import jsonable, log_value, logged_jcs, payload_jcs, read_json
 from observation.exporter.decode import (
@@ -385,6 +386,17 @@ def test_an_llm_calls_changed_parts_are_validated_and_hashed_again():
         with pytest.raises(ValidationError):
             mapper._call_started(broken)
         assert same(started(mapper, raw), reference_started(raw))  # and nothing kept
+
+
+def test_a_long_conversation_is_not_kept_for_the_next_call():
+    _, inputs = llm_inputs()[0]
+    raw = {**inputs[0], "messages": [*inputs[0]["messages"], {
+        "role": "user", "content": "x" * (activities_mod.KEEP_CALL_BYTES + 1)}]}
+    mapper = ActivityMapper()
+    assert same(started(mapper, raw), reference_started(raw))
+    assert mapper._last_call == {}
+    assert same(started(mapper, inputs[0]), reference_started(inputs[0]))
+    assert mapper._last_call != {}
 
 
 def test_an_llm_call_input_orjson_cannot_key_is_validated_whole():
