@@ -17,13 +17,19 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
 from temporalio.api.failure.v1 import Failure
 from temporalio.api.history.v1 import HistoryEvent
 
-from activities.llm.payloads import llm_call_started
+from activities.llm.payloads import (
+    canonical_bytes,
+    llm_call_started,
+    messages_json,
+    tool_schema_hash,
+)
 from observation import event_types as ev
 from observation.exporter import ids
-from observation.exporter.chain import jsonable
+from observation.exporter.chain import jsonable, logged_jcs
 from observation.exporter.decode import event_ms, first_value, payload_value
 from observation.exporter.gates import GateMapper, is_gate
 from observation.exporter.model import (
@@ -32,8 +38,11 @@ from observation.exporter.model import (
     Artifact,
     MappedEvent,
 )
-from workflows.canonical import canonical_json, jcs
-from workflows.io import LLMCallFailed, LLMCallInput, LLMCallResult
+from workflows.canonical import jcs
+from workflows.io import LLMCallFailed, LLMCallInput, LLMCallResult, LLMCallStarted
+
+#: The most JSON of a call's messages whose parts are kept for the next call.
+KEEP_CALL_BYTES = 64 * 1024
 
 
 @dataclass
@@ -42,6 +51,17 @@ class _Activity:
     input: dict[str, Any]
     started_ms: int | None = None
     attempt: int = 1
+
+
+def _key(value: Any) -> bytes:
+    """A part of a call's input as its JSON bytes: equal bytes, equal JSON values
+    (orjson tells ``1`` from ``1.0`` and ``true``; the input is read from JSON)."""
+    return orjson.dumps(value)
+
+
+def _same_items(a: list[Any], b: list[Any]) -> bool:
+    """The same objects in the same order (pydantic copies a list it validates)."""
+    return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
 
 
 def _dump(model: Any) -> dict[str, Any]:
@@ -57,6 +77,8 @@ class ActivityMapper(GateMapper):
         GateMapper.__init__(self)
         self.activities: dict[tuple[str | None, int], _Activity] = {}
         self.artifact_paths: set[str] = set()
+        #: The parts of the session's last LLM call input, by their JSON (_call_started)
+        self._last_call: dict[bytes, Any] = {}
 
     def emit(self, type: str, payload: dict[str, Any], span: str | None = None,
              parent: str | None = None, artifact: Artifact | None = None) -> MappedEvent:
@@ -113,8 +135,8 @@ class ActivityMapper(GateMapper):
             return
         act.started_ms, act.attempt = event_ms(e), a.attempt
         if act.type == "llm_call":
-            started = llm_call_started(LLMCallInput.model_validate(act.input))
-            self.emit(ev.LLM_CALL_STARTED, _dump(started), *self._spans(act))
+            self.emit(ev.LLM_CALL_STARTED, _dump(self._call_started(act.input)),
+                      *self._spans(act))
         elif act.type == "call_tool":
             i = act.input
             self.emit(ev.TOOL_CALL_STARTED, {
@@ -124,6 +146,49 @@ class ActivityMapper(GateMapper):
                 *self._spans(act))
         elif is_gate(act.type, act.input):
             self.gate_started(act.input, a.attempt)
+
+    def _call_started(self, raw: Any) -> LLMCallStarted:
+        """``llm_call_started(LLMCallInput.model_validate(raw))``, with what the
+        session's previous LLM call validated and encoded reused: a call's input
+        repeats the conversation so far, the model's settings and the tools. A part
+        (``llm``, ``tools``, each message) whose JSON is the very bytes of one seen in
+        the previous call is handed to pydantic as the instance validated then (which
+        it takes as it is), and a message's canonical text is kept with it; the rest
+        is validated as ever, the whole input too (``tests/observation/
+        test_hotpath.py``). Only the last call's parts are kept, and only while its
+        messages' JSON is at most ``KEEP_CALL_BYTES`` (the exporter keeps a parked
+        session's mapper: a long conversation is not held for it)."""
+        prev, seen = self._last_call, {}
+        self._last_call = seen
+        if type(raw) is not dict or type(raw.get("messages")) is not list:
+            return llm_call_started(LLMCallInput.model_validate(raw))
+        try:
+            keys = [_key(m) for m in raw["messages"]]
+            llm_key, tools_key = _key(("llm", raw.get("llm"))), _key(("tools", raw.get("tools")))
+        except (orjson.JSONEncodeError, TypeError):  # not orjson's to write: no reuse
+            return llm_call_started(LLMCallInput.model_validate(raw))
+        given = {**raw, "messages": [prev[k][0] if k in prev else m
+                                     for k, m in zip(keys, raw["messages"], strict=True)]}
+        if llm_key in prev:
+            given["llm"] = prev[llm_key]
+        if tools_key in prev:
+            given["tools"] = prev[tools_key]
+        inp = LLMCallInput.model_validate(given)
+        texts = []
+        for k, m in zip(keys, inp.messages, strict=True):
+            known = prev.get(k)
+            text = known[1] if known is not None and known[0] is m else \
+                canonical_bytes(m.model_dump(mode="json"))
+            seen[k] = (m, text)
+            texts.append(text)
+        seen[llm_key], seen[tools_key] = inp.llm, inp.tools
+        hashed = prev.get(b"#" + tools_key)
+        if hashed is None or not _same_items(hashed[0], inp.tools):
+            hashed = (inp.tools, tool_schema_hash(inp.tools))
+        seen[b"#" + tools_key] = hashed
+        if sum(map(len, keys)) > KEEP_CALL_BYTES:  # a parked session keeps its mapper
+            self._last_call = {}
+        return llm_call_started(inp, messages_json(texts), lambda _: hashed[1])
 
     def _act_completed(self, e: HistoryEvent) -> None:
         a = e.activity_task_completed_event_attributes
@@ -139,12 +204,13 @@ class ActivityMapper(GateMapper):
                 "ecs_request": r.ecs_request.model_dump(mode="json") if r.ecs_request else None,
                 "end": r.end}
             call = r.finished.call_id
-            self._artifact(f"artifacts/llm/{call}.json", canonical_json(answer).encode(),
+            self._artifact(f"artifacts/llm/{call}.json", canonical_bytes(answer),
                            LLM_OUTPUT_SCHEMA, act, call_id=call, work_item_id=None)
         elif act.type == "call_tool":
             self._tool_result(act, result)
             self._artifact(f"artifacts/tool/{act.input['execution_id']}.json",
-                           jcs(jsonable(result)), TOOL_RESULT_SCHEMA, act, call_id=None,
+                           logged_jcs(result) if type(result) is dict
+                           else jcs(jsonable(result)), TOOL_RESULT_SCHEMA, act, call_id=None,
                            work_item_id=act.input["execution_id"])
         elif is_gate(act.type, act.input):
             self.gate_finished(act.input, result)

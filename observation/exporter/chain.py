@@ -52,7 +52,8 @@ from observation.exporter.verify import ORJSON_JCS
 from workflows.canonical import MAX_SAFE_INT, jcs, plain
 
 __all__ = ["GENESIS", "HASH_PREFIX", "LINE_PREFIX", "LOG_VERSION", "LOG_VERSIONS", "Chain",
-           "hash_body", "jsonable", "line_bytes", "line_hash", "log_value", "payload_jcs",
+           "hash_body", "jsonable", "line_bytes", "line_hash", "log_value", "logged_jcs",
+           "payload_jcs",
            "read_json", "seed_hash"]
 
 #: JCS (I-JSON) numbers: integers beyond this lose precision, so they become strings.
@@ -102,52 +103,93 @@ def log_value(value: dict[str, Any]) -> tuple[dict[str, Any], bool]:
     return _logged(value, exact), exact[0]
 
 
-_KEPT = object()
-
-
 def _logged(value: dict[str, Any] | list[Any] | tuple[Any, ...], exact: list[bool]) -> Any:
     """:func:`jsonable` of a container, ``value`` itself when it changes nothing;
     ``exact[0]`` cleared where the result is not ``plain``. Whatever is not a str, int,
     bool, None, float, dict, list or tuple of exactly those types takes the reference
     (:func:`_leaf`), and so does a dict with a key that is not a str or holds a lone
-    surrogate."""
-    is_dict = type(value) is dict
-    changed: list[Any] | None = [] if type(value) is tuple else None
-    items = value.items() if is_dict else enumerate(value)  # type: ignore[union-attr]
-    for k, v in items:
-        if is_dict and (type(k) is not str or not k.isascii()):
+    surrogate. (One loop per kind of container, each value's common case first and
+    left at once: the walk is the mapping's largest cost per line.)"""
+    if type(value) is dict:
+        return _logged_dict(value, exact)
+    return _logged_list(value, exact)
+
+
+def _logged_dict(value: dict[str, Any], exact: list[bool]) -> Any:
+    changed: list[tuple[str, Any]] | None = None
+    for k, v in value.items():
+        if type(k) is not str or not k.isascii():
             if type(k) is not str or _SURROGATE.search(k):
                 return _reference(value, exact)
             exact[0] = False  # a non-ASCII key: JCS's order is UTF-16's
         t = type(v)
         if t is str:
-            new = _KEPT if v.isascii() or not _SURROGATE.search(v) else _text(v)
-        elif t is int:
-            new = _KEPT if -MAX_SAFE_INT <= v <= MAX_SAFE_INT else str(v)
+            if v.isascii() or not _SURROGATE.search(v):
+                continue
+            new: Any = _text(v)
         elif t is bool or v is None:
-            new = _KEPT
-        elif t is dict or t is list or t is tuple:
-            new = _logged(v, exact)
+            continue
+        elif t is int:
+            if -MAX_SAFE_INT <= v <= MAX_SAFE_INT:
+                continue
+            new = str(v)
+        elif t is dict:
+            new = _logged_dict(v, exact)
             if new is v:
-                new = _KEPT
+                continue
+        elif t is list or t is tuple:
+            new = _logged_list(v, exact)
+            if new is v:
+                continue
         else:
             new = _leaf(v, exact)
             if new is v:
-                new = _KEPT
-        if new is not _KEPT:
-            if changed is None:
-                changed = []
-            changed.append((k, new))
+                continue
+        if changed is None:
+            changed = []
+        changed.append((k, new))
     if changed is None:
         return value
-    if is_dict:
-        out = dict(value)
-        out.update(changed)
-        return out
-    out_list = list(value)
+    out = dict(value)
+    out.update(changed)
+    return out
+
+
+def _logged_list(value: list[Any] | tuple[Any, ...], exact: list[bool]) -> Any:
+    changed: list[tuple[int, Any]] | None = [] if type(value) is tuple else None
+    for i, v in enumerate(value):
+        t = type(v)
+        if t is str:
+            if v.isascii() or not _SURROGATE.search(v):
+                continue
+            new: Any = _text(v)
+        elif t is bool or v is None:
+            continue
+        elif t is int:
+            if -MAX_SAFE_INT <= v <= MAX_SAFE_INT:
+                continue
+            new = str(v)
+        elif t is dict:
+            new = _logged_dict(v, exact)
+            if new is v:
+                continue
+        elif t is list or t is tuple:
+            new = _logged_list(v, exact)
+            if new is v:
+                continue
+        else:
+            new = _leaf(v, exact)
+            if new is v:
+                continue
+        if changed is None:
+            changed = []
+        changed.append((i, new))
+    if changed is None:
+        return value
+    out = list(value)
     for i, new in changed:
-        out_list[i] = new
-    return out_list
+        out[i] = new
+    return out
 
 
 def _leaf(value: Any, exact: list[bool]) -> Any:
@@ -176,6 +218,13 @@ def payload_jcs(value: Any) -> bytes:
     ``tests/observation/test_hotpath.py`` checks it over generated values); else
     ``jcs`` (rfc8785, which also refuses a lone surrogate, as before)."""
     return _orjson_jcs(value) if plain(value) else jcs(value)
+
+
+def logged_jcs(value: dict[str, Any]) -> bytes:
+    """``jcs(jsonable(value))`` of a dict: :func:`log_value`'s walk, then orjson where
+    it found the result ``plain`` (as :func:`payload_jcs`, without walking again)."""
+    logged, exact = log_value(value)
+    return _orjson_jcs(logged) if exact else jcs(logged)
 
 
 def _orjson_jcs(value: Any) -> bytes:

@@ -14,20 +14,23 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from pydantic import TypeAdapter
+
 from observation import event_types as ev
 from observation.event_types import DECISION_TERMS, ISSUE_TERMS, JOURNAL_KINDS, is_journal_lead
 from observation.exporter import ids
 from observation.exporter.decode import MappingError
 from observation.exporter.model import MappedEvent
-from observation.projections import execution_state_event
 from workflows import wait_policy
 from workflows.config import SessionConfig
 from workflows.contract import (
     CONTRACT_TABLE,
     ExecutionContract,
+    ExecutionStatus,
     TransitionRecord,
     summarize_action,
 )
+from workflows.execution_views import has_side_effects
 from workflows.plan import PLAN_EVENT_TYPES
 from workflows.session_state import PendingRequest
 from workflows.statechart import SessionEvent
@@ -49,6 +52,7 @@ class JournalMapper:
         # input holds it; parsed when first needed.
         self.session_config: dict[str, Any] | None = None
         self._wait_config: SessionConfig | None = None
+        self._summaries: dict[str, str] = {}  # execution id -> its action's summary
 
     # provided by SessionMapper
     def emit(self, type: str, payload: dict[str, Any], span: str | None = None,
@@ -224,9 +228,12 @@ class JournalMapper:
     def _j_contract_created(self, d: dict[str, Any], at: str) -> None:
         c = ExecutionContract.model_validate({**d, "session_id": self.sid})
         self.contracts[c.execution_id] = c
+        # fixed for the contract (its action): each transition's state names it again
+        summary = self._summaries[c.execution_id] = summarize_action(
+            c.action_type, c.action_detail)
         self.emit(ev.WORK_ITEM_QUEUED, {
             "work_item_id": c.execution_id, "action_type": c.action_type.value,
-            "action_summary": summarize_action(c.action_type, c.action_detail),
+            "action_summary": summary,
             "action_detail": d["action_detail"], "irreversible": c.irreversible,
             "idempotency_key": c.idempotency_key, "created_at": d["created_at"]},
             *self._work_span(c.execution_id))
@@ -239,12 +246,12 @@ class JournalMapper:
             {k: d[k] for k in TransitionRecord.model_fields})
         c.status = record.to_status
         span = self._work_span(c.execution_id)
-        state = {**execution_state_event(c, record).model_dump(mode="json"),
+        state = {**execution_state(c, record, self._summaries[c.execution_id]),
                  **_present(d, ("principal", "digest"))}  # a person's decision: who, on what
         self.emit(ev.EXECUTION_STATE, state, *span)
         who = {"trigger": d["trigger"], "actor": d["actor"],
                "actor_category": d["actor_category"]}
-        if record.from_status.value == "pending":
+        if record.from_status is ExecutionStatus.PENDING:
             self.emit(ev.WORK_ITEM_STARTED, {
                 "work_item_id": c.execution_id, "started_at": d["timestamp"], **who}, *span)
         if record.to_status in CONTRACT_TABLE.terminal:
@@ -261,6 +268,27 @@ class JournalMapper:
         if kind not in PLAN_EVENT_TYPES:
             raise MappingError(f"plan event of unknown type {kind!r}")
         self.emit(kind, {**d, "at": at})
+
+
+#: The JSON form pydantic gives a datetime field (``model_dump(mode="json")``).
+_json_datetime = TypeAdapter(datetime).serializer.to_python
+
+
+def execution_state(contract: ExecutionContract, record: TransitionRecord,
+                    summary: str) -> dict[str, Any]:
+    """``execution_state_event(contract, record).model_dump(mode="json")``, made
+    directly from the validated record (``summary``: the contract's
+    ``summarize_action``): the same dict, keys in the same order
+    (``tests/observation/test_hotpath.py``)."""
+    to = record.to_status
+    return {
+        "execution_id": record.execution_id, "action_summary": summary,
+        "from_status": record.from_status.value, "to_status": to.value,
+        "trigger": record.trigger.value, "actor_category": record.actor_category,
+        "is_terminal": to in CONTRACT_TABLE.terminal,
+        "is_resumable": to in CONTRACT_TABLE.resumable,
+        "has_side_effects": has_side_effects(contract),
+        "timestamp": _json_datetime(record.timestamp, mode="json")}
 
 
 def _present(d: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:

@@ -49,6 +49,7 @@ import logging
 import os
 import time
 from pathlib import Path
+from stat import S_ISDIR, S_ISREG
 from typing import Any, Protocol
 
 import orjson
@@ -388,9 +389,49 @@ class LogWriter:
                                 ) from err
 
     def _put_artifact(self, artifact: Artifact) -> None:
+        """Write ``artifact`` unless its file holds these bytes already. Its path must
+        stay in ``artifacts/`` once resolved (no ``..``, no symlink out): a path of
+        plain names under ``artifacts/`` whose folders are all there as real folders
+        (``lstat``: no symlink) and whose file is not a symlink resolves to itself, so
+        it is written as the reference (:meth:`_put_artifact_resolved`) would write it
+        without resolving every part of the path through pathlib again (a few ``lstat``
+        instead); any other path takes the reference."""
         root = self._root
         if root is None:  # the run directory's real path, once (the writer holds its lock)
             root = self._root = self.run_dir.resolve()
+        parts = artifact.path.split("/")
+        if len(parts) < 2 or parts[0] != "artifacts" or not self._put_plain(
+                f"{root}/", parts, artifact.content):
+            self._put_artifact_resolved(root, artifact)
+
+    @staticmethod
+    def _put_plain(root: str, parts: list[str], content: bytes) -> bool:
+        """The fast path of :meth:`_put_artifact`; False: not taken, nothing written."""
+        path = root
+        for i, part in enumerate(parts):
+            if part in ("", ".", "..") or "\0" in part:
+                return False
+            path += part
+            try:
+                mode = os.lstat(path).st_mode
+            except FileNotFoundError:
+                if i < len(parts) - 1:  # a folder to make: the reference makes it
+                    return False
+                atomic_write(Path(path), content)
+                return True
+            if i < len(parts) - 1:
+                if not S_ISDIR(mode):  # a symlink, or not a folder
+                    return False
+                path += "/"
+            elif not S_ISREG(mode):
+                return False
+        with open(path, "rb") as f:
+            if f.read() == content:
+                return True
+        atomic_write(Path(path), content)
+        return True
+
+    def _put_artifact_resolved(self, root: Path, artifact: Artifact) -> None:
         path = (root / artifact.path).resolve()
         if not path.is_relative_to(root / "artifacts"):
             raise LogError(f"artifact path {artifact.path!r} leaves the artifacts folder")

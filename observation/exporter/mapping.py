@@ -67,12 +67,15 @@ class SessionMapper(ActivityMapper, JournalMapper):
         return m
 
     def feed(self, event: HistoryEvent) -> list[MappedEvent]:
-        self._event, self._ts, self._out = event, format_ts(event), []
-        if self.closed and event.event_type != ET.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
+        kind = event.event_type
+        if self.closed and kind != ET.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
             raise MappingError(f"history event {event.event_id} after the run closed")
-        handler = _HANDLERS.get(event.event_type)
-        if handler is not None:
-            handler(self, event)
+        handler = _HANDLERS.get(kind)
+        if handler is None:  # most events (workflow tasks, updates): no line, no time
+            self._out = []
+            return self._out
+        self._event, self._ts, self._out = event, format_ts(event), []
+        handler(self, event)
         return self._out
 
     # -- the run ------------------------------------------------------------------------
