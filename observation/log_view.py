@@ -23,12 +23,18 @@ What the log does not say, and what is used instead:
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from observation import event_types as ev
-from observation.event_types import FCMP_PREFIXES, LogFold, folds, is_journal_lead
+from observation.event_types import (
+    FCMP_PREFIXES,
+    JOURNAL_KINDS,
+    LogFold,
+    folds,
+    is_journal_lead,
+)
 from observation.projections import ExecutionFact, execution_fact
 from workflows.contract import (
     ActionType,
@@ -102,18 +108,19 @@ class SessionLogView(LogFold):
     _seq: int = 0  # the line being applied
 
     def apply(self, event: dict[str, Any]) -> None:
-        self._seq = event["seq"]
-        kind = event["type"]
-        handler = self.handlers.get(kind)
+        seq = self._seq = event["seq"]
+        kind, payload = event["type"], event["payload"]
+        plan = _PLANS.get(kind)  # one lookup per line: its handler, whether it may lead
+        if plan is None:
+            plan = _plan(kind)
+        handler, may_lead = plan
         if handler is not None:
-            handler(self, event["payload"], event)
-        elif kind.startswith(FCMP_PREFIXES):
-            self._fcmp(event)
+            handler(self, payload, event)
         # The first line of each workflow journal entry: counting them gives the
         # journal position the log has reached (read-your-writes).
-        if is_journal_lead(kind, event["payload"]):
+        if may_lead and is_journal_lead(kind, payload):
             self.journal_seq += 1
-        self.last_seq, self.last_hash = event["seq"], event["event_hash"]
+        self.last_seq, self.last_hash = seq, event["event_hash"]
 
     def take_touched(self) -> tuple[set[int], set[int]]:
         """The contracts and status changes changed since the last call (by index)."""
@@ -289,6 +296,25 @@ class SessionLogView(LogFold):
         self.pending = self.waiting_since = None
         self.closed_at = p.get("finished_at")
         self.execution_status = EXECUTION_STATUS_OF.get(p.get("outcome", ""), "completed")
+
+
+def _fcmp_line(view: SessionLogView, _: dict[str, Any], event: dict[str, Any]) -> None:
+    view._fcmp(event)
+
+
+#: Each line type's handler (a fold's, the FCMP events', or None) and whether a line of
+#: it may be a journal entry's first (``is_journal_lead`` is asked only then), made
+#: once per type the first time it is seen.
+_PLANS: dict[str, tuple[Callable[..., None] | None, bool]] = {}
+_LEAD_TYPES = frozenset(t for lead in JOURNAL_KINDS.values() for t in lead.types)
+
+
+def _plan(kind: str) -> tuple[Callable[..., None] | None, bool]:
+    handler = SessionLogView.handlers.get(kind)
+    if handler is None and kind.startswith(FCMP_PREFIXES):
+        handler = _fcmp_line
+    plan = _PLANS[kind] = (handler, kind in _LEAD_TYPES)
+    return plan
 
 
 def fold(session_id: str, events: Iterable[dict[str, Any]]) -> SessionLogView:
