@@ -71,7 +71,10 @@ class SessionLogView(LogFold):
     index: dict[str, int] = field(default_factory=dict)
     facts: list[ExecutionFact] = field(default_factory=list)  # the order they were recorded
     fact_ids: set[str] = field(default_factory=set)
-    history: list[StatusChange] = field(default_factory=list)
+    # The status changes (``history``), their FCMP events not yet made into models:
+    # ``_fcmp_raw[i]``, ``(type, payload)`` each, in order after ``_changes[i].fcmp``.
+    _changes: list[StatusChange] = field(default_factory=list)
+    _fcmp_raw: dict[int, list[tuple[str, dict[str, Any]]]] = field(default_factory=dict)
     statuses: Counter[ExecutionStatus] = field(default_factory=Counter)
     status: SessionStatus | None = None
     turns: int = 0
@@ -121,6 +124,29 @@ class SessionLogView(LogFold):
         if may_lead and is_journal_lead(kind, payload):
             self.journal_seq += 1
         self.last_seq, self.last_hash = seq, event["event_hash"]
+
+    @property
+    def history(self) -> list[StatusChange]:
+        """The status changes, each with its FCMP events (made into models here, when
+        read: the read model writes them from :meth:`fcmp_raw`)."""
+        if self._fcmp_raw:
+            for i, raw in self._fcmp_raw.items():
+                self._changes[i].fcmp.extend(FcmpEvent(type=t, payload=p) for t, p in raw)
+            self._fcmp_raw.clear()
+        return self._changes
+
+    @history.setter
+    def history(self, changes: list[StatusChange]) -> None:
+        self._changes, self._fcmp_raw = changes, {}
+
+    @property
+    def history_total(self) -> int:
+        return len(self._changes)
+
+    def change(self, i: int) -> tuple[StatusChange, list[tuple[str, dict[str, Any]]]]:
+        """Status change ``i`` and the FCMP events that follow those in its ``fcmp``
+        (``(type, payload)``), not made into models."""
+        return self._changes[i], self._fcmp_raw.get(i, [])
 
     def take_touched(self) -> tuple[set[int], set[int]]:
         """The contracts and status changes changed since the last call (by index)."""
@@ -202,9 +228,9 @@ class SessionLogView(LogFold):
                 change.to_status == SessionStatus.RUNNING:
             self.turns += 1  # as the workflow counts turns
         self.status = change.to_status
-        self.history.append(change)
+        self._changes.append(change)
         self.history_seq.append(self._seq)
-        self.touched_history.add(len(self.history) - 1)
+        self.touched_history.add(len(self._changes) - 1)
         self._change_from = _history_event(event["event_id"])
         waiting = change.to_status == SessionStatus.WAITING_USER
         if waiting and change.from_status != SessionStatus.WAITING_USER:
@@ -218,11 +244,20 @@ class SessionLogView(LogFold):
 
     def _fcmp(self, event: dict[str, Any]) -> None:
         # A status change's FCMP events follow it, from the same history event.
-        if self.history and self._change_from == _history_event(event["event_id"]):
-            self.history[-1].fcmp.append(FcmpEvent(type=event["type"],
-                                                   payload=event["payload"]))
+        # Kept as they are (a copy, as the model's validation makes), made into
+        # ``FcmpEvent``s only when ``history`` is read: what the model would refuse is
+        # refused here.
+        if self._changes and self._change_from == _history_event(event["event_id"]):
+            payload = event["payload"]
+            if type(payload) is not dict or not all(type(k) is str for k in payload):
+                raise ValueError(f"{event['type']}: its payload is not a JSON object")
+            i = len(self._changes) - 1
+            raw = self._fcmp_raw.get(i)
+            if raw is None:
+                raw = self._fcmp_raw[i] = []
+            raw.append((event["type"], dict(payload)))
             self.history_seq[-1] = self._seq
-            self.touched_history.add(len(self.history) - 1)
+            self.touched_history.add(i)
 
     @folds(ev.SESSION_FORKED)
     def _forked(self, p: dict[str, Any], _: dict[str, Any]) -> None:

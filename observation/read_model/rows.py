@@ -12,9 +12,10 @@ left at 0: the reader computes it from ``entered_state_at`` and its own clock.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from enum import Enum
 from typing import Any
 
 from pydantic import TypeAdapter
@@ -39,7 +40,7 @@ from workflows.contract import (
 from workflows.session_state import StatusChange
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # not frozen: made per commit, a frozen one costs 3x
 class SessionRow:
     session_id: str
     status: str | None
@@ -70,7 +71,7 @@ class SessionRow:
 SESSION_COLUMNS: tuple[str, ...] = tuple(SessionRow.__dataclass_fields__)
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # not frozen: made per commit, a frozen one costs 3x
 class ContractRow:
     ordinal: int  # creation order within the session, from 0
     execution_id: str
@@ -81,7 +82,7 @@ class ContractRow:
     seq: int  # the log line of its last change
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # not frozen: made per commit, a frozen one costs 3x
 class EntryRow:
     """A memory fact or a status change: ``body`` is its JSON."""
 
@@ -90,7 +91,7 @@ class EntryRow:
     seq: int
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # not frozen: made per commit, a frozen one costs 3x
 class SessionBatch:
     """The rows a log batch changed, as of log line ``session.last_seq``."""
 
@@ -108,6 +109,12 @@ class SessionBatch:
     @property
     def session_id(self) -> str:
         return self.session.session_id
+
+    def holds_seq(self, seq: int) -> bool:
+        """Whether some row of it changed at or before log line ``seq`` (``since(seq)``
+        leaves something out)."""
+        return any(r.seq <= seq for rows in (self.contracts, self.facts, self.history,
+                                             self.notices) for r in rows)
 
     def since(self, seq: int) -> SessionBatch:
         """Only the rows changed after log line ``seq`` (the store has the rest)."""
@@ -144,7 +151,7 @@ def session_row(view: SessionLogView, access: AccessFold | None = None,
         terminal_contracts=terminal,
         has_suspended=has_suspended(view.contracts) if suspended is None else suspended,
         status_counts=counts_text, facts_total=len(view.facts),
-        history_total=len(view.history), failure_reason=view.failure_reason,
+        history_total=view.history_total, failure_reason=view.failure_reason,
         last_text=view.last_text, closed=view.closed, journal_seq=view.journal_seq,
         last_seq=view.last_seq, last_hash=view.last_hash)
 
@@ -163,7 +170,8 @@ class TransitionTexts:
       from them and the contract's changing fields, no pydantic model built;
     * each status change's fields as JSON and its FCMP events' JSON, each made once
       (the fold only appends FCMP events to the last change);
-    * the session's contract status counts, made again only when a contract changed.
+    * the session's contract status counts, made again only when a contract changed;
+    * who is named, as handed over last: rows equal to them are not written again.
     """
 
     def __init__(self) -> None:
@@ -172,6 +180,8 @@ class TransitionTexts:
         self._static: dict[int, dict[str, Any]] = {}  # index: a snapshot's fixed part
         self._changes: dict[int, tuple[StatusChange, str, str, list[str]]] = {}
         self.counts: tuple[str, int] | None = None  # status counts' JSON, terminal ones
+        # Who is named, as last handed over (None: unknown, a failed write forgot it).
+        self.access: list[tuple[str, str]] | None = None
 
     def of(self, i: int, transitions: list[TransitionRecord],
            last: dict[str, Any] | None = None) -> str:
@@ -185,11 +195,12 @@ class TransitionTexts:
         return f"[{','.join(texts)}]"
 
     def dump(self, i: int, transitions: list[TransitionRecord], k: int) -> dict[str, Any]:
-        """``transitions[k].model_dump(mode="json")``, kept once a later one follows."""
+        """``transitions[k].model_dump(mode="json")`` (:func:`_transition_dump`), kept
+        once a later one follows."""
         done = self._dumps.setdefault(i, [])
         if k < len(done):
             return done[k]
-        out = transitions[k].model_dump(mode="json")
+        out = _transition_dump(transitions[k])
         if k == len(done) and k < len(transitions) - 1:
             done.append(out)
         return out
@@ -234,23 +245,50 @@ class TransitionTexts:
         snap["error_message"] = c.error_message
         return snap
 
-    def change(self, i: int, change: StatusChange) -> str:
-        """``_change_text(change.model_dump(mode="json"))``: the change's own fields and
-        each FCMP event made into JSON once, laid out as canonical JSON lays out the
-        dict (sorted keys ``at``, ``event``, ``fcmp``, ``from_status``, ``to_status``;
-        no whitespace)."""
+    def change(self, i: int, change: StatusChange,
+               raw: Sequence[tuple[str, dict[str, Any]]] = ()) -> str:
+        """``_change_text(change.model_dump(mode="json"))`` of the change with ``raw``
+        (the FCMP events the fold has not made into models yet, ``(type, payload)``)
+        after its ``fcmp``: the change's own fields and each FCMP event made into JSON
+        once, laid out as canonical JSON lays out the dict (sorted keys ``at``,
+        ``event``, ``fcmp``, ``from_status``, ``to_status``; no whitespace)."""
         kept = self._changes.get(i)
         if kept is None or kept[0] is not change:
-            head = change.model_dump(mode="json", exclude={"fcmp"})
             kept = self._changes[i] = (
-                change, f'{{"at":{dumps(head["at"])},"event":{dumps(head["event"])},"fcmp":[',
-                f'],"from_status":{dumps(head["from_status"])},'
-                f'"to_status":{dumps(head["to_status"])}}}', [])
+                change, f'{{"at":{dumps(_time_text(change.at))},'
+                f'"event":{dumps(_value(change.event))},"fcmp":[',
+                f'],"from_status":{dumps(_value(change.from_status))},'
+                f'"to_status":{dumps(_value(change.to_status))}}}', [])
         _, start, end, fcmp = kept
-        if len(fcmp) > len(change.fcmp):  # changed under us: made again
+        events = change.fcmp
+        if len(fcmp) > len(events) + len(raw):  # changed under us: made again
             del fcmp[:]
-        fcmp += [dumps(f.model_dump(mode="json")) for f in change.fcmp[len(fcmp):]]
+        fcmp += [_fcmp_text(f.type, f.payload) for f in events[len(fcmp):]]
+        fcmp += [_fcmp_text(t, p) for t, p in raw[len(fcmp) - len(events):]]
         return start + ",".join(fcmp) + end
+
+
+def _fcmp_text(type_: str, payload: dict[str, Any]) -> str:
+    """``dumps(FcmpEvent(type=type_, payload=payload).model_dump(mode="json"))``."""
+    return f'{{"payload":{dumps(_json_any(payload))},"type":{dumps(type_)}}}'
+
+
+def _value(member: Any) -> Any:
+    """A ``StrEnum`` field as ``model_dump(mode="json")`` gives it: its value."""
+    return member.value if isinstance(member, Enum) else member
+
+
+def _time_text(at: datetime) -> str:
+    """A ``datetime`` field as ``model_dump(mode="json")`` gives it."""
+    return _TIME.dump_python(at, mode="json")
+
+
+def _transition_dump(t: TransitionRecord) -> dict[str, Any]:
+    """``t.model_dump(mode="json")``, without the model's serializer."""
+    return {"execution_id": t.execution_id, "from_status": _value(t.from_status),
+            "to_status": _value(t.to_status), "trigger": _value(t.trigger),
+            "actor": t.actor, "actor_category": t.actor_category,
+            "timestamp": _time_text(t.timestamp)}
 
 
 _VALUE: dict[Any, str] = {m: m.value for m in ExecutionStatus}
@@ -285,7 +323,7 @@ def _snapshot_static(c: ExecutionContract) -> dict[str, Any]:
     return {"execution_id": c.execution_id, "session_id": c.session_id,
             "action_type": c.action_type.value,
             "action_summary": summarize_action(c.action_type, c.action_detail),
-            "created_at": _TIME.dump_python(c.created_at, mode="json")}
+            "created_at": _time_text(c.created_at)}
 
 
 def _snapshot_text(snap: dict) -> str:
@@ -335,10 +373,24 @@ def batch(view: SessionLogView, contracts: Iterable[int], history: Iterable[int]
                         view.fact_seq[i])
                for i in range(facts_from, len(view.facts))],
         history=[EntryRow(i, _change_text(view.history[i].model_dump(mode="json"))
-                          if texts is None else texts.change(i, view.history[i]),
+                          if texts is None else texts.change(i, *view.change(i)),
                           view.history_seq[i]) for i in sorted(history)],
-        access=access.rows() if access is not None and access.take_changed() else None,
+        access=_access_rows(access, texts),
         notices=list(notices or ()), forked_from=view.forked_from)
+
+
+def _access_rows(access: AccessFold | None, texts: TransitionTexts | None
+                 ) -> list[tuple[str, str]] | None:
+    """Who is named, when that changed (``texts``: when the rows differ from those
+    handed over last: the store has them)."""
+    if access is None or not access.take_changed():
+        return None
+    rows = access.rows()
+    if texts is not None:
+        if rows == texts.access:
+            return None
+        texts.access = rows
+    return rows
 
 
 def full_batch(view: SessionLogView, access: AccessFold | None = None,
@@ -346,7 +398,7 @@ def full_batch(view: SessionLogView, access: AccessFold | None = None,
     """Every row of the session (a rebuild)."""
     if access is not None:
         access.changed = True
-    return batch(view, range(len(view.contracts)), range(len(view.history)), 0, access,
+    return batch(view, range(len(view.contracts)), range(view.history_total), 0, access,
                  notices)
 
 

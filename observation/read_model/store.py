@@ -344,7 +344,7 @@ class SqlStore:
                     if row is None:
                         todo.append(b)
                     elif row[0] < b.session.last_seq:
-                        todo.append(b.since(row[0]))
+                        todo.append(b.since(row[0]) if b.holds_seq(row[0]) else b)
                 self._write_all(cur, todo, notices_locked=True, stored=stored)
                 return len(todo)
         except self._errors() as err:

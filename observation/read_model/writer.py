@@ -86,9 +86,11 @@ class GroupWriter:
                 closed = True
             else:
                 closed = False
-                self._items.append((batch, then))
+                items = self._items
+                items.append((batch, then))
                 self._handed += 1
-                self._cond.notify()
+                if len(items) == 1:  # else the writer knows: its round or its wait for
+                    self._cond.notify()  # the next one is under way (no wake-up each)
         if closed:
             self._late(batch, then)
 
