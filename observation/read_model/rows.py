@@ -270,7 +270,8 @@ class TransitionTexts:
 
 def _fcmp_text(type_: str, payload: dict[str, Any]) -> str:
     """``dumps(FcmpEvent(type=type_, payload=payload).model_dump(mode="json"))``."""
-    return f'{{"payload":{dumps(_json_any(payload))},"type":{dumps(type_)}}}'
+    text = dumps_typed(payload) if floatless(payload) else dumps(_json_any(payload))
+    return f'{{"payload":{text},"type":{dumps(type_)}}}'
 
 
 def _value(member: Any) -> Any:

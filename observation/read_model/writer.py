@@ -58,7 +58,7 @@ class GroupWriter:
         self.store, self.retry_after_s, self.min_round_s = store, retry_after_s, min_round_s
         self._last_round = -min_round_s  # when the last round began (monotonic)
         self.batches = 0  # batches handed over and taken by a round (for the bench)
-        self._cond = threading.Condition()
+        self._cond = threading.Condition(threading.Lock())  # never taken twice
         self._items: list[tuple[SessionBatch | None, Callable[[], None] | None]] = []
         self._handed = 0  # items handed over so far
         self._done = 0  # items whose round ran (written, or kept after a failure)
