@@ -7,9 +7,12 @@ Run by hand (not a test), from the repository root::
 The saved histories (``tests/workflows/histories``) exported ``--copies`` times as
 sessions of their own, a commit every three log lines (as the exporter commits a
 history page); their batches are then written into a new SQLite read model: one
-transaction per batch (``ReadStore.apply``, as before the group writer), and in rounds
-of 1, 4, 16 and 64 batches (``apply_many`` after merging each session's batches, as
-the group writer does, ``observation/read_model/writer.py``). CPU time of this one
+transaction per batch (``ReadStore.apply``, as before the group writer); the sessions
+taking turns (each one's next batch in turn, as the exporter hands them over while it
+follows many sessions, so a round finds the other sessions' rows stored) in rounds of
+1, 2 and 4 batches; and each session's batches one after another in rounds of 1, 4, 16
+and 64 batches (``apply_many`` after merging each session's batches, as the group
+writer does, ``observation/read_model/writer.py``). CPU time of this one
 process per log line: first of the folds and of making the batches' rows (the
 exporter's thread), then of writing them (the writer thread's SQL).
 """
