@@ -15,7 +15,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from enum import Enum
 from typing import Any
 
 from pydantic import TypeAdapter
@@ -35,9 +34,11 @@ from workflows.contract import (
     ExecutionContract,
     ExecutionStatus,
     TransitionRecord,
+    Trigger,
     summarize_action,
 )
 from workflows.session_state import StatusChange
+from workflows.statechart import SessionEvent, SessionStatus
 
 
 @dataclass(slots=True)  # not frozen: made per commit, a frozen one costs 3x
@@ -178,6 +179,7 @@ class TransitionTexts:
         self._texts: dict[int, tuple[list[str], int]] = {}  # index: (texts, final ones)
         self._dumps: dict[int, list[dict[str, Any]]] = {}  # index: the final ones' dumps
         self._static: dict[int, dict[str, Any]] = {}  # index: a snapshot's fixed part
+        self._times: dict[int, tuple[TransitionRecord, str]] = {}  # index: last's time
         self._changes: dict[int, tuple[StatusChange, str, str, list[str]]] = {}
         self.counts: tuple[str, int] | None = None  # status counts' JSON, terminal ones
         # Who is named, as last handed over (None: unknown, a failed write forgot it).
@@ -200,7 +202,13 @@ class TransitionTexts:
         done = self._dumps.setdefault(i, [])
         if k < len(done):
             return done[k]
-        out = _transition_dump(transitions[k])
+        t = transitions[k]
+        known = self._times.get(i)  # the last one's time, kept (only its actor changes)
+        if known is not None and known[0] is t:
+            out = _transition_dump(t, known[1])
+        else:
+            out = _transition_dump(t)
+            self._times[i] = (t, out["timestamp"])
         if k == len(done) and k < len(transitions) - 1:
             done.append(out)
         return out
@@ -274,9 +282,15 @@ def _fcmp_text(type_: str, payload: dict[str, Any]) -> str:
     return f'{{"payload":{text},"type":{dumps(type_)}}}'
 
 
+#: Every member of the rows' ``StrEnum`` fields, and its value.
+_VALUES: dict[Any, str] = {m: m.value for kind in (ExecutionStatus, Trigger, SessionStatus,
+                                                   SessionEvent) for m in kind}
+
+
 def _value(member: Any) -> Any:
-    """A ``StrEnum`` field as ``model_dump(mode="json")`` gives it: its value."""
-    return member.value if isinstance(member, Enum) else member
+    """A ``StrEnum`` field as ``model_dump(mode="json")`` gives it: its value (one
+    lookup: a member hashes and compares as its value)."""
+    return _VALUES.get(member, member) if type(member) is not str else member
 
 
 def _time_text(at: datetime) -> str:
@@ -284,12 +298,13 @@ def _time_text(at: datetime) -> str:
     return _TIME.dump_python(at, mode="json")
 
 
-def _transition_dump(t: TransitionRecord) -> dict[str, Any]:
-    """``t.model_dump(mode="json")``, without the model's serializer."""
+def _transition_dump(t: TransitionRecord, time_text: str | None = None) -> dict[str, Any]:
+    """``t.model_dump(mode="json")``, without the model's serializer (``time_text``: its
+    ``timestamp``'s, when known)."""
     return {"execution_id": t.execution_id, "from_status": _value(t.from_status),
             "to_status": _value(t.to_status), "trigger": _value(t.trigger),
             "actor": t.actor, "actor_category": t.actor_category,
-            "timestamp": _time_text(t.timestamp)}
+            "timestamp": _time_text(t.timestamp) if time_text is None else time_text}
 
 
 _VALUE: dict[Any, str] = {m: m.value for m in ExecutionStatus}
