@@ -23,12 +23,18 @@ What the log does not say, and what is used instead:
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from observation import event_types as ev
-from observation.event_types import FCMP_PREFIXES, LogFold, folds, is_journal_lead
+from observation.event_types import (
+    FCMP_PREFIXES,
+    JOURNAL_KINDS,
+    LogFold,
+    folds,
+    is_journal_lead,
+)
 from observation.projections import ExecutionFact, execution_fact
 from workflows.contract import (
     ActionType,
@@ -65,7 +71,10 @@ class SessionLogView(LogFold):
     index: dict[str, int] = field(default_factory=dict)
     facts: list[ExecutionFact] = field(default_factory=list)  # the order they were recorded
     fact_ids: set[str] = field(default_factory=set)
-    history: list[StatusChange] = field(default_factory=list)
+    # The status changes (``history``), their FCMP events not yet made into models:
+    # ``_fcmp_raw[i]``, ``(type, payload)`` each, in order after ``_changes[i].fcmp``.
+    _changes: list[StatusChange] = field(default_factory=list)
+    _fcmp_raw: dict[int, list[tuple[str, dict[str, Any]]]] = field(default_factory=dict)
     statuses: Counter[ExecutionStatus] = field(default_factory=Counter)
     status: SessionStatus | None = None
     turns: int = 0
@@ -102,18 +111,42 @@ class SessionLogView(LogFold):
     _seq: int = 0  # the line being applied
 
     def apply(self, event: dict[str, Any]) -> None:
-        self._seq = event["seq"]
-        kind = event["type"]
-        handler = self.handlers.get(kind)
+        seq = self._seq = event["seq"]
+        kind, payload = event["type"], event["payload"]
+        plan = _PLANS.get(kind)  # one lookup per line: its handler, whether it may lead
+        if plan is None:
+            plan = _plan(kind)
+        handler, may_lead = plan
         if handler is not None:
-            handler(self, event["payload"], event)
-        elif kind.startswith(FCMP_PREFIXES):
-            self._fcmp(event)
+            handler(self, payload, event)
         # The first line of each workflow journal entry: counting them gives the
         # journal position the log has reached (read-your-writes).
-        if is_journal_lead(kind, event["payload"]):
+        if may_lead and is_journal_lead(kind, payload):
             self.journal_seq += 1
-        self.last_seq, self.last_hash = event["seq"], event["event_hash"]
+        self.last_seq, self.last_hash = seq, event["event_hash"]
+
+    @property
+    def history(self) -> list[StatusChange]:
+        """The status changes, each with its FCMP events (made into models here, when
+        read: the read model writes them from :meth:`fcmp_raw`)."""
+        if self._fcmp_raw:
+            for i, raw in self._fcmp_raw.items():
+                self._changes[i].fcmp.extend(FcmpEvent(type=t, payload=p) for t, p in raw)
+            self._fcmp_raw.clear()
+        return self._changes
+
+    @history.setter
+    def history(self, changes: list[StatusChange]) -> None:
+        self._changes, self._fcmp_raw = changes, {}
+
+    @property
+    def history_total(self) -> int:
+        return len(self._changes)
+
+    def change(self, i: int) -> tuple[StatusChange, list[tuple[str, dict[str, Any]]]]:
+        """Status change ``i`` and the FCMP events that follow those in its ``fcmp``
+        (``(type, payload)``), not made into models."""
+        return self._changes[i], self._fcmp_raw.get(i, [])
 
     def take_touched(self) -> tuple[set[int], set[int]]:
         """The contracts and status changes changed since the last call (by index)."""
@@ -195,9 +228,9 @@ class SessionLogView(LogFold):
                 change.to_status == SessionStatus.RUNNING:
             self.turns += 1  # as the workflow counts turns
         self.status = change.to_status
-        self.history.append(change)
+        self._changes.append(change)
         self.history_seq.append(self._seq)
-        self.touched_history.add(len(self.history) - 1)
+        self.touched_history.add(len(self._changes) - 1)
         self._change_from = _history_event(event["event_id"])
         waiting = change.to_status == SessionStatus.WAITING_USER
         if waiting and change.from_status != SessionStatus.WAITING_USER:
@@ -211,11 +244,20 @@ class SessionLogView(LogFold):
 
     def _fcmp(self, event: dict[str, Any]) -> None:
         # A status change's FCMP events follow it, from the same history event.
-        if self.history and self._change_from == _history_event(event["event_id"]):
-            self.history[-1].fcmp.append(FcmpEvent(type=event["type"],
-                                                   payload=event["payload"]))
+        # Kept as they are (a copy, as the model's validation makes), made into
+        # ``FcmpEvent``s only when ``history`` is read: what the model would refuse is
+        # refused here.
+        if self._changes and self._change_from == _history_event(event["event_id"]):
+            payload = event["payload"]
+            if type(payload) is not dict or not all(type(k) is str for k in payload):
+                raise ValueError(f"{event['type']}: its payload is not a JSON object")
+            i = len(self._changes) - 1
+            raw = self._fcmp_raw.get(i)
+            if raw is None:
+                raw = self._fcmp_raw[i] = []
+            raw.append((event["type"], dict(payload)))
             self.history_seq[-1] = self._seq
-            self.touched_history.add(len(self.history) - 1)
+            self.touched_history.add(i)
 
     @folds(ev.SESSION_FORKED)
     def _forked(self, p: dict[str, Any], _: dict[str, Any]) -> None:
@@ -289,6 +331,25 @@ class SessionLogView(LogFold):
         self.pending = self.waiting_since = None
         self.closed_at = p.get("finished_at")
         self.execution_status = EXECUTION_STATUS_OF.get(p.get("outcome", ""), "completed")
+
+
+def _fcmp_line(view: SessionLogView, _: dict[str, Any], event: dict[str, Any]) -> None:
+    view._fcmp(event)
+
+
+#: Each line type's handler (a fold's, the FCMP events', or None) and whether a line of
+#: it may be a journal entry's first (``is_journal_lead`` is asked only then), made
+#: once per type the first time it is seen.
+_PLANS: dict[str, tuple[Callable[..., None] | None, bool]] = {}
+_LEAD_TYPES = frozenset(t for lead in JOURNAL_KINDS.values() for t in lead.types)
+
+
+def _plan(kind: str) -> tuple[Callable[..., None] | None, bool]:
+    handler = SessionLogView.handlers.get(kind)
+    if handler is None and kind.startswith(FCMP_PREFIXES):
+        handler = _fcmp_line
+    plan = _PLANS[kind] = (handler, kind in _LEAD_TYPES)
+    return plan
 
 
 def fold(session_id: str, events: Iterable[dict[str, Any]]) -> SessionLogView:

@@ -43,7 +43,7 @@ class AccessFold:
     changed: bool = True  # the rows changed since ``take_changed``
 
     def apply(self, event: dict[str, Any]) -> None:
-        handler = _ACCESS_FOLDS.get(event["type"])  # most lines name no one: one lookup
+        handler = ACCESS_FOLDS.get(event["type"])  # most lines name no one: one lookup
         if handler is not None:
             handler(self, event.get("payload") or {})
 
@@ -128,7 +128,7 @@ class AccessFold:
 
 
 #: The lines the fold reads, by type (every other line passes by).
-_ACCESS_FOLDS = {
+ACCESS_FOLDS = {
     ev.RUN_CREATED: AccessFold._created, ev.ISSUE_OPENED: AccessFold._opened,
     ev.ISSUE_RESOLVED: AccessFold._resolved, ev.RUN_COMPLETED: AccessFold._ended,
     ev.RUN_FAILED: AccessFold._ended, ev.ISSUE_REMINDED: AccessFold._reminded,

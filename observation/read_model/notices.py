@@ -59,7 +59,7 @@ class NoticeFold:
     requests: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def apply(self, event: dict[str, Any]) -> NoticeRow | None:
-        handler = _NOTICE_FOLDS.get(event.get("type"))  # most lines tell no one: one lookup
+        handler = NOTICE_FOLDS.get(event.get("type"))  # most lines tell no one: one lookup
         if handler is None:
             return None
         p = event.get("payload") or {}
@@ -140,7 +140,7 @@ class NoticeFold:
 
 
 #: The lines that may make a notice (or set what later ones say), by type.
-_NOTICE_FOLDS: dict[Any, Callable[[NoticeFold, dict[str, Any], dict[str, Any]],
+NOTICE_FOLDS: dict[Any, Callable[[NoticeFold, dict[str, Any], dict[str, Any]],
                                   NoticeRow | None]] = {
     ev.RUN_CREATED: NoticeFold._run_created, ev.ISSUE_OPENED: NoticeFold._opened,
     ISSUE_REMINDED: NoticeFold._reminded, ISSUE_ESCALATED: NoticeFold._escalated,

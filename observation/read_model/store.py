@@ -39,6 +39,7 @@ import contextlib
 import json
 import operator
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -117,6 +118,7 @@ _UNINDEXED = tuple(c for c in _SESSION_COLS[1:] if c not in ("status", "started_
 UPDATE_SESSION = (f"UPDATE rm_sessions SET {', '.join(f'{c} = ?' for c in _UNINDEXED)} "
                   "WHERE session_id = ?")
 _UNINDEXED_AT = tuple(_SESSION_COLS.index(c) for c in _UNINDEXED)
+_unindexed = operator.itemgetter(*_UNINDEXED_AT)  # those columns' values, in C
 #: A contract's ``execution_id`` is that of its ordinal for good (creation order in
 #: its log): not rewritten, so the ``(session_id, execution_id)`` index is untouched.
 UPSERT_CONTRACT = (
@@ -198,8 +200,28 @@ class ReadStore(Protocol):
     def close(self) -> None: ...
 
 
+def now_text(at: datetime) -> str:
+    """A time as ``updated_at`` holds it (the reference :func:`_stamp` is held to)."""
+    return at.astimezone(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+_second: tuple[int, str] = (-1, "")  # the last second stamped, and its text (one
+# tuple, replaced whole: a thread reads one second's pair, whatever the others do)
+
+
+def _stamp(us: int) -> str:
+    """:func:`now_text` of ``us`` microseconds after the epoch: the second's text made
+    once per second, the microseconds appended (a round's ``updated_at``)."""
+    global _second
+    second, micro = divmod(us, 1_000_000)
+    known = _second
+    if known[0] != second:
+        known = _second = (second, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second)))
+    return f"{known[1]}.{micro:06d}Z"
+
+
 def _now() -> str:
-    return datetime.now(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+    return _stamp(time.time_ns() // 1000)
 
 
 class SqlStore:
@@ -344,7 +366,7 @@ class SqlStore:
                     if row is None:
                         todo.append(b)
                     elif row[0] < b.session.last_seq:
-                        todo.append(b.since(row[0]))
+                        todo.append(b.since(row[0]) if b.holds_seq(row[0]) else b)
                 self._write_all(cur, todo, notices_locked=True, stored=stored)
                 return len(todo)
         except self._errors() as err:
@@ -397,7 +419,7 @@ class SqlStore:
             values.append(now)
             row = stored.get(sid)
             if row is not None and row[1] == s.status and row[2] == values[_STARTED_AT]:
-                updates.append((*(values[i] for i in _UNINDEXED_AT), sid))
+                updates.append((*_unindexed(values), sid))
             else:
                 sessions.append(values)
             contracts += [(sid, c.ordinal, c.execution_id, c.status, c.entered_state_at,

@@ -29,8 +29,8 @@ from typing import Any, Protocol
 from observation.exporter.log import LogObserver
 from observation.exporter.verify import LOG_NAME, read_head, read_lines, verify_lines
 from observation.log_view import SessionLogView
-from observation.read_model.access import AccessFold
-from observation.read_model.notices import NoticeFold, NoticeRow
+from observation.read_model.access import ACCESS_FOLDS, AccessFold
+from observation.read_model.notices import NOTICE_FOLDS, NoticeFold, NoticeRow
 from observation.read_model.rows import (
     SessionBatch,
     Suspended,
@@ -49,6 +49,10 @@ class BatchSink(Protocol):
     raise :class:`ReadModelError`) or a :class:`GroupWriter` (handed over)."""
 
     def apply(self, batch: SessionBatch) -> Any: ...
+
+
+#: The line types the access and notice folds read (every other one passes them by).
+_NAMING = frozenset(ACCESS_FOLDS) | frozenset(NOTICE_FOLDS)
 
 
 class ReadModelObserver:
@@ -73,10 +77,11 @@ class ReadModelObserver:
             return
         try:
             self.view.apply(event)
-            self.access.apply(event)
-            notice = self.notice_fold.apply(event)
-            if notice is not None:
-                self._notices.append(notice)
+            if event["type"] in _NAMING:  # most lines name no one and tell no one
+                self.access.apply(event)
+                notice = self.notice_fold.apply(event)
+                if notice is not None:
+                    self._notices.append(notice)
         except (ValueError, KeyError, TypeError) as err:
             self.broken = f"line {event.get('seq')}: {type(err).__name__}: {err}"
             log.error("read model of session %s stops: %s", self.view.session_id, self.broken)
@@ -94,6 +99,7 @@ class ReadModelObserver:
             self.store.apply(b)  # the store skips what it already has
         except ReadModelError as err:  # kept: the next commit writes it
             self.access.changed = True
+            self._texts.access = None
             log.warning("read model of session %s: %s", view.session_id, err)
             return
         self._stored = view.last_seq

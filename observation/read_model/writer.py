@@ -58,7 +58,7 @@ class GroupWriter:
         self.store, self.retry_after_s, self.min_round_s = store, retry_after_s, min_round_s
         self._last_round = -min_round_s  # when the last round began (monotonic)
         self.batches = 0  # batches handed over and taken by a round (for the bench)
-        self._cond = threading.Condition()
+        self._cond = threading.Condition(threading.Lock())  # never taken twice
         self._items: list[tuple[SessionBatch | None, Callable[[], None] | None]] = []
         self._handed = 0  # items handed over so far
         self._done = 0  # items whose round ran (written, or kept after a failure)
@@ -86,9 +86,11 @@ class GroupWriter:
                 closed = True
             else:
                 closed = False
-                self._items.append((batch, then))
+                items = self._items
+                items.append((batch, then))
                 self._handed += 1
-                self._cond.notify()
+                if len(items) == 1:  # else the writer knows: its round or its wait for
+                    self._cond.notify()  # the next one is under way (no wake-up each)
         if closed:
             self._late(batch, then)
 
