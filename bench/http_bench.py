@@ -7,6 +7,7 @@ Run by hand (not a test), from the repository root::
     .venv/bin/python bench/http_bench.py -n 1 --replies 10   # the unloaded latencies
     .venv/bin/python bench/http_bench.py --mode read --read-s 5
     .venv/bin/python bench/http_bench.py --mode auth --read-s 5   # reads: auth off vs a key
+    .venv/bin/python bench/http_bench.py --mode cpu          # up's CPU per request, by kind
 
 It starts ``hitlflow up`` as a user runs it (the tuned dev server; the exporter and the
 API in ``up``'s process, the worker in its child process) on free ports in a temporary
@@ -35,6 +36,17 @@ Reported: each rate as a ratio of /healthz's, and p50/p99.
 (``HITLFLOW_API_AUTH=off``), one in local mode read with a person's key (the admin
 ``up`` adds), each endpoint from one then the other. Reported: each rate with the key
 as a ratio of the rate with auth off (target >= 0.8x).
+
+``cpu``: ``up``'s own process CPU per request of each kind the inbox sends (issue 28),
+read from ``/proc`` around ``--cpu-requests`` (500) requests sent one after the other
+on one keep-alive connection by this process (no load generator competing for the
+cores), ``up``'s idle CPU over as long taken off: ``/healthz`` (with Temporal's health
+check), ``GET /api/whoami`` (the framework's floor: the doors, no store read),
+``GET /api/sessions/{id}?min_seq=`` of a waiting session, ``POST .../reply`` naming
+another request (the API's checks, the update's round trip to the workflow's
+validator and its 409; nothing changes), ``POST .../messages`` to an ended session
+(its 409: the update, then Temporal's record of the session), and SSE: each stream
+of an ended session read whole (CPU per event sent).
 """
 
 from __future__ import annotations
@@ -52,7 +64,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from stack import Up, WorkerProcess, api_headers, p50_p99, pct, ratio, session_body, start_up
+from stack import Up, WorkerProcess, api_headers, cpu_s, p50_p99, pct, ratio, session_body, start_up
 
 from api.cli.sse_client import aparse_lines
 
@@ -372,20 +384,115 @@ async def auth_mode(clients: Clients, args: argparse.Namespace, tmp: Path) -> No
             print(f"`hitlflow up` exit code on Ctrl-C: {await up.stop()}")
 
 
+async def idle_cpu_ms_per_s(up: Up, seconds: float) -> float:
+    before = cpu_s(up.pid)
+    await asyncio.sleep(seconds)
+    return (cpu_s(up.pid) - before) * 1000 / seconds
+
+
+async def cpu_of(up: Up, idle_ms_s: float, count: int,
+                 one: Callable[[], Any]) -> tuple[float, float]:
+    """``up``'s CPU in ms per call of ``one`` (idle CPU over the same time taken off),
+    and the wall time per call in ms."""
+    for _ in range(min(20, count)):  # warm: first-use imports, caches
+        await one()
+    t0, c0 = time.perf_counter(), cpu_s(up.pid)
+    for _ in range(count):
+        await one()
+    wall, cpu = time.perf_counter() - t0, cpu_s(up.pid) - c0
+    return (cpu * 1000 - idle_ms_s * wall) / count, wall * 1000 / count
+
+
+async def ended_session(http: httpx.AsyncClient, confirms: int) -> str:
+    """A session driven to its end: ``confirms`` replies (and an end, should it wait
+    for a message after them)."""
+    sid = (await http.post("/api/sessions", json=session_body(confirms))).json()["session_id"]
+    replies = 0
+    for _ in range(6000):
+        s = (await http.get(f"/api/sessions/{sid}")).json()
+        if s["status"] == "succeeded":
+            return sid
+        if s["status"] != "waiting_user" or s["replies"] < replies:
+            await asyncio.sleep(0.05)  # working, or the read model has not caught up
+        elif s["pending"] is None:
+            if s["replies"] >= confirms:  # it waits for a message: end it
+                (await http.post(f"/api/sessions/{sid}/end", json={})).raise_for_status()
+                replies += 1_000_000  # nothing more to send
+            else:  # its request is not in the read model yet
+                await asyncio.sleep(0.05)
+        else:
+            (await http.post(f"/api/sessions/{sid}/reply", json={
+                "request_id": s["pending"]["request_id"], "approve": True})).raise_for_status()
+            replies = s["replies"] + 1
+    raise SystemExit(f"session {sid} did not end")
+
+
+async def cpu_mode(up: Up, args: argparse.Namespace) -> None:
+    n = args.cpu_requests
+    sid = await waiting_session(up, api_headers())
+    async with httpx.AsyncClient(base_url=up.url, timeout=60, headers=api_headers()) as http:
+        done = await ended_session(http, 10)
+        s = (await http.get(f"/api/sessions/{sid}")).json()
+        assert s["status"] == "waiting_user", s
+        idle = await idle_cpu_ms_per_s(up, 5.0)
+
+        async def expect(status: int, r: Any) -> None:
+            response = await r
+            assert response.status_code == status, (response.status_code, response.text)
+
+        async def stream() -> int:
+            events = 0
+            async with http.stream("GET", f"/api/sessions/{done}/events") as r:
+                async for msg in aparse_lines(r.aiter_lines()):
+                    events += 1
+                    if msg.event == "stream.complete":
+                        return events
+            raise AssertionError("the stream ended without stream.complete")
+
+        per_stream = await stream()
+        kinds: dict[str, Callable[[], Any]] = {
+            "/healthz": lambda: expect(200, http.get("/healthz")),
+            "GET /api/whoami": lambda: expect(200, http.get("/api/whoami")),
+            "GET session ?min_seq": lambda: expect(200, http.get(
+                f"/api/sessions/{sid}", params={"min_seq": s["seq"]})),
+            "POST reply (409)": lambda: expect(409, http.post(
+                f"/api/sessions/{sid}/reply", json={"request_id": "another", "approve": True})),
+            "POST messages (409)": lambda: expect(409, http.post(
+                f"/api/sessions/{done}/messages", json={"text": "hi"})),
+            f"SSE, {per_stream} events": stream,
+        }
+        rows = {}
+        for name, one in kinds.items():
+            print(f"cpu: {name}", file=sys.stderr, flush=True)
+            rows[name] = await cpu_of(up, idle, n if "SSE" not in name else max(1, n // 10),
+                                      one)
+    print(f"\n== cpu: `hitlflow up`'s process CPU per request, {n} requests of each kind "
+          f"one after the other ({max(1, n // 10)} SSE streams), idle {idle:.2f} ms/s "
+          "taken off ==")
+    print(f"{'request':24} {'CPU ms':>8} {'wall ms':>8}")
+    for name, (cpu, wall) in rows.items():
+        print(f"{name:24} {cpu:8.3f} {wall:8.3f}")
+    sse_cpu = rows[f"SSE, {per_stream} events"][0]
+    print(f"SSE per event sent: {sse_cpu / per_stream:.3f} ms")
+
+
 def parse(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("-n", type=int, default=200, help="clients driving sessions (200)")
     p.add_argument("--replies", type=int, default=3, help="replies per session (3)")
     p.add_argument("--procs", type=int, default=2, help="client processes (2)")
     p.add_argument("--mode", default="drive,read",
-                   help="drive, read, auth (reads: auth off against a key), comma-separated "
+                   help="drive, read, auth (reads: auth off against a key), cpu (up's CPU per "
+                   "request), comma-separated "
                    "(drive,read)")
     p.add_argument("--read-clients", type=int, default=32, help="read mode clients (32)")
     p.add_argument("--read-s", type=float, default=10.0, help="seconds per endpoint (10)")
+    p.add_argument("--cpu-requests", type=int, default=500,
+                   help="cpu mode: requests of each kind (500)")
     args = p.parse_args(argv)
     args.modes = [m.strip() for m in args.mode.split(",") if m.strip()]
-    if not args.modes or set(args.modes) - {"drive", "read", "auth"}:
-        p.error("--mode takes drive, read and auth, comma-separated")
+    if not args.modes or set(args.modes) - {"drive", "read", "auth", "cpu"}:
+        p.error("--mode takes drive, read, auth and cpu, comma-separated")
     return args
 
 
@@ -405,6 +512,8 @@ async def main(argv: list[str]) -> None:
                 await drive_mode(up, clients, args)
             if "read" in args.modes:
                 await read_mode(up, clients, args)
+            if "cpu" in args.modes:
+                await cpu_mode(up, args)
             if "auth" in args.modes:
                 await auth_mode(clients, args, Path(tmp) / "auth")
         finally:

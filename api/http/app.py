@@ -224,8 +224,10 @@ class ApiServer:
         # so a client never reuses one at the moment the server closes it (a reset).
         # proxy_headers off: the client address is the TCP peer's, never what an
         # X-Forwarded-For says (the doors trust a proxy's identity headers by it).
+        # access_log off: at level warning no access line is written anyway, but uvicorn
+        # would still format each one's client and quoted path per response.
         self._config = uvicorn.Config(app, log_level="warning", lifespan="on",
-                                      proxy_headers=False,
+                                      proxy_headers=False, access_log=False,
                                       timeout_keep_alive=KEEP_ALIVE_S,
                                       timeout_graceful_shutdown=shutdown_timeout_s)
         self._server = _Server(self._config)

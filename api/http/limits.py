@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import email.message
+import functools
 import json
 
 from starlette.datastructures import Headers
@@ -53,6 +54,13 @@ def parsed_as_json(headers: Headers) -> bool:
     value = headers.get("content-type")
     if not value:
         return True
+    return _json_content_type(value)
+
+
+@functools.lru_cache(maxsize=256)
+def _json_content_type(value: str) -> bool:
+    """``parsed_as_json`` of one ``Content-Type`` (the email parser is slow, and
+    clients send the same few values; the cache holds the last 256)."""
     message = email.message.Message()
     message["content-type"] = value
     subtype = message.get_content_subtype()

@@ -27,10 +27,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import orjson
 from pydantic import BaseModel
 from temporalio.client import Client
 
@@ -79,31 +82,101 @@ def _json_ready(value: Any) -> Any:
 def coerce(mapped: Any) -> StreamEvent:
     """A provider's event as a :class:`StreamEvent`.
 
-    The adapter between the exporter's ``MappedEvent`` and the wire: it takes any
-    object with a ``seq`` and a type (``event``, ``type`` or ``kind``) and a payload
-    (``data`` or ``payload``), pydantic models or plain objects alike.
+    The adapter between the exporter's events and the wire: it takes any object with a
+    ``seq`` and a type (``event``, ``type`` or ``kind``) and a payload (``data`` or
+    ``payload``), dicts (the log's lines, as ``hitlflow up``'s feed gives them),
+    pydantic models or plain objects alike.
     """
     if isinstance(mapped, StreamEvent):
         return mapped
-    get = mapped.get if isinstance(mapped, dict) else (lambda k: getattr(mapped, k, None))
-    seq = get("seq")
-    kind = next((v for v in (get("event"), get("type"), get("kind")) if v), None)
-    data = next((v for v in (get("data"), get("payload")) if v is not None), {})
+    if isinstance(mapped, dict):
+        seq = mapped.get("seq")
+        kind = mapped.get("event") or mapped.get("type") or mapped.get("kind")
+        data = mapped.get("data")
+        if data is None:
+            data = mapped.get("payload")
+    else:
+        seq = getattr(mapped, "seq", None)
+        kind = getattr(mapped, "event", None) or getattr(mapped, "type", None) or getattr(
+            mapped, "kind", None)
+        data = getattr(mapped, "data", None)
+        if data is None:
+            data = getattr(mapped, "payload", None)
     if not isinstance(seq, int) or not kind:
         raise ValueError(f"not a stream event (needs an int seq and a type): {mapped!r}")
-    return StreamEvent(seq=seq, event=str(getattr(kind, "value", kind)), data=_json_ready(data))
+    return StreamEvent(seq=seq, event=str(getattr(kind, "value", kind)),
+                       data={} if data is None else _json_ready(data))
+
+
+#: orjson writes these to ``default`` (which refuses them) instead of its own way, so
+#: they take the reference path: datetimes, dataclasses, subclasses of str, int, dict
+#: and list (an ``Enum`` of str, say), whose ``json.dumps`` bytes orjson does not make.
+_ORJSON_OPTS = orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS | \
+    orjson.OPT_PASSTHROUGH_SUBCLASS
+#: What ``json.dumps`` escapes that orjson writes as it is: beyond ASCII, and DEL.
+_ESCAPED = re.compile(r"[^\x00-\x7e]")
+
+
+def _refuse(value: Any) -> Any:
+    raise TypeError
+
+
+def _escape(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    if code < 0x10000:
+        return f"\\u{code:04x}"
+    code -= 0x10000
+    return f"\\u{0xd800 | code >> 10:04x}\\u{0xdc00 | code & 0x3ff:04x}"
+
+
+def _reference_json(data: Any) -> bytes:
+    return json.dumps(data, separators=(",", ":"), default=str).encode()
+
+
+def event_json(data: Any) -> bytes:
+    """An event's payload as one line of ASCII JSON (whatever the text: clients that
+    split lines on U+2028 too): the value ``json.dumps`` writes for it.
+
+    ``orjson`` writes it when the payload holds only JSON's own types (dicts with str
+    keys, lists, str, int within 64 bits, float, bool, None: what a log line read back
+    holds, and a model dumped as JSON), with what ``json.dumps`` escapes (beyond ASCII,
+    DEL) escaped as it does: the same bytes, except a float's exponent (``1e-05``
+    against orjson's ``0.00001``: the same number). Anything else (other types, bigger
+    integers, lone surrogates, NaN and the infinities, which orjson writes as null)
+    takes ``json.dumps`` itself; an ``Enum`` that is not a str or an int goes out as
+    its value (``json.dumps`` would write its ``str``). Held to ``json.dumps`` over
+    generated values by ``tests/api/http/test_sse_frames.py``."""
+    try:
+        out = orjson.dumps(data, default=_refuse, option=_ORJSON_OPTS)
+    except (TypeError, orjson.JSONEncodeError):
+        return _reference_json(data)
+    if b"null" in out and _has_nonfinite(data):
+        return _reference_json(data)
+    if out.isascii() and b"\x7f" not in out:
+        return out
+    return _ESCAPED.sub(_escape, out.decode()).encode()
+
+
+def _has_nonfinite(value: Any) -> bool:
+    """Whether a JSON-typed value holds NaN or an infinity (orjson writes null)."""
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, float):
+            if not math.isfinite(v):
+                return True
+        elif isinstance(v, dict):
+            stack.extend(v.values())
+        elif isinstance(v, list | tuple):
+            stack.extend(v)
+    return False
 
 
 def frame(event: StreamEvent, *, with_id: bool = True) -> bytes:
-    # ASCII JSON: one line, whatever the text (clients that split on U+2028 too).
-    data = json.dumps(event.data, separators=(",", ":"), default=str)
     name = " ".join(event.event.split())
-    head = f"id: {event.seq}\n" if with_id else ""
-    return f"{head}event: {name}\ndata: {data}\n\n".encode()
-
-
-async def _next(it: AsyncIterator[Any]) -> Any:
-    return await it.__anext__()
+    head = f"id: {event.seq}\nevent: {name}\ndata: " if with_id else \
+        f"event: {name}\ndata: "
+    return b"".join((head.encode(), event_json(event.data), b"\n\n"))
 
 
 def complete_frame(last_id: int) -> bytes:
@@ -161,6 +234,58 @@ def delta_frame(delta: Any) -> bytes:
     return frame(StreamEvent(seq=0, event=TEXT_DELTA, data=delta.payload()), with_id=False)
 
 
+#: What the stream's inbox holds: a provider's item, a delta, the provider's end or
+#: failure, a keep-alive, the server stopping.
+_EVENT, _DELTA, _ENDED, _FAILED, _PING, _STOP = range(6)
+#: Items the inbox holds before the provider waits for the stream to take them (the
+#: stream is as slow as its client: what it has not sent is not read further).
+INBOX_ITEMS = 256
+
+
+class _Inbox:
+    """What the stream's sources handed over, taken all at once: whatever came
+    together goes out in one write."""
+
+    def __init__(self) -> None:
+        self.items: list[tuple[int, Any]] = []
+        self._waiter: asyncio.Future[None] | None = None
+        self._room = asyncio.Event()
+        self._room.set()
+
+    def push(self, kind: int, value: Any = None) -> None:
+        self.items.append((kind, value))
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    async def put(self, kind: int, value: Any) -> None:
+        while len(self.items) >= INBOX_ITEMS:
+            self._room.clear()
+            await self._room.wait()
+        self.push(kind, value)
+
+    async def take(self) -> list[tuple[int, Any]]:
+        while not self.items:
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        items, self.items = self.items, []
+        self._room.set()
+        return items
+
+
+async def _pump(source: AsyncIterator[Any], inbox: _Inbox, kind: int) -> None:
+    """Hand ``source``'s items to ``inbox``; then its end (or its failure)."""
+    try:
+        async for item in source:
+            await inbox.put(kind, item)
+    except Exception as err:
+        inbox.push(_FAILED if kind == _EVENT else _ENDED, (kind, err))
+    else:
+        inbox.push(_ENDED, (kind, None))
+
+
 async def sse_stream(
     events: AsyncIterator[Any], *, keepalive_s: float, retry_ms: int,
     stopping: asyncio.Event | None = None, after_seq: int | None = None,
@@ -173,61 +298,87 @@ async def sse_stream(
     Ends with a ``stream.complete`` event when the provider ends; without one when
     ``stopping`` is set (the server shuts down: clients reconnect), or after one
     ``error`` event if the provider fails mid-stream.
+
+    Each source is read by a task of its own into one inbox; what came meanwhile goes
+    out in one write (a batch of log lines the exporter committed together is one
+    chunk on the wire), in the order it came.
     """
-    stop_task = asyncio.ensure_future((stopping or asyncio.Event()).wait())
-    pending: asyncio.Future[Any] | None = None
-    delta: asyncio.Future[Any] | None = None
+    loop = asyncio.get_running_loop()
+    inbox = _Inbox()
+    pumps = [asyncio.ensure_future(_pump(events, inbox, _EVENT))]
+    if deltas is not None:
+        pumps.append(asyncio.ensure_future(_pump(deltas, inbox, _DELTA)))
+    stop_task = None
+    if stopping is not None:
+        stop_task = asyncio.ensure_future(stopping.wait())
+        stop_task.add_done_callback(lambda _t: inbox.push(_STOP))
+    last_sent = loop.time()
+    timer: asyncio.TimerHandle | None = None
+
+    def tick() -> None:  # a keep-alive once nothing went out for keepalive_s
+        nonlocal timer
+        quiet = loop.time() - last_sent
+        if quiet >= keepalive_s:
+            inbox.push(_PING)
+            quiet = 0.0
+        timer = loop.call_later(keepalive_s - quiet, tick)
+
+    timer = loop.call_later(keepalive_s, tick)
     gate = DeltaGate()
     last_id = after_seq or 0
     try:
         yield f"retry: {retry_ms}\n\n".encode()
         while True:
-            if pending is None:
-                pending = asyncio.ensure_future(_next(events))
-            if delta is None and deltas is not None:
-                delta = asyncio.ensure_future(_next(deltas))
-            done, _ = await asyncio.wait({pending, stop_task} | ({delta} if delta else set()),
-                                         timeout=keepalive_s,
-                                         return_when=asyncio.FIRST_COMPLETED)
-            if stop_task in done:
-                return
-            if delta is not None and delta in done:  # first: deltas precede their text
-                task, delta = delta, None
-                try:
-                    piece = task.result()
-                except Exception:  # StopAsyncIteration too: the stream goes on without
-                    deltas = None
-                else:
-                    if (out := gate.piece(piece)) is not None:
-                        yield delta_frame(out)
-                if pending not in done:
-                    continue
-            if pending not in done:
-                yield PING
+            out: list[bytes] = []
+            pinged = False
+            for kind, value in await inbox.take():
+                if kind == _EVENT:
+                    try:
+                        item = coerce(value)
+                    except Exception as err:
+                        out.append(_error_frame(err))
+                        break
+                    held = gate.sent(item)
+                    if item.event == LLM_CALL_SCHEDULED:  # a marker, not an event to send
+                        if held is not None:
+                            out.append(delta_frame(held))
+                        continue
+                    last_id = item.seq
+                    out.append(frame(item))
+                    out.extend(frame(StreamEvent(seq=item.seq, event=alias, data=item.data))
+                               for alias in ALIASES.get(item.event, ()))
+                    if held is not None:
+                        out.append(delta_frame(held))
+                elif kind == _DELTA:
+                    if (piece := gate.piece(value)) is not None:
+                        out.append(delta_frame(piece))
+                elif kind == _ENDED:
+                    if value[0] == _EVENT:
+                        out.append(complete_frame(last_id))
+                        break
+                    # the deltas ended or failed: the stream goes on without them
+                elif kind == _FAILED:
+                    out.append(_error_frame(value[1]))
+                    break
+                elif kind == _PING:
+                    pinged = True
+                elif kind == _STOP:
+                    break
+            else:
+                if out:
+                    last_sent = loop.time()
+                    yield b"".join(out)
+                elif pinged:
+                    last_sent = loop.time()
+                    yield PING
                 continue
-            task, pending = pending, None
-            try:
-                item = coerce(task.result())
-            except StopAsyncIteration:
-                yield complete_frame(last_id)
-                return
-            except Exception as err:
-                yield frame(StreamEvent(seq=0, event="error", data={
-                    "error": {"code": "stream_failed", "message": f"{type(err).__name__}: {err}"}
-                }), with_id=False)
-                return
-            held = gate.sent(item)
-            if item.event == LLM_CALL_SCHEDULED:  # a marker, not an event to send
-                if held is not None:
-                    yield delta_frame(held)
-                continue
-            last_id = item.seq
-            yield b"".join([frame(item), *(
-                frame(StreamEvent(seq=item.seq, event=alias, data=item.data))
-                for alias in ALIASES.get(item.event, ())),
-                *([delta_frame(held)] if held is not None else [])])
+            if out:  # the provider ended or failed, or the server stops
+                yield b"".join(out)
+            return
     finally:
-        for task in (pending, delta, stop_task):
+        if timer is not None:
+            timer.cancel()
+        for task in (*pumps, stop_task):
             if task is not None and not task.done():
                 task.cancel()
                 with contextlib.suppress(BaseException):
@@ -237,3 +388,9 @@ async def sse_stream(
             if aclose is not None:
                 with contextlib.suppress(Exception):
                     await aclose()
+
+
+def _error_frame(err: BaseException) -> bytes:
+    return frame(StreamEvent(seq=0, event="error", data={
+        "error": {"code": "stream_failed", "message": f"{type(err).__name__}: {err}"}
+    }), with_id=False)

@@ -246,10 +246,31 @@ async def get_session(session_id: SessionIdDep, client: ClientDep, tuning: Tunin
                                memo=not principal.at_least("operator"))
     view = await _session_view(session_id, client, tuning, logs, request, response, paged)
     pending = view.pending.model_dump(mode="json") if view.pending is not None else None
-    lineage = lineage_of(request.app.state.settings.data_dir / "runs" / session_id)
+    lineage = _lineage(request.app.state, session_id, 0 if view.live else view.seq)
     return view.model_copy(update={"you": you(principal, people, pending), "forked_from":
                                    ForkedFromView(**lineage) if lineage else None,
                                    "forks": await _forks(request, principal, session_id)})
+
+
+#: Sessions whose lineage ``_lineage`` keeps (the oldest go first).
+LINEAGES_KEPT = 4096
+
+
+def _lineage(state: Any, session_id: str, seq: int) -> dict[str, Any] | None:
+    """``lineage_of`` the session's log: read from its line 1 once that line is durable
+    (the read model's answer has a line of it: ``seq`` >= 1; 0 for any other answer),
+    then kept, since a log's first line never changes; read each time before."""
+    kept: dict[str, dict[str, Any] | None] | None = getattr(state, "lineages", None)
+    if kept is None:
+        kept = state.lineages = {}
+    if session_id in kept:
+        return kept[session_id]
+    lineage = lineage_of(state.settings.data_dir / "runs" / session_id)
+    if seq >= 1:
+        if len(kept) >= LINEAGES_KEPT:
+            del kept[next(iter(kept))]
+        kept[session_id] = lineage
+    return lineage
 
 
 async def _forks(request: Request, principal: Principal, session_id: str) -> list[ForkView]:
