@@ -40,8 +40,8 @@ turn.
 issue 28 was filed, the "today" of its target for ``up``) checks REV out into a
 temporary ``git worktree`` and runs the same workload against an ``up`` started from
 that tree (``cwd`` and ``PYTHONPATH`` set to it, the same venv: its code wins over the
-editable install, but the venv's packages are this tree's: a baseline's uvicorn parses
-HTTP with httptools too when it is installed, which favours the baseline; the bench
+editable install, but the venv's packages are this tree's (uvloop installed does not
+change a baseline that does not use it); the bench
 checks where ``api.cli`` is imported from with that environment, and ``up``'s and its
 worker's cwd and ``PYTHONPATH`` from ``/proc``). Each of ``--rounds`` rounds runs both
 sides: baseline then current in odd rounds, current then baseline in even ones (A B B A;

@@ -1,15 +1,12 @@
 """The serving processes (``up``, ``serve``, the exporter, the notifier) run on uvloop's
-event loop and uvicorn parses HTTP with httptools (issue 28: less CPU per request and
-per wake-up); the worker keeps asyncio's loop (its workflows run on Temporal's)."""
+event loop (issue 28: less CPU per callback and wake-up); the worker keeps asyncio's
+loop (its workflows run on Temporal's)."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
 import textwrap
-
-from uvicorn.protocols.http.auto import AutoHTTPProtocol
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 PROBE = textwrap.dedent("""
     import asyncio, sys
@@ -37,7 +34,3 @@ def test_other_processes_keep_asyncios_loop():
     module, code = loop_module("worker")
     assert code == 7 and module.startswith("asyncio")
 
-
-def test_uvicorn_parses_http_with_httptools():
-    # "auto" (what api.http.app's Config leaves it at) is httptools when it imports
-    assert AutoHTTPProtocol is HttpToolsProtocol
