@@ -20,20 +20,16 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def atomic_write(path: Path, data: bytes, *, sync_dir: bool = True,
-                 sync: bool = True) -> None:
+def atomic_write(path: Path, data: bytes, *, sync_dir: bool = True) -> None:
     """Write-temp, fsync, rename, fsync the directory (``sync_dir``; without it a crash
-    may leave the previous file whole: for what is rebuilt from the log on open).
-    ``sync=False``: no fsync at all, for a file that open rebuilds from the log when a
-    crash left it stale, torn or empty."""
+    may leave the previous file whole: for what is rebuilt from the log on open)."""
     tmp = path.with_name(f".{path.name}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view):]
-        if sync:
-            fsync(fd)
+        fsync(fd)
     finally:
         os.close(fd)
     os.replace(tmp, path)

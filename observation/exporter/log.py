@@ -5,12 +5,11 @@ with one ``write``; a commit fsyncs them, once per batch), ``artifacts/`` (writt
 before the line that names them, each durable with its directory entry), and the
 files **at rest**: ``snapshot.json`` (the fold of the log), ``head`` (``last_seq``,
 ``last_hash``) and, with a :class:`Signer`, ``checkpoint`` (``checkpoint.py``).
-Each is written to a temporary file and renamed over the old one, after the lines
-it covers are durable; neither is fsynced until the log is finished (then the
-temporary file is): a crash may leave the previous one, or a torn or empty one,
-which open repairs from the log (an unfinished log is always opened again). The
-head never points past a line on disk; lines after it that a crash lost or tore are
-cut on open and re-exported from history, which is where they come from. One writer per
+Each is written to a temporary file, fsynced and renamed over the old one, after
+the lines it covers are durable; the rename is not fsynced: a crash may leave the
+previous one, whole, which open repairs from the log. The head never points past a
+line on disk; lines after it that a crash lost or tore are cut on open and
+re-exported from history, which is where they come from. One writer per
 directory, enforced by ``flock`` on ``.lock``.
 
 The files at rest are not rewritten at every commit (issue 28: the snapshot grows
@@ -267,23 +266,18 @@ class LogWriter:
         self._guard()
         if self._unsynced:
             return
-        # fsynced only once the log is finished: before that the exporter opens the
-        # log again after any crash (the session is not done) and open rebuilds a
-        # stale, torn or empty one from the log; a finished log is not opened again.
-        sync = self.finished
         try:
             if self.snapshot_stale:
-                self._put(SNAPSHOT_NAME, self.snapshot.to_bytes(), sync)
+                self._put(SNAPSHOT_NAME, self.snapshot.to_bytes())
             if self._on_disk_seq[HEAD_NAME] != self.last_seq:
-                self._put(HEAD_NAME, self._head_bytes(), sync)
+                self._put(HEAD_NAME, self._head_bytes())
             if self._signable and self.signer is not None \
                     and self._signed_seq != self.last_seq:
                 checkpoint = self._checkpoint_bytes()
                 # The first time: it may be on disk already (a finished log reopened).
                 if checkpoint is not None and (self._signed_seq is not None or not
                                                self._on_disk(CHECKPOINT_NAME, checkpoint)):
-                    atomic_write(self.run_dir / CHECKPOINT_NAME, checkpoint, sync_dir=False,
-                                 sync=sync)
+                    atomic_write(self.run_dir / CHECKPOINT_NAME, checkpoint, sync_dir=False)
                 self._signed_seq = self.last_seq
         except OSError as err:
             self._failed = err
@@ -291,8 +285,8 @@ class LogWriter:
                                 f"failed: {err}") from err
         self._snapshot_at = time.monotonic()
 
-    def _put(self, name: str, data: bytes, sync: bool = True) -> None:
-        atomic_write(self.run_dir / name, data, sync_dir=False, sync=sync)  # the docstring
+    def _put(self, name: str, data: bytes) -> None:
+        atomic_write(self.run_dir / name, data, sync_dir=False)  # see the docstring
         self._on_disk_seq[name] = self.last_seq
 
     def close(self) -> None:

@@ -346,37 +346,11 @@ def test_a_stale_snapshot_and_head_are_rewritten_on_open(tmp_path, reference):
     assert (d / "snapshot.json").read_bytes() == reference["snapshot.json"]
 
 
-def test_the_files_at_rest_are_fsynced_only_once_the_log_is_finished(tmp_path, reference):
-    """Issue 28: while a session runs, snapshot.json, head and checkpoint are replaced
-    without an fsync (an unfinished log is always opened again, and open rebuilds
-    them); a finished log's are fsynced, as it is not opened again."""
-    synced: list[str] = []
-    signer = Signer.generate("test.example/hitlflow")
-
-    def record(fd):
-        synced.append(Path(f"/proc/self/fd/{fd}").readlink().name)
-
-    at_rest = (".snapshot.json.tmp", ".head.tmp", ".checkpoint.tmp")
-    half = len(EVENTS) // 2
-    with mock.patch.object(files_mod, "fsync", record), \
-            LogWriter(tmp_path / SID, signer=signer) as w:
-        export = SessionExport(w, SID)
-        export.feed_page(EVENTS[:half])
-        export.write_at_rest()
-        assert (tmp_path / SID / "checkpoint").exists() and not w.finished
-        assert not [n for n in synced if n in at_rest]  # written, not fsynced
-        export.feed_page(EVENTS[half:])
-        export.finish()
-        assert w.finished
-    assert [n for n in synced if n in at_rest] == list(at_rest)
-    assert {k: v for k, v in tree(tmp_path / SID).items() if k != "checkpoint"} == reference
-
-
 @pytest.mark.parametrize("damage", ["empty", "torn"])
 def test_torn_or_empty_files_at_rest_of_a_running_log_are_rebuilt_on_open(tmp_path, damage):
-    """What a power loss may leave of files replaced without an fsync: open rewrites
-    head and snapshot.json from the log, and the next commit after history signs the
-    log again; the directory verifies at rest with the key."""
+    """Damaged files at rest (a full disk, a hand's edit): open rewrites head and
+    snapshot.json from the log, and the next commit after history signs the log
+    again; the directory verifies at rest with the key."""
     signer = Signer.generate("test.example/hitlflow")
     half = len(EVENTS) // 2
     with LogWriter(tmp_path / SID, signer=signer) as w:
