@@ -392,10 +392,11 @@ async def export_session(
             export = SessionExport(w, session_id)
             export.cursor = cursor
         page: list[HistoryEvent] = []
-        # A wait where parking is to be asked (first after a quiet moment, again
-        # while refused: visibility not there yet, a task pending) while no event
-        # comes, or the follower would hold its long-poll until the person answers.
-        refused: tuple[str, int] | None = None
+        # The wait (run, last event id) where parking is to be asked while no event
+        # comes: first after a quiet moment, again while refused (visibility not there
+        # yet, a task pending), or the follower would hold its long-poll until the
+        # person answers.
+        park_at: tuple[str, int] | None = None
         handed = False  # a page was just handed over (the next event may be far off)
         while True:
             if nxt is None:
@@ -408,8 +409,8 @@ async def export_session(
                     await durable()
                     await _in_thread(export.write_at_rest)
             handed = False
-            if refused is not None and park is not None \
-                    and await _park_while_quiet(nxt, park, *refused):
+            if park_at is not None and park is not None \
+                    and await _park_while_quiet(nxt, park, *park_at):
                 await durable()
                 return replace(await _in_thread(export.finish), parked=True, state=export)
             try:
@@ -418,7 +419,7 @@ async def export_session(
                 break
             finally:
                 nxt = None
-            refused = None
+            park_at = None
             page.append(event)
             if page_end:
                 # The next page's long-poll starts now, while this one is appended.
@@ -442,7 +443,7 @@ async def export_session(
                     # Asked once no event came for PARK_RETRY_S (_park_while_quiet), not
                     # at once: a wait answered within it (a person at the inbox, a rule)
                     # costs no describe, no park and no wake.
-                    refused = (run_id, event.event_id)
+                    park_at = (run_id, event.event_id)
         await durable()
         await _in_thread(export.feed_page, page)
         return await _in_thread(export.finish)
