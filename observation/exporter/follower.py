@@ -12,7 +12,6 @@
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import json
 import logging
@@ -30,6 +29,7 @@ from temporalio.service import RPCError
 from activities.deltas import call_scheduled
 from observation.event_types import is_sse
 from observation.exporter.chain import Chain
+from observation.exporter.lane import Lane, file_lane
 from observation.exporter.log import LogError, LogObserver, LogWriter
 from observation.exporter.mapping import SessionMapper
 from observation.exporter.model import StreamHead
@@ -288,10 +288,9 @@ class Committer:
     meanwhile, when idle a page is committed at once (no timer, no added wait)."""
 
     def __init__(self, threads: int = 4) -> None:
-        self._pool = concurrent.futures.ThreadPoolExecutor(
-            threads, thread_name_prefix="exporter-commit")
+        self._lane = Lane(threads, "exporter-commit")
         self._lock = threading.Lock()
-        self._queued: dict[SessionExport, concurrent.futures.Future[None]] = {}
+        self._queued: dict[SessionExport, asyncio.Future[None]] = {}
 
     def commit(self, export: SessionExport) -> asyncio.Future[None]:
         """The commit of everything ``export`` was fed so far: done once it is
@@ -299,8 +298,8 @@ class Committer:
         with self._lock:
             job = self._queued.get(export)
             if job is None:
-                job = self._queued[export] = self._pool.submit(self._run, export)
-        return asyncio.wrap_future(job)
+                job = self._queued[export] = self._lane.run(self._run, export)
+        return job
 
     def _run(self, export: SessionExport) -> None:
         with self._lock:  # started: pages fed from now on go to the next commit
@@ -308,7 +307,7 @@ class Committer:
         export.commit()
 
     def close(self) -> None:
-        self._pool.shutdown(wait=True)
+        self._lane.close()
 
 
 _committer: Committer | None = None
@@ -334,9 +333,10 @@ def export_history(session_id: str, events: Iterable[HistoryEvent], runs_dir: Pa
 
 
 async def _in_thread(fn: Callable[..., T], *args: object) -> T:
-    """File I/O (fsync!) off the event loop; a cancel waits for the write in flight,
+    """File I/O (fsync!) off the event loop, in the followers' own threads
+    (``lane.py``); a cancel waits for the write in flight,
     so the writer is never closed (and its lock released) under a running write."""
-    fut = asyncio.ensure_future(asyncio.to_thread(fn, *args))
+    fut = file_lane().run(fn, *args)
     try:
         return await asyncio.shield(fut)
     except asyncio.CancelledError:
