@@ -69,6 +69,8 @@ LOG_NAME, HEAD_NAME, SNAPSHOT_NAME = "events.ndjson", "head", "snapshot.json"
 PARALLEL_MIN_BYTES = 32 << 20
 #: ``verify_dir``'s processes when not told: the cores, at most this many.
 DEFAULT_MAX_JOBS = 8
+#: ``verify_dir``'s processes at most (``hitlflow log verify --jobs``).
+MAX_JOBS = 64
 _SESSION_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,127}")  # workflows.config.SESSION_ID_RE
 #: The fields of a v1 line; a v2 line has these and ``log_version``, ``line_hash``.
 ENVELOPE = frozenset({"seq", "event_id", "run_id", "ts", "type", "payload", "trace_id",
@@ -489,8 +491,8 @@ def verify_dir(run_dir: Path, *, artifacts: bool = True, live: bool = False,
     ranges, each verified in its own process (``verify_parallel``): the same answer
     as serially, which it falls back to on any failure, so every error is the serial
     one. A ``live`` log is verified serially."""
-    if jobs is not None and jobs < 1:
-        raise ValueError(f"jobs must be at least 1, not {jobs}")
+    if jobs is not None and not 1 <= jobs <= MAX_JOBS:
+        raise ValueError(f"jobs must be 1 to {MAX_JOBS}, not {jobs}")
     log, head_path, snap_path = (run_dir / n for n in (LOG_NAME, HEAD_NAME, SNAPSHOT_NAME))
     for p in (log, head_path, snap_path):
         if not p.is_file():
