@@ -351,13 +351,20 @@ def test_runs_across_a_seam(multi, tmp_path):
     # The second CAN names another run than the one that follows.
     unnamed = with_field(events, can[1], payload={"temporal_run_id": "run-1",
                                                   "new_temporal_run_id": "run-9"})
-    for i, forged in enumerate((repeated, unnamed)):
+    # The third CAN names the first run, and the fourth run's lines claim it: named,
+    # but seen before (only the parent, knowing the runs before the seam, can tell).
+    first = events[0]["event_id"].split(":")[0]
+    renamed = with_field(events, can[2], payload={"temporal_run_id": "run-2",
+                                                  "new_temporal_run_id": first})
+    renamed[can[2]:] = [{**e, "event_id": e["event_id"].replace("run-3", first)}
+                        for e in renamed[can[2]:]]
+    for i, forged in enumerate((repeated, unnamed, renamed)):
         d = tmp_path / str(i) / multi[3].name
         shutil.copytree(multi[3], d)
         write_log(d, forged)
         serial = outcome(d, jobs=1)
         assert serial[0] == "EVENT_CHAIN_BROKEN", serial
-        assert ("again after a later run" if i == 0 else "without the RUN_CONTINUED_AS_NEW"
+        assert ("without the RUN_CONTINUED_AS_NEW" if i == 1 else "again after a later run"
                 ) in serial[2]
         line = serial[1]
         for cut in (line - 1, line - 2, can[0], can[0] + 1):
