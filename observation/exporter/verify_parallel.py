@@ -41,6 +41,7 @@ read the file themselves, the parent reads only a few bytes around each boundary
 from __future__ import annotations
 
 import multiprocessing
+from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
@@ -212,15 +213,23 @@ def _verify_range(out: Summary, path: Path, start: int, end: int, session: str,
             out.first = obj["seq"] + 1
         f.seek(start)
         seen: list[bytes] = []
-        event: dict[str, Any] | None = None
-        for event in verify_lines(_lines_to(f, end - start, seen), session, start=seeded):
-            if event["type"] == ARTIFACT_WRITTEN and run_dir is not None:
-                check_artifact(run_dir, event)
-            if out.count == 0 and start == 0 and event["type"] == SESSION_FORKED:
-                out.lineage = event["payload"]
-            out.count += 1
-    if event is None or not seen:
+        events = verify_lines(_lines_to(f, end - start, seen), session, start=seeded)
+        event = next(events, None)
+        if event is None:
+            raise ValueError("no line in the range")
+        if start == 0 and event["type"] == SESSION_FORKED:
+            out.lineage = event["payload"]
+        if run_dir is not None and event["type"] == ARTIFACT_WRITTEN:
+            check_artifact(run_dir, event)
+        if run_dir is None:  # the rest consumed in C, the last one kept
+            event = next(iter(deque(events, maxlen=1)), event)
+        else:
+            for event in events:
+                if event["type"] == ARTIFACT_WRITTEN:
+                    check_artifact(run_dir, event)
+    if not seen:
         raise ValueError("the range did not end at its end")
+    out.count = event["seq"] - out.first + 1  # every seq checked: the line numbers
     out.last_line, out.last_hash = seen[0], event["event_hash"]
     out.version = line_version(event)
     out.entered, out.assumed_continued = fields.entered, fields.assumed_continued

@@ -142,6 +142,7 @@ def test_good_logs_verify_the_same_on_several_processes(exported, multi, jobs):
         serial = outcome(d, jobs=1)
         assert isinstance(serial, Verified)
         assert parallel(d, jobs) == serial, d
+        assert outcome(d, jobs=jobs, parallel_bytes=0, artifacts=False) == serial
         ranged = verify_ranges(d / "events.ndjson", d.name, d, jobs)
         assert ranged is not None and ranged.ranges == jobs, d  # no fallback
         assert (ranged.events, ranged.last_hash, ranged.log_version) == (
