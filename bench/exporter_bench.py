@@ -108,8 +108,13 @@ from observation.exporter.decode import load_history
 from observation.exporter.feed import LogFeed
 from observation.exporter.log import LogObserver
 from observation.exporter.note import Signer
-from observation.exporter.verify import MAX_JOBS, default_jobs, read_lines, verify_lines
-from observation.exporter.verify_parallel import verify_ranges
+from observation.exporter.verify import (
+    MAX_JOBS,
+    default_jobs,
+    read_lines,
+    verify_lines,
+    verify_ranges,
+)
 from observation.read_model.sync import ReadModelObserver, Tee
 from observation.read_model.writer import GroupWriter
 from observation.telemetry import STORE_NAME, TelemetryStore

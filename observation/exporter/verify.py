@@ -32,6 +32,12 @@ path in its loop (no call per line; the envelope's types, ``seq`` and ``prev_has
 checked before hashing) and sends any line it does not take through
 :func:`_checked_line`, the checks and errors of before
 (``tests/observation/test_exporter_verify_loop.py``: forged lines get the same answer).
+
+A big log (``PARALLEL_MIN_BYTES``, not ``live``) is verified by :func:`verify_dir` on
+several processes (``jobs``): ranges of lines, each through ``verify_lines`` seeded
+with a :class:`Start` (``_range``), the seams proved by ``verify_parallel``, and on
+anything it cannot prove the serial loop from line 1, so the answer and every error
+are the serial ones (``tests/observation/test_verify_parallel.py``).
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ import hashlib
 import json
 import os
 import re
+from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from hashlib import sha256 as _sha256
@@ -543,15 +550,79 @@ def default_jobs() -> int:
 
 def _ranges(run_dir: Path, log: Path, session: str, artifacts: bool, jobs: int | None,
             parallel_bytes: int | None) -> Any:
-    """``verify_parallel.verify_ranges`` when there are processes to use and the log is
-    big enough (what that module proves), else None (the serial loop)."""
+    """:func:`verify_ranges` when there are processes to use and the log is big enough,
+    else None (the serial loop)."""
     jobs = default_jobs() if jobs is None else jobs
     least = PARALLEL_MIN_BYTES if parallel_bytes is None else parallel_bytes
     if jobs < 2 or log.stat().st_size < max(least, 1):
         return None
-    from observation.exporter.verify_parallel import verify_ranges
-
     return verify_ranges(log, session, run_dir if artifacts else None, jobs)
+
+
+def verify_ranges(log: Path, session: str, run_dir: Path | None, jobs: int) -> Any:
+    """``log`` (of ``session``) verified in up to ``jobs`` ranges of lines, one process
+    each (``verify_parallel``, which proves the seams): a ``RangesVerified`` (what
+    the serial loop would find), or None when the ranges cannot prove it; ``run_dir``:
+    check the artifact files there too (None: not)."""
+    from observation.exporter.verify_parallel import run_ranges
+
+    return run_ranges(_range, log, session, run_dir, jobs)
+
+
+def check_range(path: Path, start: int, end: int, session: str, run_dir: Path | None
+                ) -> Any:
+    """One range's ``Summary``, checked in this process (as a worker does)."""
+    from observation.exporter.verify_parallel import verify_range
+
+    return verify_range(_range, str(path), start, end, session,
+                        None if run_dir is None else str(run_dir))
+
+
+def _range(out: Any, path: Path, start: int, end: int, session: str,
+           run_dir: Path | None) -> None:
+    """A range's checks, in its worker (``verify_parallel``): ``verify_lines`` seeded
+    from the line before (``Start``, ``RangeFields``) over the range's own lines, the
+    artifact files, and what the parent needs in ``out`` (a ``Summary``)."""
+    from observation.exporter.verify_parallel import (
+        RangeFields,
+        line_before,
+        lines_to,
+        summarise,
+    )
+
+    fields = RangeFields(session)
+    seeded = Start(0, GENESIS, GENESIS, None, fields)
+    with path.open("rb") as f:
+        if start:
+            out.seed = line_before(f, start)
+            obj = parse_line(out.seed, 0)
+            fields.seed(obj)
+            version = line_version(obj)
+            seeded = Start(obj["seq"], obj["event_hash"],
+                           obj["line_hash"] if version == 2 else GENESIS, version, fields)
+            out.first = obj["seq"] + 1
+        f.seek(start)
+        seen: list[bytes] = []
+        events = verify_lines(lines_to(f, end - start, seen), session, start=seeded)
+        event = next(events, None)
+        if event is None:
+            raise ValueError("no line in the range")
+        if start == 0 and event["type"] == SESSION_FORKED:
+            out.lineage = event["payload"]
+        if run_dir is not None and event["type"] == ARTIFACT_WRITTEN:
+            check_artifact(run_dir, event)
+        if run_dir is None:  # the rest consumed in C, the last one kept
+            event = next(iter(deque(events, maxlen=1)), event)
+        else:
+            for event in events:
+                if event["type"] == ARTIFACT_WRITTEN:
+                    check_artifact(run_dir, event)
+    if not seen:
+        raise ValueError("the range did not end at its end")
+    out.count = event["seq"] - out.first + 1  # every seq checked: the line numbers
+    out.last_line, out.last_hash = seen[0], event["event_hash"]
+    out.version = line_version(event)
+    summarise(out, fields)
 
 
 def check_parent(run_dir: Path, lineage: dict[str, Any]) -> None:

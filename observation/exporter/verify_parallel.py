@@ -1,6 +1,8 @@
 """Verify a big log on every core: its bytes split into ranges at line boundaries, each
 range checked by :func:`verify.verify_lines` in its own process, the ranges' seams
 proved by the parent; on anything else, nothing: the caller verifies serially.
+(``verify.verify_ranges`` runs it with ``verify._range``, a range's checks: this
+module imports nothing of ``verify``.)
 
 **A range.** A worker process opens the log, reads the line just before its range
 (the seed) and seeds :func:`verify_lines` (a :class:`verify.Start`) with what serial
@@ -41,8 +43,7 @@ read the file themselves, the parent reads only a few bytes around each boundary
 from __future__ import annotations
 
 import multiprocessing
-from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,14 +51,7 @@ from typing import IO, Any
 
 from observation.exporter import ids
 from observation.exporter.fields import EVENT_ID_RE, LineFields
-from observation.exporter.lines import ARTIFACT_WRITTEN, GENESIS, SESSION_FORKED
-from observation.exporter.verify import (
-    Start,
-    check_artifact,
-    line_version,
-    parse_line,
-    verify_lines,
-)
+from observation.exporter.lines import GENESIS, SESSION_FORKED
 
 _CHUNK = 1 << 16
 #: ``continued_to`` not known within a range (before its first RUN_CONTINUED_AS_NEW).
@@ -153,7 +147,7 @@ def _newline_from(f: IO[bytes], pos: int, size: int) -> int | None:
     return None
 
 
-def _line_before(f: IO[bytes], start: int) -> bytes:
+def line_before(f: IO[bytes], start: int) -> bytes:
     """The line that ends at byte ``start`` (its newline at ``start - 1``), as read."""
     nl, lo, parts = start - 1, start - 1, []
     while lo > 0:
@@ -171,7 +165,7 @@ def _line_before(f: IO[bytes], start: int) -> bytes:
     return b"".join(parts) + f.read(1)
 
 
-def _lines_to(f: IO[bytes], size: int, seen: list[bytes]) -> Iterator[bytes]:
+def lines_to(f: IO[bytes], size: int, seen: list[bytes]) -> Iterator[bytes]:
     """The lines of the next ``size`` bytes; the last one put in ``seen`` when they
     end exactly there."""
     for line in f:
@@ -184,54 +178,26 @@ def _lines_to(f: IO[bytes], size: int, seen: list[bytes]) -> Iterator[bytes]:
             return
 
 
-def verify_range(path: str, start: int, end: int, session: str,
+#: A range's checks (``verify._range``): fill in the summary, or raise.
+RangeCheck = Callable[[Summary, Path, int, int, str, "Path | None"], None]
+
+
+def verify_range(check: RangeCheck, path: str, start: int, end: int, session: str,
                  run_dir: str | None) -> Summary:
-    """Verify bytes ``[start, end)`` of the log at ``path`` (whole lines); ``run_dir``:
-    check the artifact files there (None: not). Never raises: a failure is the
-    summary's ``error``."""
+    """Bytes ``[start, end)`` of the log at ``path`` (whole lines) through ``check``;
+    ``run_dir``: check the artifact files there (None: not). Never raises: a failure is
+    the summary's ``error``."""
     out = Summary(start)
     try:
-        _verify_range(out, Path(path), start, end, session,
-                      Path(run_dir) if run_dir is not None else None)
+        check(out, Path(path), start, end, session,
+              Path(run_dir) if run_dir is not None else None)
     except Exception as err:  # anything: the parent then verifies serially
         out.error = f"{type(err).__name__}: {err}"
     return out
 
 
-def _verify_range(out: Summary, path: Path, start: int, end: int, session: str,
-                  run_dir: Path | None) -> None:
-    fields = RangeFields(session)
-    seeded = Start(0, GENESIS, GENESIS, None, fields)
-    with path.open("rb") as f:
-        if start:
-            out.seed = _line_before(f, start)
-            obj = parse_line(out.seed, 0)
-            fields.seed(obj)
-            version = line_version(obj)
-            seeded = Start(obj["seq"], obj["event_hash"],
-                           obj["line_hash"] if version == 2 else GENESIS, version, fields)
-            out.first = obj["seq"] + 1
-        f.seek(start)
-        seen: list[bytes] = []
-        events = verify_lines(_lines_to(f, end - start, seen), session, start=seeded)
-        event = next(events, None)
-        if event is None:
-            raise ValueError("no line in the range")
-        if start == 0 and event["type"] == SESSION_FORKED:
-            out.lineage = event["payload"]
-        if run_dir is not None and event["type"] == ARTIFACT_WRITTEN:
-            check_artifact(run_dir, event)
-        if run_dir is None:  # the rest consumed in C, the last one kept
-            event = next(iter(deque(events, maxlen=1)), event)
-        else:
-            for event in events:
-                if event["type"] == ARTIFACT_WRITTEN:
-                    check_artifact(run_dir, event)
-    if not seen:
-        raise ValueError("the range did not end at its end")
-    out.count = event["seq"] - out.first + 1  # every seq checked: the line numbers
-    out.last_line, out.last_hash = seen[0], event["event_hash"]
-    out.version = line_version(event)
+def summarise(out: Summary, fields: RangeFields) -> None:
+    """What the range's field checks assumed and what later ranges need of them."""
     out.entered, out.assumed_continued = fields.entered, fields.assumed_continued
     out.assumed_outputs, out.runs_left = fields.assumed_outputs, fields.runs_before
     out.continued = (fields.continued_to is not _UNSET,
@@ -248,11 +214,11 @@ class RangesVerified:
     ranges: int
 
 
-def verify_ranges(log: Path, session: str, run_dir: Path | None, jobs: int
-                  ) -> RangesVerified | None:
-    """``log`` verified in up to ``jobs`` ranges, one process each: what serial
-    verification would find, or None when the ranges could not prove it (a failure,
-    an assumption that does not hold, no processes): verify serially then."""
+def run_ranges(check: RangeCheck, log: Path, session: str, run_dir: Path | None,
+               jobs: int) -> RangesVerified | None:
+    """``log`` verified in up to ``jobs`` ranges, one process each, by ``check``: what
+    serial verification would find, or None when the ranges could not prove it (a
+    failure, an assumption that does not hold, no processes): verify serially then."""
     size = log.stat().st_size
     if jobs < 2 or size < 1 or "fork" not in multiprocessing.get_all_start_methods():
         return None
@@ -262,7 +228,7 @@ def verify_ranges(log: Path, session: str, run_dir: Path | None, jobs: int
     ends = [*starts[1:], size]
     try:
         with ProcessPoolExecutor(len(starts), multiprocessing.get_context("fork")) as pool:
-            futures = [pool.submit(verify_range, str(log), s, e, session,
+            futures = [pool.submit(verify_range, check, str(log), s, e, session,
                                    None if run_dir is None else str(run_dir))
                        for s, e in zip(starts, ends, strict=True)]
             summaries = [f.result() for f in futures]

@@ -19,8 +19,14 @@ from typer.testing import CliRunner
 
 from observation.exporter import ChainBrokenError, export_history, line_hash, seed_hash
 from observation.exporter.decode import load_history
-from observation.exporter.verify import MAX_JOBS, Verified, verify_dir
-from observation.exporter.verify_parallel import boundaries, seams, verify_range
+from observation.exporter.verify import (
+    MAX_JOBS,
+    Verified,
+    check_range,
+    verify_dir,
+    verify_ranges,
+)
+from observation.exporter.verify_parallel import boundaries, seams
 from tests.support.cli import log_app
 
 HISTORIES = Path(__file__).parents[1] / "workflows" / "histories"
@@ -124,7 +130,7 @@ def cut_at(d: Path, *after: int) -> Verified | None:
     data = (d / "events.ndjson").read_bytes()
     ends = [i + 1 for i, b in enumerate(data) if b == 0x0A]
     starts = [0, *(ends[k - 1] for k in after)]
-    summaries = [verify_range(str(d / "events.ndjson"), s, e, d.name, str(d))
+    summaries = [check_range(d / "events.ndjson", s, e, d.name, d)
                  for s, e in zip(starts, [*starts[1:], len(data)], strict=True)]
     joined = seams(summaries)
     return None if joined is None else Verified(joined.events, joined.last_hash,
@@ -136,8 +142,6 @@ def cut_at(d: Path, *after: int) -> Verified | None:
 
 @pytest.mark.parametrize("jobs", [2, 3, 4])
 def test_good_logs_verify_the_same_on_several_processes(exported, multi, jobs):
-    from observation.exporter.verify_parallel import verify_ranges
-
     for d in [*exported.values(), *multi.values()]:
         serial = outcome(d, jobs=1)
         assert isinstance(serial, Verified)
