@@ -207,6 +207,20 @@ def test_a_forks_first_lines_on_either_side_of_a_seam(exported, tmp_path):
     assert outcome(d, jobs=2, parallel_bytes=0, parent=False) == serial
 
 
+def test_a_live_log_is_verified_on_one_process_up_to_its_head(multi, tmp_path):
+    """``live``: the lines up to the head, a batch in flight after it (here a torn
+    line) not read, whatever ``jobs`` says."""
+    d = tmp_path / multi[1].name
+    shutil.copytree(multi[1], d)
+    with (d / "events.ndjson").open("ab") as f:
+        f.write(b'{"torn": ')
+    serial = outcome(d, jobs=1, live=True)
+    assert isinstance(serial, Verified) and serial.events == len(lines_of(multi[1]))
+    assert outcome(d, jobs=4, parallel_bytes=0, live=True) == serial
+    assert "torn" in outcome(d, jobs=1)[2] and outcome(d, jobs=3, parallel_bytes=0) == \
+        outcome(d, jobs=1)
+
+
 # -- forgeries: the serial error, wherever the seam falls --------------------------
 
 
