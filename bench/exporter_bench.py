@@ -502,7 +502,7 @@ def verify_bench(path: Path, session: str, jobs: int) -> dict[str, float]:
     writing it back plus those two hashes, no check. Each in CPU time of this process
     (a shared machine's load skews the ratios less) and wall time.
 
-    And the same checks on ``jobs`` processes (``verify_parallel.verify_ranges``,
+    And the same checks on ``jobs`` processes (``verify.verify_ranges``,
     ``verify_dir``'s path for a big log, here without artifact files as
     ``verify_lines``): wall time, and CPU time of this process and of its workers
     (``RUSAGE_CHILDREN``: the workers are waited for when the pool shuts down)."""
@@ -679,7 +679,7 @@ async def main(argv: Iterable[str]) -> None:
             t0 = time.perf_counter()
             size = synthetic_log(path, args.verify_events)
             gen_s = time.perf_counter() - t0
-            jobs = args.verify_jobs or default_jobs()
+            jobs = args.verify_jobs or max(2, default_jobs())  # at least 2: the ranges
             v = verify_bench(path, load_history(DEMO.read_text())[0], jobs)
             mb, n = size / 1e6, v["events"]
             rate = {k: n / v[k] for k in ("verify_s", "reference_s", "sha_lines_s",
