@@ -20,6 +20,8 @@ if TYPE_CHECKING:  # what a command reads or writes loads when it runs
     from api.settings import HitlflowSettings
     from observation.exporter.note import Signer
 
+#: ``log verify --jobs`` at most (observation.exporter.verify.MAX_JOBS).
+JOBS_MAX = 64
 #: The session a log command reads: its id (found under the data directory) or its run dir.
 RunTarget = Annotated[str, typer.Argument(help="A session id or a run directory.")]
 
@@ -44,6 +46,9 @@ def verify_command(
                                    "with this verifier key (or a file holding it)."),
     since: Path | None = typer.Option(None, "--since", help="With --key: an older "
                                       "checkpoint file; check the log only grew from it."),
+    jobs: int | None = typer.Option(None, "--jobs", "-j", min=1, max=JOBS_MAX, help=(
+        "Processes to verify a big log (32 MiB or more) with, each a range of its lines "
+        "(default: the cores, at most 8; 1: one process). The answer is the same.")),
     *, stack: Stack,
 ) -> None:
     """Check every hash, prev_hash, seq, every field, the head and the artifacts (a
@@ -64,7 +69,7 @@ def verify_command(
         signed = checkpoint_check(key, since)
     d = Path(target) if Path(target).is_dir() else run_dir(target, stack.data_dir)
     try:
-        v = verify_dir(d, live=live)
+        v = verify_dir(d, live=live, jobs=jobs)
         note = signed(d, v) if signed else None
     except ChainBrokenError as err:
         fail(f"{err} ({d})")

@@ -144,15 +144,7 @@ class LineFields:
         run, hev_text, k_text = m.groups()
         hev, k = int(hev_text), int(k_text)
         if run != self.run:
-            if run in self.runs_before:
-                raise FieldError(n, f"event_id {eid!r}: Temporal run {run} again "
-                                 "after a later run (a repeated or moved line)")
-            if self.run is not None and run != self.continued_to:
-                raise FieldError(n, f"event_id {eid!r}: a new Temporal run without "
-                                 "the RUN_CONTINUED_AS_NEW that names it")
-            if self.run is not None:
-                self.runs_before.add(self.run)
-            self.run, self.last = run, (0, 0, 0)
+            self._new_run(run, eid, n)
         last_hev, last_k, last_line = self.last
         if last_line and (hev < last_hev or (hev == last_hev and k <= last_k)):
             what = f"repeats line {last_line}'s" if (hev, k) == (last_hev, last_k) else \
@@ -167,6 +159,24 @@ class LineFields:
         if obj["type"] == ev.RUN_CONTINUED_AS_NEW:
             self.continued_to = obj["payload"].get("new_temporal_run_id")
 
+    def _new_run(self, run: str, eid: str, n: int) -> None:
+        """Line ``n`` (``event_id`` ``eid``) is of Temporal run ``run``, not of the
+        line before's: a run not seen before, named by the last RUN_CONTINUED_AS_NEW."""
+        if run in self.runs_before:
+            raise FieldError(n, f"event_id {eid!r}: Temporal run {run} again "
+                             "after a later run (a repeated or moved line)")
+        if self.run is not None and run != self.continued_to:
+            raise FieldError(n, f"event_id {eid!r}: a new Temporal run without "
+                             "the RUN_CONTINUED_AS_NEW that names it")
+        if self.run is not None:
+            self.runs_before.add(self.run)
+        self.run, self.last = run, (0, 0, 0)
+
+    def _output_of(self, call: Any, sha256: str) -> tuple[Any, int] | None:
+        """``(output_hash, line)`` of call ``call``'s LLM_CALL_FINISHED before (the
+        last), None if none; ``sha256``: what the artifact line says it is."""
+        return self.outputs.get(call)
+
     def _artifact(self, obj: dict[str, Any], n: int) -> None:
         t, p = obj["type"], obj["payload"]
         if t == ev.LLM_CALL_FINISHED:
@@ -177,7 +187,7 @@ class LineFields:
                                  "ARTIFACT_MISMATCH")
             if p.get("schema_id") != LLM_OUTPUT_SCHEMA:
                 return
-            found = self.outputs.get(p.get("call_id"))
+            found = self._output_of(p.get("call_id"), p["sha256"])
             if found is None:
                 raise FieldError(n, f"LLM artifact {p['path']} of call "
                                  f"{p.get('call_id')!r} follows no LLM_CALL_FINISHED "

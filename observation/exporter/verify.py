@@ -32,13 +32,21 @@ path in its loop (no call per line; the envelope's types, ``seq`` and ``prev_has
 checked before hashing) and sends any line it does not take through
 :func:`_checked_line`, the checks and errors of before
 (``tests/observation/test_exporter_verify_loop.py``: forged lines get the same answer).
+
+A big log (``PARALLEL_MIN_BYTES``, not ``live``) is verified by :func:`verify_dir` on
+several processes (``jobs``): ranges of lines, each through ``verify_lines`` seeded
+with a :class:`Start` (``_range``), the seams proved by ``verify_parallel``, and on
+anything it cannot prove the serial loop from line 1, so the answer and every error
+are the serial ones (``tests/observation/test_verify_parallel.py``).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
+from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from hashlib import sha256 as _sha256
@@ -63,6 +71,13 @@ from observation.exporter.lines import number as double
 from workflows.canonical import canonical_text, jcs
 
 LOG_NAME, HEAD_NAME, SNAPSHOT_NAME = "events.ndjson", "head", "snapshot.json"
+#: ``verify_dir`` verifies a log this big or bigger on several cores (smaller: the
+#: processes would cost more than they save).
+PARALLEL_MIN_BYTES = 32 << 20
+#: ``verify_dir``'s processes when not told: the cores, at most this many.
+DEFAULT_MAX_JOBS = 8
+#: ``verify_dir``'s processes at most (``hitlflow log verify --jobs``).
+MAX_JOBS = 64
 _SESSION_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,127}")  # workflows.config.SESSION_ID_RE
 #: The fields of a v1 line; a v2 line has these and ``log_version``, ``line_hash``.
 ENVELOPE = frozenset({"seq", "event_id", "run_id", "ts", "type", "payload", "trace_id",
@@ -278,11 +293,26 @@ def _v2_hashes(obj: dict[str, Any], line: bytes, prev_line: bytes) -> tuple[str,
     return seed, h.hexdigest()
 
 
+@dataclass(frozen=True)
+class Start:
+    """Where :func:`verify_lines` starts when not at line 1: the state it would have
+    after line ``line`` (its ``event_hash``, its ``line_hash`` (v1: ``GENESIS``), its
+    version) and the field checks' state then (``verify_parallel``: a range of a log)."""
+    line: int
+    prev_hash: str
+    prev_line_hash: str
+    version: int | None
+    fields: LineFields
+
+
 def verify_lines(lines: Iterable[bytes], session_id: str | None = None, *,
-                 fast: bool = True) -> Iterator[dict[str, Any]]:
+                 fast: bool = True, start: Start | None = None
+                 ) -> Iterator[dict[str, Any]]:
     """Yield each verified event; raise on the first line that breaks the chain.
     ``session_id``: the session the log must be of (default: line 1's ``run_id``).
     ``fast=False``: every line on the reference path (what the fast one must equal).
+    ``start``: ``lines`` are the log's from line ``start.line + 1`` on, checked as if
+    the lines before had just been (default: from line 1).
 
     A v2 line is taken at once (the fast path, in the loop) when all of this holds,
     else it goes through :func:`_checked_line` (what every line went through before:
@@ -296,9 +326,13 @@ def verify_lines(lines: Iterable[bytes], session_id: str | None = None, *,
     hashes match, ``event_hash`` and ``line_hash`` are 64 long, so the markers of
     ``line_hash`` (at 93 or later) and ``payload`` (at 211 or later) are the first
     ones from 79 and 150 on, as :func:`_v2_hashes` finds them. Then the field checks."""
-    prev, prev_line, version = GENESIS, GENESIS, None
+    if start is None:
+        first, prev, prev_line, version = 1, GENESIS, GENESIS, None
+        fields = LineFields(session_id, session_id is not None)
+    else:
+        first, prev, prev_line = start.line + 1, start.prev_hash, start.prev_line_hash
+        version, fields = start.version, start.fields
     pre = b"".join((LINE_PREFIX, prev_line.encode(), b"\n"))  # line_hash's first bytes
-    fields = LineFields(session_id, session_id is not None)
     check_fields = fields.check
     nums = _Numbers()
     decode = nums.decoder().decode
@@ -306,7 +340,7 @@ def verify_lines(lines: Iterable[bytes], session_id: str | None = None, *,
     values_of, types, option, no_float, plain_keys = (
         _v2_values, _V2_TYPES, ORJSON_JCS | orjson.OPT_APPEND_NEWLINE, _no_float,
         _plain_keys)
-    for n, line in enumerate(lines, 1):
+    for n, line in enumerate(lines, first):
         if fast and version != 1:
             try:
                 obj = loads(line)
@@ -447,7 +481,8 @@ def read_lines(path: Path) -> Iterator[bytes]:
 
 
 def verify_dir(run_dir: Path, *, artifacts: bool = True, live: bool = False,
-               parent: bool = True) -> Verified:
+               parent: bool = True, jobs: int | None = None,
+               parallel_bytes: int | None = None) -> Verified:
     """Verify ``run_dir`` (``events.ndjson``, ``head``, ``snapshot.json``, artifacts):
     the log of the session its name says (``runs/<session_id>/``).
 
@@ -455,7 +490,16 @@ def verify_dir(run_dir: Path, *, artifacts: bool = True, live: bool = False,
     then replaces ``snapshot.json`` and ``head``; so ``head`` is read first and the
     lines up to its ``last_seq`` are checked (lines after it are a batch in flight,
     checked against the next head), and ``snapshot.json`` is not compared.
-    ``parent``: a fork's log also checks its link to its parent's (``check_parent``)."""
+    ``parent``: a fork's log also checks its link to its parent's (``check_parent``).
+
+    ``jobs``: processes to verify with (default: the cores, at most
+    :data:`DEFAULT_MAX_JOBS`); a log of at least ``parallel_bytes`` (default
+    :data:`PARALLEL_MIN_BYTES`), not ``live``, is split into that many
+    ranges, each verified in its own process (``verify_parallel``): the same answer
+    as serially, which it falls back to on any failure, so every error is the serial
+    one. A ``live`` log is verified serially."""
+    if jobs is not None and not 1 <= jobs <= MAX_JOBS:
+        raise ValueError(f"jobs must be 1 to {MAX_JOBS}, not {jobs}")
     log, head_path, snap_path = (run_dir / n for n in (LOG_NAME, HEAD_NAME, SNAPSHOT_NAME))
     for p in (log, head_path, snap_path):
         if not p.is_file():
@@ -466,14 +510,20 @@ def verify_dir(run_dir: Path, *, artifacts: bool = True, live: bool = False,
     lineage: dict[str, Any] | None = None
     try:
         heads = [(parse_head(head_path.read_bytes(), "head"), "head")] if live else []
-        lines = read_lines(log)
-        for event in verify_lines(islice(lines, heads[0][0]["last_seq"]) if live else lines,
-                                  session):
-            if count == 0 and event["type"] == SESSION_FORKED:
-                lineage = event["payload"]
-            count, last, version = event["seq"], event["event_hash"], line_version(event)
-            if artifacts and event["type"] == ARTIFACT_WRITTEN:
-                check_artifact(run_dir, event)
+        ranged = None if live else _ranges(run_dir, log, session, artifacts, jobs,
+                                           parallel_bytes)
+        if ranged is not None:
+            count, last, version, lineage = (ranged.events, ranged.last_hash,
+                                             ranged.log_version, ranged.lineage)
+        else:
+            lines = read_lines(log)
+            for event in verify_lines(islice(lines, heads[0][0]["last_seq"]) if live
+                                      else lines, session):
+                if count == 0 and event["type"] == SESSION_FORKED:
+                    lineage = event["payload"]
+                count, last, version = event["seq"], event["event_hash"], line_version(event)
+                if artifacts and event["type"] == ARTIFACT_WRITTEN:
+                    check_artifact(run_dir, event)
         if not live:
             heads = [(parse_head(p.read_bytes(), p.name), p.name) for p in (head_path, snap_path)]
             snapshot_of = parse_head(snap_path.read_bytes(), "snapshot.json", whole=True)
@@ -490,6 +540,89 @@ def verify_dir(run_dir: Path, *, artifacts: bool = True, live: bool = False,
         verified = Verified(count, last, version,
                             (lineage["parent_session_id"], lineage["parent_seq"]))
     return verified
+
+
+def default_jobs() -> int:
+    """The processes ``verify_dir`` verifies with when not told: the cores, at most
+    :data:`DEFAULT_MAX_JOBS`."""
+    return max(1, min(os.cpu_count() or 1, DEFAULT_MAX_JOBS))
+
+
+def _ranges(run_dir: Path, log: Path, session: str, artifacts: bool, jobs: int | None,
+            parallel_bytes: int | None) -> Any:
+    """:func:`verify_ranges` when there are processes to use and the log is big enough,
+    else None (the serial loop)."""
+    jobs = default_jobs() if jobs is None else jobs
+    least = PARALLEL_MIN_BYTES if parallel_bytes is None else parallel_bytes
+    if jobs < 2 or log.stat().st_size < max(least, 1):
+        return None
+    return verify_ranges(log, session, run_dir if artifacts else None, jobs)
+
+
+def verify_ranges(log: Path, session: str, run_dir: Path | None, jobs: int) -> Any:
+    """``log`` (of ``session``) verified in up to ``jobs`` ranges of lines, one process
+    each (``verify_parallel``, which proves the seams): a ``RangesVerified`` (what
+    the serial loop would find), or None when the ranges cannot prove it; ``run_dir``:
+    check the artifact files there too (None: not)."""
+    from observation.exporter.verify_parallel import run_ranges
+
+    return run_ranges(_range, log, session, run_dir, jobs)
+
+
+def check_range(path: Path, start: int, end: int, session: str, run_dir: Path | None
+                ) -> Any:
+    """One range's ``Summary``, checked in this process (as a worker does)."""
+    from observation.exporter.verify_parallel import verify_range
+
+    return verify_range(_range, str(path), start, end, session,
+                        None if run_dir is None else str(run_dir))
+
+
+def _range(out: Any, path: Path, start: int, end: int, session: str,
+           run_dir: Path | None) -> None:
+    """A range's checks, in its worker (``verify_parallel``): ``verify_lines`` seeded
+    from the line before (``Start``, ``RangeFields``) over the range's own lines, the
+    artifact files, and what the parent needs in ``out`` (a ``Summary``)."""
+    from observation.exporter.verify_parallel import (
+        RangeFields,
+        line_before,
+        lines_to,
+        summarise,
+    )
+
+    fields = RangeFields(session)
+    seeded = Start(0, GENESIS, GENESIS, None, fields)
+    with path.open("rb") as f:
+        if start:
+            out.seed = line_before(f, start)
+            obj = parse_line(out.seed, 0)
+            fields.seed(obj)
+            version = line_version(obj)
+            seeded = Start(obj["seq"], obj["event_hash"],
+                           obj["line_hash"] if version == 2 else GENESIS, version, fields)
+            out.first = obj["seq"] + 1
+        f.seek(start)
+        seen: list[bytes] = []
+        events = verify_lines(lines_to(f, end - start, seen), session, start=seeded)
+        event = next(events, None)
+        if event is None:
+            raise ValueError("no line in the range")
+        if start == 0 and event["type"] == SESSION_FORKED:
+            out.lineage = event["payload"]
+        if run_dir is not None and event["type"] == ARTIFACT_WRITTEN:
+            check_artifact(run_dir, event)
+        if run_dir is None:  # the rest consumed in C, the last one kept
+            event = next(iter(deque(events, maxlen=1)), event)
+        else:
+            for event in events:
+                if event["type"] == ARTIFACT_WRITTEN:
+                    check_artifact(run_dir, event)
+    if not seen:
+        raise ValueError("the range did not end at its end")
+    out.count = event["seq"] - out.first + 1  # every seq checked: the line numbers
+    out.last_line, out.last_hash = seen[0], event["event_hash"]
+    out.version = line_version(event)
+    summarise(out, fields)
 
 
 def check_parent(run_dir: Path, lineage: dict[str, Any]) -> None:
