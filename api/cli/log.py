@@ -57,7 +57,7 @@ def verify_command(
     the signed checkpoint too (CHECKPOINT_MISSING/INVALID/MISMATCH)."""
     # Only the verifier loads (observation.exporter.verify: no Temporal, no server side,
     # no settings for a run directory given as a path), so verify starts at once.
-    from observation.exporter.verify import ChainBrokenError, verify_dir
+    from observation.exporter.verify import ChainBrokenError, default_jobs, verify_dir
 
     if live and key is not None:
         raise typer.BadParameter("a checkpoint is checked on a log at rest, not with --live",
@@ -69,7 +69,7 @@ def verify_command(
         signed = checkpoint_check(key, since)
     d = Path(target) if Path(target).is_dir() else run_dir(target, stack.data_dir)
     try:
-        v = verify_dir(d, live=live, jobs=jobs)
+        v = verify_dir(d, live=live, jobs=default_jobs() if jobs is None else jobs)
         note = signed(d, v) if signed else None
     except ChainBrokenError as err:
         fail(f"{err} ({d})")

@@ -180,14 +180,16 @@ class LineFields:
     def _artifact(self, obj: dict[str, Any], n: int) -> None:
         t, p = obj["type"], obj["payload"]
         if t == ev.LLM_CALL_FINISHED:
-            self.outputs[p.get("call_id")] = (p.get("output_hash"), n)
+            if type(p.get("call_id")) is str:  # (a forged list or dict is no key)
+                self.outputs[p["call_id"]] = (p.get("output_hash"), n)
         elif t == ev.ARTIFACT_WRITTEN:
             if type(p.get("path")) is not str or type(p.get("sha256")) is not str:
                 raise FieldError(n, "ARTIFACT_WRITTEN without a path and sha256",
                                  "ARTIFACT_MISMATCH")
             if p.get("schema_id") != LLM_OUTPUT_SCHEMA:
                 return
-            found = self._output_of(p.get("call_id"), p["sha256"])
+            call = p.get("call_id")
+            found = self._output_of(call, p["sha256"]) if type(call) is str else None
             if found is None:
                 raise FieldError(n, f"LLM artifact {p['path']} of call "
                                  f"{p.get('call_id')!r} follows no LLM_CALL_FINISHED "

@@ -481,7 +481,7 @@ def read_lines(path: Path) -> Iterator[bytes]:
 
 
 def verify_dir(run_dir: Path, *, artifacts: bool = True, live: bool = False,
-               parent: bool = True, jobs: int | None = None,
+               parent: bool = True, jobs: int = 1,
                parallel_bytes: int | None = None) -> Verified:
     """Verify ``run_dir`` (``events.ndjson``, ``head``, ``snapshot.json``, artifacts):
     the log of the session its name says (``runs/<session_id>/``).
@@ -492,13 +492,14 @@ def verify_dir(run_dir: Path, *, artifacts: bool = True, live: bool = False,
     checked against the next head), and ``snapshot.json`` is not compared.
     ``parent``: a fork's log also checks its link to its parent's (``check_parent``).
 
-    ``jobs``: processes to verify with (default: the cores, at most
-    :data:`DEFAULT_MAX_JOBS`); a log of at least ``parallel_bytes`` (default
+    ``jobs``: processes to verify with (default 1: this one, as a library call in a
+    process with threads must not fork; ``hitlflow log verify`` passes
+    :func:`default_jobs`); a log of at least ``parallel_bytes`` (default
     :data:`PARALLEL_MIN_BYTES`), not ``live``, is split into that many
     ranges, each verified in its own process (``verify_parallel``): the same answer
     as serially, which it falls back to on any failure, so every error is the serial
     one. A ``live`` log is verified serially."""
-    if jobs is not None and not 1 <= jobs <= MAX_JOBS:
+    if not 1 <= jobs <= MAX_JOBS:
         raise ValueError(f"jobs must be 1 to {MAX_JOBS}, not {jobs}")
     log, head_path, snap_path = (run_dir / n for n in (LOG_NAME, HEAD_NAME, SNAPSHOT_NAME))
     for p in (log, head_path, snap_path):
@@ -543,16 +544,15 @@ def verify_dir(run_dir: Path, *, artifacts: bool = True, live: bool = False,
 
 
 def default_jobs() -> int:
-    """The processes ``verify_dir`` verifies with when not told: the cores, at most
-    :data:`DEFAULT_MAX_JOBS`."""
+    """The processes ``hitlflow log verify`` verifies with when not told: the cores, at
+    most :data:`DEFAULT_MAX_JOBS`."""
     return max(1, min(os.cpu_count() or 1, DEFAULT_MAX_JOBS))
 
 
-def _ranges(run_dir: Path, log: Path, session: str, artifacts: bool, jobs: int | None,
+def _ranges(run_dir: Path, log: Path, session: str, artifacts: bool, jobs: int,
             parallel_bytes: int | None) -> Any:
     """:func:`verify_ranges` when there are processes to use and the log is big enough,
     else None (the serial loop)."""
-    jobs = default_jobs() if jobs is None else jobs
     least = PARALLEL_MIN_BYTES if parallel_bytes is None else parallel_bytes
     if jobs < 2 or log.stat().st_size < max(least, 1):
         return None

@@ -293,6 +293,23 @@ def test_an_llm_artifact_must_hash_to_its_output_hash(log_dir):
     assert "is not the output_hash of LLM_CALL_FINISHED on line" in err.reason
 
 
+@pytest.mark.parametrize("call_id", [["a", "list"], {"a": "dict"}, None, 7])
+def test_an_llm_call_id_that_is_not_a_string_is_an_answer(log_dir, call_id):
+    """A forged call id that is no string (a list cannot even be a dict key): the LLM
+    artifact then follows no LLM_CALL_FINISHED of its call, an answer, not a crash."""
+    events = [json.loads(x) for x in lines_of(log_dir)]
+    k = next(n for n, e in enumerate(events, 1) if e["type"] == "LLM_CALL_FINISHED")
+    art = next(n for n, e in enumerate(events, 1) if n > k and e["type"] == "ARTIFACT_WRITTEN"
+               and e["payload"]["schema_id"] == "hitlflow/llm_output/v1")
+    forge(log_dir, edit_line(k, payload={**events[k - 1]["payload"], "call_id": call_id}))
+    err = broken(log_dir)
+    assert (err.code, err.line) == ("ARTIFACT_MISMATCH", art)
+    assert "follows no LLM_CALL_FINISHED of that call" in err.reason
+    forge(log_dir, edit_line(art, payload={**events[art - 1]["payload"], "call_id": call_id}))
+    err = broken(log_dir)  # both forged alike: still no call of that id
+    assert (err.code, err.line) == ("ARTIFACT_MISMATCH", art)
+
+
 # -- the canonical form, whichever way it is checked (fast C path or rfc8785) ----------
 
 
