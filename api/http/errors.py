@@ -13,10 +13,11 @@ recorded and nothing will be. A 500 (``internal_error``) is a bug.
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -122,6 +123,41 @@ def is_task_failing(err: BaseException) -> bool:
     (its only sign is the message: "... due to Workflow Task in failed state.")."""
     return isinstance(err, RPCError) and err.status == RPCStatusCode.FAILED_PRECONDITION \
         and "workflow task in failed state" in err.message.lower()
+
+
+#: The google.rpc detail of an update the server aborted before the workflow took it.
+_NOT_READY = "temporal.api.errordetails.v1.WorkflowNotReadyFailure"
+#: The waits before sending such an update again (then its error is the answer).
+NOT_READY_RETRY_S = (0.05, 0.2, 0.5)
+T = TypeVar("T")
+
+
+def is_update_not_ready(err: BaseException | None) -> bool:
+    """The server aborted an update before the workflow took it (``WorkflowNotReady``,
+    "... due to unexpected workflow task failure": e.g. it came while the workflow
+    task that continues the session as new at a wait was completing, which the server
+    refuses while an update is pending). Nothing was applied: sending it again is safe."""
+    if not isinstance(err, RPCError) or err.status != RPCStatusCode.FAILED_PRECONDITION:
+        return False
+    try:
+        details = err.grpc_status.details
+    except Exception:  # details that do not parse: not this case
+        return False
+    return any(d.type_url.rsplit("/", 1)[-1] == _NOT_READY for d in details)
+
+
+async def retry_not_ready(send: Callable[[], Awaitable[T]]) -> T:
+    """``send()`` (an update), sent again after :data:`NOT_READY_RETRY_S` while the
+    server aborts it as not ready (:func:`is_update_not_ready`); any other outcome, or
+    the last one, is the answer."""
+    for wait in NOT_READY_RETRY_S:
+        try:
+            return await send()
+        except RPCError as err:
+            if not is_update_not_ready(err):
+                raise
+        await asyncio.sleep(wait)
+    return await send()
 
 
 def session_not_found(session_id: str) -> ApiError:

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from temporalio.client import Client, WorkflowHandle
 
+from api.http.errors import retry_not_ready
 from observation.exporter import export_session
 from observation.exporter.verify import check_parent, verify_dir
 from observation.fork import ForkRefused, fork_points, rebuild
@@ -47,13 +48,14 @@ def asked(s) -> bool:
 
 async def drive(h: WorkflowHandle, answers: list[str]) -> list[str]:
     """Answer each step request the session asks with the next of ``answers``, to its
-    end; the prompts it asked."""
+    end; the prompts it asked. A reply may race the session continuing as new at the
+    wait (the server then aborts it, not applied): sent again, as the API does."""
     prompts = []
     for choice in answers:
         snap = await until(h, asked)
         prompts.append(snap.pending.prompt)
-        await h.execute_update("reply", ReplyInput(request_id=snap.pending.request_id,
-                                                   choice=choice))
+        reply = ReplyInput(request_id=snap.pending.request_id, choice=choice)
+        await retry_not_ready(lambda r=reply: h.execute_update("reply", r))
     assert (await h.result()).status is SessionStatus.SUCCEEDED
     return prompts
 
@@ -180,8 +182,8 @@ async def test_a_plan_forks_and_is_interrupted_after_continue_as_new(dev_env, tm
         parent = await start_session(client, config, tq, continue_as_new_after_events=10)
         for _ in range(2):  # the gates
             snap = await until(parent, asked)
-            await parent.execute_update("reply", ReplyInput(
-                request_id=snap.pending.request_id, choice="approve"))
+            reply = ReplyInput(request_id=snap.pending.request_id, choice="approve")
+            await retry_not_ready(lambda r=reply: parent.execute_update("reply", r))
         loop = asyncio.get_running_loop()
         deadline = loop.time() + 30
         while "s4" not in (ran.read_text().split() if ran.exists() else []):

@@ -50,7 +50,7 @@ from api.http.deps import (
     SettingsDep,
     TuningDep,
 )
-from api.http.errors import SESSION_STUCK, ApiError, temporal_errors
+from api.http.errors import SESSION_STUCK, ApiError, retry_not_ready, temporal_errors
 from api.http.idempotency import HEADER as KEY_HEADER
 from api.http.idempotency import IdempotencyKeyDep, uncertain_headers, update_id
 from api.http.limits import check_input_size
@@ -373,8 +373,8 @@ async def _send_update(client: Client, session_id: str, name: str, arg: object, 
     uid = update_id(name, actor.principal, actor.key) if actor.key else None
     try:
         with temporal_errors(session_id):
-            ack = await handle.execute_update(name, arg, id=uid, result_type=result_type,
-                                              rpc_timeout=tuning.update_timeout)
+            ack = await retry_not_ready(lambda: handle.execute_update(
+                name, arg, id=uid, result_type=result_type, rpc_timeout=tuning.update_timeout))
         changed(session_id)
         return ack
     except ApiError as err:
