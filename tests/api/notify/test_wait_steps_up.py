@@ -29,11 +29,12 @@ STEPS = ("opened", "reminded", "escalated", "auto_decided")
 CONFIG = {"channels": {"hook": {"type": "webhook", "url_env": URL_ENV,
                                 "secret_env": SECRET_ENV, "timeout_s": 5}},
           "routes": [{"to": "*", "channel": "hook", "on": list(STEPS)}]}
-# T1 = 2 s, T2 = 12 s, T3 = 20 s after the request opens: the restart falls between
-# T1 and T2 (or runs past T2: the escalation then fires once the worker is back).
+# T1 = 2 s, T2 = 8 s, T3 = 12 s after the request opens: the restart (stop and start
+# again, ~4 s) falls between T1 and T2 (or runs past T2: the escalation then fires once
+# the worker is back). The test waits out T3 in real time: no longer than it must.
 SESSION = {"initial_message": "go", "interactive_require_user_reply": False,
-           "remind_after_s": 2, "escalate_after_s": 12, "escalate_to": ["group:oncall"],
-           "reply_timeout_s": 20,
+           "remind_after_s": 2, "escalate_after_s": 8, "escalate_to": ["group:oncall"],
+           "reply_timeout_s": 12,
            "agent": {"llm": {"provider": "scripted", "responses": [
                {"ecs_request": {"kind": "confirm", "prompt": "Ship it?"}},
                {"text": "done", "end": True}]}}}
