@@ -14,6 +14,7 @@ from temporalio.client import WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
 from api.cli.demo_config import demo_config, notes_server
+from api.http.errors import retry_not_ready
 from observation.exporter import (
     Exporter,
     LogSnapshot,
@@ -124,8 +125,9 @@ async def test_a_session_that_continues_as_new_is_one_log(live, tmp_path):
     h = env.client.get_workflow_handle(first.id, result_type=SessionResult)
     for i in range(turns):
         snap = await until(h, lambda s, i=i: s.status == W and s.replies == i)
-        await h.execute_update("reply", ReplyInput(request_id=snap.pending.request_id,
-                                                   approve=True))
+        reply = ReplyInput(request_id=snap.pending.request_id, approve=True)
+        # (sent again if it raced the session continuing as new at the wait, as the API does)
+        await retry_not_ready(lambda r=reply: h.execute_update("reply", r))
     assert (await h.result()).status is SessionStatus.SUCCEEDED
     d = await exported(exporter, h.id)
     events = await check_log(env.client, d, h.id, tmp_path)

@@ -17,6 +17,7 @@ from temporalio.client import Client, WorkflowHandle
 from typer.testing import CliRunner
 
 from api.cli.main import app as cli
+from api.http.errors import retry_not_ready
 from observation.exporter import export_session, ids
 from observation.exporter.verify import ChainBrokenError, check_parent, verify_dir
 from observation.fork import ForkRefused, rebuild
@@ -52,11 +53,12 @@ async def turns_done(h: WorkflowHandle, n: int) -> None:
 
 
 async def say(h: WorkflowHandle, text: str) -> None:
-    await h.execute_update("send_message", MessageInput(text=text))
+    # (sent again if it raced the session continuing as new at the wait, as the API does)
+    await retry_not_ready(lambda: h.execute_update("send_message", MessageInput(text=text)))
 
 
 async def finish(client: Client, h: WorkflowHandle) -> None:
-    await h.execute_update("end", EndInput(reason="done"))
+    await retry_not_ready(lambda: h.execute_update("end", EndInput(reason="done")))
     await h.result()
 
 

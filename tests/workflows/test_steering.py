@@ -23,6 +23,7 @@ from temporalio.client import (
     WorkflowUpdateFailedError,
 )
 
+from api.http.errors import retry_not_ready
 from observation.exporter import export_session
 from observation.schemas import load
 from tests.fakes.openai_server import FakeOpenAIServer
@@ -260,7 +261,8 @@ async def test_interrupt_while_waiting_is_a_plain_message_even_after_continue_as
         if (await h.query("state", result_type=SessionState)).continued_runs:
             break
         fake_openai.reply_text("Hello.")
-        await h.execute_update("send_message", MessageInput(text=f"hi {n}"))
+        said = MessageInput(text=f"hi {n}")  # (sent again if it raced continue-as-new)
+        await retry_not_ready(lambda m=said: h.execute_update("send_message", m))
     state = await h.query("state", result_type=SessionState)
     assert state.continued_runs >= 1  # the wait for a message is in a continued run
     calls = state.llm_calls
@@ -269,8 +271,8 @@ async def test_interrupt_while_waiting_is_a_plain_message_even_after_continue_as
     fake_openai.reply_text("Short one.")
     try:
         # idle: interrupt behaves as a plain message (it starts the next turn)
-        await h.execute_update("send_message", MessageInput(text="tell a story",
-                                                            if_busy="interrupt"))
+        await retry_not_ready(lambda: h.execute_update("send_message", MessageInput(
+            text="tell a story", if_busy="interrupt")))
         await until_requests(fake_openai, calls + 1)
         await h.execute_update("send_message", MessageInput(text="shorter",
                                                             if_busy="interrupt"))
