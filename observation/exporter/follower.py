@@ -282,10 +282,11 @@ class SessionExport:
 class Committer:
     """Group commit for many followers: each hands over its session after appending a
     page (:meth:`commit`) and goes on fetching; a few threads of its own make the
-    sessions durable (one fsync each, then the observers), apart from the default
-    thread pool that maps and appends. A session handed over again before its commit
-    started joins that commit: under load one fsync covers every page that came
-    meanwhile, when idle a page is committed at once (no timer, no added wait)."""
+    sessions durable (one fsync each, then the observers), apart from the file lane
+    (``lane.py``) that maps and appends a page in a thread. A session handed over
+    again before its commit started joins that commit: under load one fsync covers
+    every page that came meanwhile, when idle a page is committed at once (no timer,
+    no added wait)."""
 
     def __init__(self, threads: int = 4) -> None:
         self._lane = Lane(threads, "exporter-commit")

@@ -4,12 +4,13 @@ default pool.
 
 Why not ``asyncio.to_thread``: that pool is the whole process's (in ``up``, the API's
 reads use it too), small (``min(32, cores + 4)``) and each call pays for a context
-copy, a concurrent future and its wrapping. A follower's work waits on fsyncs: when
-200 sessions start at once, 400 directory fsyncs queued behind a handful of threads
-held every first page, and every API read behind them. A :class:`Lane` hands each
-call to its own threads through one ``SimpleQueue`` and settles a future of the
-caller's loop (``call_soon_threadsafe``): about a third of ``to_thread``'s CPU per
-call, and fsync waits overlap (the file system commits them together).
+copy, a concurrent future and its wrapping. Followers' work waits on fsyncs, which
+must not hold an API read. A :class:`Lane` hands each call to its own threads through
+one ``SimpleQueue`` and settles a future of the caller's loop
+(``call_soon_threadsafe``): 0.64x ``to_thread``'s CPU per call
+(``bench/lane_bench.py``). It did not change the exporter's lag: a session's first
+page waits on the burst of starts, not on these threads
+(``bench/first_page_bench.py``, docs/performance.md).
 """
 
 from __future__ import annotations

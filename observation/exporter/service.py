@@ -113,7 +113,7 @@ class Exporter:
         self._slots = asyncio.Semaphore(max_followers)
         # Every follower's pages are committed by one group committer (a few threads
         # of its own): under load one fsync per session covers the pages that came
-        # meanwhile, and fsyncs do not hold the default pool that maps and appends.
+        # meanwhile, and fsyncs do not hold the file lane that maps and appends.
         self.committer = follower.Committer()
         self.parked: dict[str, Parked] = {}
         # The state of the last `keep_parked` parked sessions (closed writer, mapper,
