@@ -168,12 +168,12 @@ async def test_an_approved_call_survives_workers_killed_while_its_server_starts(
         await approve(h)
         await until_file(tmp_path / "start-hung")  # starting the server: nothing sent
     await forget_worker(client, h)
-    for _ in range(1):  # the worker was killed; the next one meets a hung start again
-        (tmp_path / "start-hung").unlink()
-        (tmp_path / "hang-start").touch()
-        with worker_process(client, task_queue, env=idle):
-            await until_file(tmp_path / "start-hung")
-        await forget_worker(client, h)
+    # The worker was killed; the next one meets a hung start again (the retry), killed too.
+    (tmp_path / "start-hung").unlink()
+    (tmp_path / "hang-start").touch()
+    with worker_process(client, task_queue, env=idle):
+        await until_file(tmp_path / "start-hung")
+    await forget_worker(client, h)
     async with running_worker(client, task_queue):
         result: SessionResult = await h.result()
         state = await h.query("state", result_type=SessionState)
