@@ -315,11 +315,13 @@ async def people_apart(address: str, tq: str, n: int, turns: int, poll_s: float,
 
 
 async def live(client: Client, data: Path, n: int, turns: int, poll_s: float,
-               together: bool = False) -> dict[str, Any]:
+               together: bool = False, timed: bool = True) -> dict[str, Any]:
     """N sessions while ``run_exporter`` runs as ``hitlflow up`` runs it (telemetry,
     read model, parking, woken by each write as the API wakes it). As in ``up``, the
     worker runs in a process of its own and the people elsewhere (``together``: both
-    in this process, as the bench ran before issue 28's second pass)."""
+    in this process, as the bench ran before issue 28's second pass). ``timed``: each
+    stage's CPU (:class:`Stages`; its timers cost CPU of their own); ``cpu_s``: this
+    process's CPU from the exporter's start to its end."""
     lag: dict[str, list[float]] = {k: [] for k in (
         "first page", "following", "first page (no activity start)",
         "following (no activity start)", "(ts -> line written)",
@@ -350,8 +352,9 @@ async def live(client: Client, data: Path, n: int, turns: int, poll_s: float,
     data.mkdir(parents=True)
     stop, wakeups = asyncio.Event(), Wakeups()
     stages = Stages()
-    timing = stages.patches()
+    timing = stages.patches() if timed else contextlib.ExitStack()
     timing.__enter__()
+    cpu0 = time.process_time()
     with mock.patch.object(service, "Exporter", Timed), \
             mock.patch.object(service, "GroupWriter", Group), \
             mock.patch.object(telemetry_hook, "BackgroundWriter", Background):
@@ -383,6 +386,7 @@ async def live(client: Client, data: Path, n: int, turns: int, poll_s: float,
     all_s = time.perf_counter() - t0
     stop.set()
     await task
+    cpu_s = time.process_time() - cpu0
     timing.close()
     await pool.aclose()
     lines = sum(len(v) for k, v in lag.items() if "(" not in k)
@@ -393,14 +397,14 @@ async def live(client: Client, data: Path, n: int, turns: int, poll_s: float,
               f"commits in {w.rounds} transactions" for w in writers]
     return {"sids": sids, "lag": lag, "lines": lines, "sessions_s": sessions_s,
             "all_s": all_s, "telemetry_runs": runs, "stages": dict(stages.cpu),
-            "rounds": rounds}
+            "rounds": rounds, "cpu_s": cpu_s}
 
 
 async def bare_live(client: Client, n: int, turns: int, poll_s: float) -> tuple[int, float]:
     """The live fetch-and-decode floor: the same workload (the worker and the people
     apart) followed by bare followers in this process, one per session from its first
     reply on, each long-polling its history page after page as the exporter's follower
-    does (``follower.history_events``, the same cursor and requests) and decoding it,
+    does (``follower.history_pages``, the same cursor and requests) and decoding it,
     nothing else: no log, no observers, no parking. Its events and this process's CPU
     for the run."""
     tq = f"bench-{uuid.uuid4().hex[:6]}"
@@ -408,8 +412,8 @@ async def bare_live(client: Client, n: int, turns: int, poll_s: float) -> tuple[
     tasks: list[asyncio.Task[None]] = []
 
     async def follow(sid: str) -> None:
-        async for _ in follower.history_events(client, sid, follow=True):
-            counts[sid] += 1
+        async for page in follower.history_pages(client, sid, follow=True):
+            counts[sid] += len(page)
 
     def seen(sid: str) -> None:  # the people's reply: the session exists
         if sid not in counts:
@@ -579,10 +583,22 @@ def report_lag(lag: dict[str, list[float]]) -> None:
 
 
 def report_cpu(stages: dict[str, float], events: int, fetch_s: float,
-               live_floor: tuple[int, float] | None = None) -> None:
+               live_floor: tuple[int, float] | None = None,
+               whole: tuple[int, float] | None = None) -> None:
     """The exporter's CPU per history event by stage, against the floor: fetching and
     decoding the same histories (what any follower pays); and, with ``live_floor``
-    (:func:`bare_live`'s events and CPU), against what a bare live follower pays."""
+    (:func:`bare_live`'s events and CPU), against what a bare live follower pays.
+    ``whole``: the events and process CPU of the run without stage timers (the
+    exporter whole, as ``up`` runs it; the bench's lag timing included)."""
+    if whole is not None:
+        per = whole[1] / whole[0] * 1e6
+        print(f"  the exporter's process CPU per history event (the run above, no stage "
+              f"timers; {whole[0]} events): {per:.0f} us" + (
+                  "" if live_floor is None else
+                  f"; a bare live follower's: {live_floor[1] / live_floor[0] * 1e6:.0f} us; "
+                  f"{per / (live_floor[1] / live_floor[0] * 1e6):.2f}x it (target <= 2x)"))
+    print(f"  where it goes: the same workload again, each stage timed ({events} events; "
+          "the timers cost CPU of their own, counted in the stages they time)")
     floor = fetch_s / events * 1e6
     own = {k: v for k, v in stages.items() if not k.startswith("bench")}
     total = sum(own.values()) / events * 1e6
@@ -641,7 +657,7 @@ async def main(argv: Iterable[str]) -> None:
                 client = await Client.connect(server.address,
                                               data_converter=pydantic_data_converter)
                 r = await live(client, tmpd / "data", args.n, args.turns, args.poll_ms / 1000,
-                               args.together)
+                               args.together, timed=False)
                 print(f"1. exporter lag: {args.n} concurrent sessions x {args.turns} replies "
                       f"(polled every {args.poll_ms:g} ms) on one tuned dev server; "
                       "run_exporter (telemetry, read model, parking, woken by each write) "
@@ -658,9 +674,15 @@ async def main(argv: Iterable[str]) -> None:
                            == (tmpd / "data" / "runs" / s / "events.ndjson").read_bytes()
                            for s in r["sids"])
                 hists, fetch_s = await histories(client, r["sids"])
+                t = await live(client, tmpd / "timed", args.n, args.turns,
+                               args.poll_ms / 1000, args.together, timed=True)
+                timed_events = sum(len(evs) for _, evs in (await histories(client,
+                                                                           t["sids"]))[0])
                 bare = None if args.skip_live_floor else await bare_live(
                     client, args.n, args.turns, args.poll_ms / 1000)
-            report_cpu(r["stages"], sum(len(evs) for _, evs in hists), fetch_s, bare)
+            report_cpu(t["stages"], timed_events, fetch_s * timed_events / sum(
+                len(evs) for _, evs in hists), bare,
+                (sum(len(evs) for _, evs in hists), r["cpu_s"]))
             print("2. export throughput")
             print(f"  from Temporal (fetch + map + write + fsync, 8 at a time): {events} events "
                   f"in {secs:.2f} s = {events / secs:,.0f} events/s (same bytes as live: {same})")

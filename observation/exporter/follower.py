@@ -1,7 +1,8 @@
 """Following a session's history as it grows (the service is in ``service.py``).
 
-* :func:`history_events` — a session's history, every run from the first, chained
-  across continue-as-new, optionally waiting for new events.
+* :func:`history_pages` — a session's history, every run from the first, chained
+  across continue-as-new, a page at a time, optionally waiting for new events;
+  :func:`history_events`, the same an event at a time.
 * :func:`session_events` — the chained log events of a session straight from
   history, live (what the HTTP/SSE layer streams; the same events the log holds);
   :func:`stream_head` — how far that stream goes now, and whether it is complete.
@@ -74,41 +75,60 @@ async def history_events(
     cursor: HistoryCursor | None = None,
 ) -> AsyncIterator[tuple[HistoryEvent, bool]]:
     """``(event, end_of_page)`` for every history event of every run, in order;
-    with a ``cursor`` that read some of it before, the events after those."""
+    with a ``cursor`` that read some of it before, the events after those
+    (:func:`history_pages`, an event at a time)."""
+    async for page in history_pages(client, session_id, follow=follow, cursor=cursor):
+        last = len(page) - 1
+        for i, event in enumerate(page):
+            yield event, i == last
+
+
+async def history_pages(
+    client: Client, session_id: str, *, follow: bool = False,
+    cursor: HistoryCursor | None = None,
+) -> AsyncIterator[list[HistoryEvent]]:
+    """Every run's history, a page at a time as Temporal answers (never empty); with
+    ``follow``, each fetch a long-poll that answers once new events come. The
+    follower takes a page whole: one wake-up per page, not per event."""
     cursor = cursor if cursor is not None else HistoryCursor()
     if cursor.run_id is not None and cursor.token is not None:
         try:
-            async for item in _runs(client, session_id, cursor, follow, 0):
-                yield item
+            async for page in _runs(client, session_id, cursor, follow, 0):
+                yield page
             return
         except RPCError as err:  # e.g. the run was reset: read again from the start
             log.info("exporter: %s: carrying on from the last page failed (%s); "
                      "reading the history again", session_id, err)
     cursor.run_id, cursor.token = await first_run_id(client, session_id), None
-    async for item in _runs(client, session_id, cursor, follow, cursor.taken):
-        yield item
+    async for page in _runs(client, session_id, cursor, follow, cursor.taken):
+        yield page
 
 
 async def _runs(client: Client, session_id: str, cursor: HistoryCursor, follow: bool,
-                skip: int) -> AsyncIterator[tuple[HistoryEvent, bool]]:
+                skip: int) -> AsyncIterator[list[HistoryEvent]]:
     while cursor.run_id:
         it = client.get_workflow_handle(session_id, run_id=cursor.run_id) \
             .fetch_history_events(next_page_token=cursor.token, wait_new_event=follow)
         new_run: str | None = None
-        async for event in it:
-            if event.HasField("workflow_execution_continued_as_new_event_attributes"):
-                new_run = event.workflow_execution_continued_as_new_event_attributes \
-                    .new_execution_run_id
-            page = it.current_page
-            end = page is None or it.current_page_index >= len(page)
-            # the next page's token, at a page's end (where a follower parks); until
-            # an event comes, the cursor keeps the one this fetch started from
-            cursor.token = it.next_page_token if end else None
+        while True:
+            await it.fetch_next_page()
+            page = list(it.current_page or ())
+            token = it.next_page_token
+            if page:  # a run's continue-as-new is its last event
+                last = page[-1]
+                if last.HasField("workflow_execution_continued_as_new_event_attributes"):
+                    new_run = last.workflow_execution_continued_as_new_event_attributes \
+                        .new_execution_run_id
             if skip:
-                skip -= 1
-                continue
-            cursor.taken += 1
-            yield event, end
+                page, skip = page[skip:], max(0, skip - len(page))
+            if page:
+                # the next page's token (where a follower parks); until a page comes,
+                # the cursor keeps the one this fetch started from
+                cursor.token = token
+                cursor.taken += len(page)
+                yield page
+            if token is None:
+                break
         cursor.run_id, cursor.token = new_run, None
 
 
@@ -364,11 +384,12 @@ async def export_session(
     Each page of history is appended as it comes and handed to ``committer`` (the
     process's by default): the follower fetches the next page meanwhile, and pages
     that come while a commit waits share it. Everything is committed before the files
-    at rest are written (on idle, at a wait, at the end) and before parking."""
+    at rest are written (on idle, at a wait not answered at once, at the end) and
+    before parking."""
     export: SessionExport | None = None
     committer = committer or default_committer()
     committing: asyncio.Future[None] | None = None  # the commit of the pages handed over
-    nxt: asyncio.Future[Any] | None = None  # the next history event, being fetched
+    nxt: asyncio.Future[Any] | None = None  # the next page of history, being fetched
 
     async def durable() -> None:
         """Wait for the pages handed over to be committed (their error raised here)."""
@@ -378,21 +399,20 @@ async def export_session(
             await fut
 
     cursor = resume.cursor if resume is not None else HistoryCursor()
-    events = history_events(client, session_id, follow=follow, cursor=cursor).__aiter__()
+    pages = history_pages(client, session_id, follow=follow, cursor=cursor).__aiter__()
     if resume is not None:
         export, w = resume.carried_on(), resume.w
     else:
         w = LogWriter(runs_dir / session_id, observer, signer)
     try:
         if resume is None:  # the history's first page is fetched while the log opens
-            nxt = asyncio.ensure_future(events.__anext__())
+            nxt = asyncio.ensure_future(pages.__anext__())
             await _in_thread(w.open)
         if w.finished and not w.checkpoint_due:
             return ExportResult(session_id, 0, w.last_seq, True)
         if export is None:
             export = SessionExport(w, session_id)
             export.cursor = cursor
-        page: list[HistoryEvent] = []
         # The wait (run, last event id) where parking is to be asked while no event
         # comes: first after a quiet moment, again while refused (visibility not there
         # yet, a task pending), or the follower would hold its long-poll until the
@@ -401,52 +421,53 @@ async def export_session(
         handed = False  # a page was just handed over (the next event may be far off)
         while True:
             if nxt is None:
-                nxt = asyncio.ensure_future(events.__anext__())
-            if handed and w.at_rest_stale:  # the files at rest once no event comes a while
-                # (and at most every snapshot_every_s: a burst of pages waits that long)
-                done, _ = await asyncio.wait({nxt}, timeout=max(SNAPSHOT_IDLE_S,
-                                                                w.at_rest_due_in))
+                nxt = asyncio.ensure_future(pages.__anext__())
+            quiet = 0.0  # how long no page came just now
+            if handed and w.at_rest_stale:  # the files at rest once no page comes a while:
+                # at a wait for the person AT_WAIT_QUIET_S (a wait answered sooner, by a
+                # person at the inbox or a rule, costs no write), else SNAPSHOT_IDLE_S and
+                # at most every snapshot_every_s (a burst of pages waits that long)
+                at_wait = export.mapper.pending_request is not None
+                timeout = AT_WAIT_QUIET_S if at_wait else max(SNAPSHOT_IDLE_S,
+                                                              w.at_rest_due_in)
+                done, _ = await asyncio.wait({nxt}, timeout=timeout)
                 if not done:
+                    quiet = timeout
                     await durable()
                     await _in_thread(export.write_at_rest)
             handed = False
             if park_at is not None and park is not None \
-                    and await _park_while_quiet(nxt, park, *park_at):
+                    and await _park_while_quiet(nxt, park, *park_at, quiet=quiet):
                 await durable()
                 return replace(await _in_thread(export.finish), parked=True, state=export)
             try:
-                event, page_end = await nxt
+                page = await nxt
             except StopAsyncIteration:
                 break
             finally:
                 nxt = None
             park_at = None
-            page.append(event)
-            if page_end:
-                # The next page's long-poll starts now, while this one is appended.
-                nxt = asyncio.ensure_future(events.__anext__())
-                if committing is not None and committing.done():
-                    await durable()  # its error, if any, stops the follower now
-                if not export.feed_page_now(page):
-                    await _in_thread(export.feed_page, page, False)
-                if export.dirty:
-                    fut = committer.commit(export)
-                    if committing is not None:
-                        committing.add_done_callback(_retrieved)  # the new one tells
-                    committing = fut
-                page, handed = [], True
-                run_id = export.mapper.run_id
-                if export.mapper.pending_request is not None:  # a wait for the person
-                    await durable()
-                    await _in_thread(export.write_at_rest)
-                if park is not None and export.mapper.pending_request is not None \
-                        and run_id is not None:
-                    # Asked once no event came for PARK_RETRY_S (_park_while_quiet), not
-                    # at once: a wait answered within it (a person at the inbox, a rule)
-                    # costs no describe, no park and no wake.
-                    park_at = (run_id, event.event_id)
+            # The next page's long-poll starts now, while this one is appended.
+            nxt = asyncio.ensure_future(pages.__anext__())
+            if committing is not None and committing.done():
+                await durable()  # its error, if any, stops the follower now
+            if not export.feed_page_now(page):
+                await _in_thread(export.feed_page, page, False)
+            if export.dirty:
+                fut = committer.commit(export)
+                if committing is not None:
+                    committing.add_done_callback(_retrieved)  # the new one tells
+                committing = fut
+            handed = True
+            run_id = export.mapper.run_id
+            if park is not None and export.mapper.pending_request is not None \
+                    and run_id is not None:
+                # Asked once no event came for PARK_RETRY_S (_park_while_quiet), not
+                # at once: a wait answered within it (a person at the inbox, a rule)
+                # costs no describe, no park and no wake.
+                park_at = (run_id, page[-1].event_id)
         await durable()
-        await _in_thread(export.feed_page, page)
+        await _in_thread(export.commit)
         return await _in_thread(export.finish)
     finally:
         if nxt is not None and not await _stop_polling(nxt) and not nxt.cancelled():
@@ -459,7 +480,7 @@ async def export_session(
 
 
 async def _stop_polling(nxt: asyncio.Future[Any]) -> bool:
-    """Cancel the long-poll for the next history event; False when an event came
+    """Cancel the long-poll for the next page of history; False when a page came
     first (it is taken then, not dropped: the caller goes on)."""
     if nxt.done():
         return False
@@ -482,6 +503,11 @@ def _retrieved(fut: asyncio.Future[None]) -> None:
 #: commit at most that often otherwise; at a wait, at the end, on close).
 SNAPSHOT_IDLE_S = 2.0
 
+#: A follower at a wait for the person writes the files at rest once no page came for
+#: this long after the page that brought the wait (a wait answered sooner costs none:
+#: the answer's pages follow at once).
+AT_WAIT_QUIET_S = 0.5
+
 #: A follower at a wait for the person first asks to park once no event came for
 #: this long, and again after twice as long, doubling up to ``PARK_RETRY_MAX_S``,
 #: while no new event comes (parking is refused while visibility lags).
@@ -490,13 +516,15 @@ PARK_RETRY_MAX_S = 30.0
 
 
 async def _park_while_quiet(nxt: asyncio.Future[Any], park: Park, run_id: str,
-                            last_event_id: int) -> bool:
-    """Ask ``park`` again now and then until ``nxt`` (the next history event) comes;
+                            last_event_id: int, quiet: float = 0.0) -> bool:
+    """Ask ``park`` once no page came for PARK_RETRY_S (``quiet`` of it passed
+    already), again now and then until ``nxt`` (the next page of history) comes;
     True (``nxt`` cancelled: its long-poll ends) once it agrees."""
-    delay = PARK_RETRY_S
+    delay, wait = PARK_RETRY_S, PARK_RETRY_S - quiet
     while True:
-        done, _ = await asyncio.wait({nxt}, timeout=delay)
-        if done:
+        if wait > 0:
+            await asyncio.wait({nxt}, timeout=wait)
+        if nxt.done():
             return False
         if await park(run_id, last_event_id):
             if not nxt.done():
@@ -504,8 +532,8 @@ async def _park_while_quiet(nxt: asyncio.Future[Any], park: Park, run_id: str,
                 with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
                     await nxt
                 return True
-            return False  # an event came meanwhile: it is taken, not dropped
-        delay = min(delay * 2, PARK_RETRY_MAX_S)
+            return False  # a page came meanwhile: it is taken, not dropped
+        delay = wait = min(delay * 2, PARK_RETRY_MAX_S)
 
 
 def finished_on_disk(run_dir: Path) -> bool:

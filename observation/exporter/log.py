@@ -16,7 +16,8 @@ The files at rest are not rewritten at every commit (issue 28: the snapshot grow
 with the session, and a head and a signature per batch cost more than the batch):
 a commit makes the lines durable (one fsync) and tells the observer; the three are
 written together (:meth:`LogWriter.write_at_rest`) when the caller asks (the
-follower: when no event comes for a moment, at a wait for the person, at the end),
+follower: when no event comes for a moment, at a wait for the person not answered
+at once, at the end),
 by a commit when ``snapshot_every_s`` passed since they were last written, and by
 :meth:`LogWriter.close`. So at rest (a session ended, parked or closed) they are
 the same bytes as ever (``hitlflow log replay``, ``hitlflow log verify --key``);
