@@ -6,6 +6,7 @@ byte-identical to a one-shot export from history."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -214,6 +215,84 @@ async def test_a_wait_answered_within_the_quiet_moment_is_not_parked(worker, tmp
     assert result.finished and not result.parked and asked == []
     await export_session(client, h.id, tmp_path / "again")
     assert tree(tmp_path / "again" / h.id) == tree(tmp_path / "runs" / h.id)
+
+
+def _writes_at_rest(monkeypatch) -> list[int]:
+    """The follower's own writes of the files at rest (on idle, at a wait): the head
+    each wrote, in order."""
+    written: list[int] = []
+    real = follower.SessionExport.write_at_rest
+
+    def counted(self: follower.SessionExport) -> None:
+        real(self)
+        written.append(self.w.last_seq)
+
+    monkeypatch.setattr(follower.SessionExport, "write_at_rest", counted)
+    return written
+
+
+def head_seq(run_dir: Path) -> int | None:
+    try:
+        return json.loads((run_dir / "head").read_bytes())["last_seq"]
+    except (OSError, ValueError):
+        return None
+
+
+async def test_a_wait_answered_at_once_costs_no_write_at_rest(worker, tmp_path,
+                                                              monkeypatch):
+    """The files at rest are written at a wait once it is not answered within
+    AT_WAIT_QUIET_S (here made long, as the idle delay): waits answered sooner cost no
+    snapshot, head or signature; the end writes them, the same as a one-shot export."""
+    for name in ("AT_WAIT_QUIET_S", "SNAPSHOT_IDLE_S", "PARK_RETRY_S"):
+        monkeypatch.setattr(follower, name, 3600.0)
+    written = _writes_at_rest(monkeypatch)
+    client, tq = worker
+    h = await start_session(client, two_questions(), tq)
+    following = asyncio.create_task(export_session(
+        client, h.id, tmp_path / "runs", follow=True, park=lambda *_: _never()))
+    for answered in (0, 1):
+        await eventually(lambda n=answered: types(tmp_path / "runs" / h.id).count(
+            "ISSUE_OPENED") == n + 1, "the wait is not in the log")
+        await reply(h, answered)
+    result = await asyncio.wait_for(following, 60)
+    assert result.finished and written == []
+    assert head_seq(tmp_path / "runs" / h.id) == result.last_seq
+    await export_session(client, h.id, tmp_path / "again")
+    assert tree(tmp_path / "again" / h.id) == tree(tmp_path / "runs" / h.id)
+
+
+async def _never() -> bool:
+    raise AssertionError("parking was asked")
+
+
+async def test_a_wait_not_answered_gets_its_files_at_rest_before_any_park(
+        worker, tmp_path, monkeypatch):
+    """A wait not answered within AT_WAIT_QUIET_S: the files at rest are brought up
+    to its last line then, with no park asked yet (here never: PARK_RETRY_S made
+    long), so a waiting session's snapshot, head and checkpoint are its whole log."""
+    monkeypatch.setattr(follower, "AT_WAIT_QUIET_S", 0.05)
+    monkeypatch.setattr(follower, "PARK_RETRY_S", 3600.0)
+    written = _writes_at_rest(monkeypatch)
+    client, tq = worker
+    h = await start_session(client, two_questions(), tq)
+    run_dir = tmp_path / "runs" / h.id
+    following = asyncio.create_task(export_session(
+        client, h.id, tmp_path / "runs", follow=True, park=lambda *_: _never()))
+    try:
+        await eventually(lambda: types(run_dir).count("ISSUE_OPENED") == 1,
+                         "the wait is not in the log")
+        lines = len(types(run_dir))
+        await eventually(lambda: head_seq(run_dir) == lines, "no files at rest at the wait")
+        assert written and written[-1] == lines
+        snapshot = json.loads((run_dir / "snapshot.json").read_bytes())
+        assert snapshot["head"]["last_seq"] == lines
+    finally:
+        following.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await following
+    await reply(h, 0)
+    await reply(h, 1)
+    await h.result()
 
 
 async def test_followers_at_once_are_bounded(worker, tmp_path, monkeypatch):
