@@ -57,7 +57,7 @@ def instrument() -> None:
 
     wake, follow, first_run = service.Exporter.wake, service.Exporter._follow, \
         follower.first_run_id
-    history = follower.history_events
+    history = follower.history_pages
 
     def woken(self: Any, session_id: str) -> None:
         mark(session_id, "wake")
@@ -72,13 +72,13 @@ def instrument() -> None:
         mark(session_id, "first run looked up")
         return run_id
 
-    async def events(client: Any, session_id: str, **kw: Any) -> Any:
-        async for item in history(client, session_id, **kw):
+    async def pages(client: Any, session_id: str, **kw: Any) -> Any:
+        async for page in history(client, session_id, **kw):
             mark(session_id, "first history event")
-            yield item
+            yield page
 
     service.Exporter.wake, service.Exporter._follow = woken, followed
-    follower.first_run_id, follower.history_events = looked_up, events
+    follower.first_run_id, follower.history_pages = looked_up, pages
     after(LogWriter, "open", "log opened", lambda w: w.run_dir.name)
     after(LogWriter, "commit", "first page committed", lambda w, *_: w.run_dir.name)
     for name in ("feed_page_now", "feed_page"):
