@@ -23,14 +23,17 @@ starts it, SQLite file):
    are the rest. Lines whose ``ts`` is an activity's start (``LLM_CALL_STARTED``,
    ``TOOL_CALL_STARTED``, ``GATE_RUN_STARTED``: Temporal writes the start when the
    attempt ends) include the activity's run time.
-   Then **where the exporter's CPU goes**: each stage's CPU time per history event
+   That run has no stage timers: it also gives the exporter's **process CPU** per
+   history event (every thread, the client's core and the kernel's work included).
+   Then **where the exporter's CPU goes**, from the same workload run again with every
+   stage timed (``--skip-stages`` skips it): each stage's CPU time per history event
    (map, chain and hash, canonical line, append, snapshot fold/serialise/write, head,
    fsync, checkpoint, read model, telemetry, SSE feed; ``Stages``), against the
    fetch-and-decode floor: the CPU of fetching the same histories again, nothing
    else running (what any follower must pay); and against a bare live follower: the
    same workload again, followed by tasks that only long-poll each history page after
    page and decode it, as the exporter's follower fetches it (``--skip-live-floor``
-   skips that run).
+   skips that run), the exporter's process CPU against that follower's.
 2. **Export throughput**: the same N sessions exported again from Temporal into a
    fresh directory (history fetched over gRPC, mapped, chained, one write per line,
    one fsync, snapshot and head per page), 8 sessions at a time; then offline
@@ -590,13 +593,15 @@ def report_cpu(stages: dict[str, float], events: int, fetch_s: float,
     (:func:`bare_live`'s events and CPU), against what a bare live follower pays.
     ``whole``: the events and process CPU of the run without stage timers (the
     exporter whole, as ``up`` runs it; the bench's lag timing included)."""
+    live = None if live_floor is None else live_floor[1] / live_floor[0] * 1e6
     if whole is not None:
         per = whole[1] / whole[0] * 1e6
         print(f"  the exporter's process CPU per history event (the run above, no stage "
               f"timers; {whole[0]} events): {per:.0f} us" + (
-                  "" if live_floor is None else
-                  f"; a bare live follower's: {live_floor[1] / live_floor[0] * 1e6:.0f} us; "
-                  f"{per / (live_floor[1] / live_floor[0] * 1e6):.2f}x it (target <= 2x)"))
+                  "" if live is None else f"; a bare live follower's: {live:.0f} us; "
+                  f"{per / live:.2f}x it (target <= 2x)"))
+    if not stages:
+        return
     print(f"  where it goes: the same workload again, each stage timed ({events} events; "
           "the timers cost CPU of their own, counted in the stages they time)")
     floor = fetch_s / events * 1e6
@@ -605,8 +610,7 @@ def report_cpu(stages: dict[str, float], events: int, fetch_s: float,
     print(f"  exporter CPU per history event ({events} events): {total + floor:.0f} us = "
           f"fetch-and-decode floor {floor:.0f} us (measured apart, same histories) + stages "
           f"{total:.0f} us; {(total + floor) / floor:.2f}x the floor (target <= 2x)")
-    if live_floor is not None:
-        live = live_floor[1] / live_floor[0] * 1e6
+    if live is not None:
         print(f"  a bare live follower of the same workload (long-polls page after page, "
               f"decodes, nothing else; {live_floor[0]} events): {live:.0f} us per event "
               f"(this process's CPU); the exporter's stages + that: "
@@ -631,6 +635,8 @@ def parse(argv: Iterable[str]) -> argparse.Namespace:
                    help="only the verify throughput (no Temporal, no export)")
     p.add_argument("--verify-jobs", type=int, default=0,
                    help="processes of the parallel verify (default: the cores, at most 8)")
+    p.add_argument("--skip-stages", action="store_true",
+                   help="skip the second live run, each stage timed (the breakdown)")
     p.add_argument("--skip-live-floor", action="store_true",
                    help="skip the bare live follower's run (the live fetch-and-decode floor)")
     p.add_argument("--asyncio-loop", action="store_true",
@@ -674,15 +680,17 @@ async def main(argv: Iterable[str]) -> None:
                            == (tmpd / "data" / "runs" / s / "events.ndjson").read_bytes()
                            for s in r["sids"])
                 hists, fetch_s = await histories(client, r["sids"])
-                t = await live(client, tmpd / "timed", args.n, args.turns,
-                               args.poll_ms / 1000, args.together, timed=True)
-                timed_events = sum(len(evs) for _, evs in (await histories(client,
-                                                                           t["sids"]))[0])
+                whole = (sum(len(evs) for _, evs in hists), r["cpu_s"])
+                stages, timed_events = {}, whole[0]
+                if not args.skip_stages:  # the same workload again, each stage timed
+                    t = await live(client, tmpd / "timed", args.n, args.turns,
+                                   args.poll_ms / 1000, args.together, timed=True)
+                    stages = t["stages"]
+                    timed_events = sum(len(evs) for _, evs in (
+                        await histories(client, t["sids"]))[0])
                 bare = None if args.skip_live_floor else await bare_live(
                     client, args.n, args.turns, args.poll_ms / 1000)
-            report_cpu(t["stages"], timed_events, fetch_s * timed_events / sum(
-                len(evs) for _, evs in hists), bare,
-                (sum(len(evs) for _, evs in hists), r["cpu_s"]))
+            report_cpu(stages, timed_events, fetch_s * timed_events / whole[0], bare, whole)
             print("2. export throughput")
             print(f"  from Temporal (fetch + map + write + fsync, 8 at a time): {events} events "
                   f"in {secs:.2f} s = {events / secs:,.0f} events/s (same bytes as live: {same})")

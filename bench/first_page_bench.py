@@ -109,7 +109,7 @@ def report() -> None:
 
 async def main(n: int, turns: int) -> None:
     await exporter_bench.main(["-n", str(n), "--turns", str(turns), "--skip-verify",
-                               "--skip-live-floor"])
+                               "--skip-live-floor", "--skip-stages"])
 
 
 if __name__ == "__main__":

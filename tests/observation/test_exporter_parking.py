@@ -238,6 +238,10 @@ def head_seq(run_dir: Path) -> int | None:
         return None
 
 
+async def _never() -> bool:
+    raise AssertionError("parking was asked")
+
+
 async def test_a_wait_answered_at_once_costs_no_write_at_rest(worker, tmp_path,
                                                               monkeypatch):
     """The files at rest are written at a wait once it is not answered within
@@ -259,10 +263,6 @@ async def test_a_wait_answered_at_once_costs_no_write_at_rest(worker, tmp_path,
     assert head_seq(tmp_path / "runs" / h.id) == result.last_seq
     await export_session(client, h.id, tmp_path / "again")
     assert tree(tmp_path / "again" / h.id) == tree(tmp_path / "runs" / h.id)
-
-
-async def _never() -> bool:
-    raise AssertionError("parking was asked")
 
 
 async def test_a_wait_not_answered_gets_its_files_at_rest_before_any_park(
