@@ -409,6 +409,13 @@ async def export_session(
             nxt = asyncio.ensure_future(pages.__anext__())
             await _in_thread(w.open)
         if w.finished and not w.checkpoint_due:
+            # The first page asked for beside the open answers at once (the run is
+            # closed): taken, not cancelled, so no call of the client's core outlives
+            # the export (a CLI's exit then waited on it forever, 1 run in 50).
+            if nxt is not None:
+                with contextlib.suppress(Exception, StopAsyncIteration):
+                    await nxt
+                nxt = None
             return ExportResult(session_id, 0, w.last_seq, True)
         if export is None:
             export = SessionExport(w, session_id)
