@@ -7,8 +7,13 @@ from __future__ import annotations
 
 import asyncio
 
-from temporalio.client import WorkflowUpdateStage
+from temporalio.api.common.v1 import WorkflowExecution
+from temporalio.api.enums.v1 import UpdateWorkflowExecutionLifecycleStage
+from temporalio.api.update.v1 import UpdateRef, WaitPolicy
+from temporalio.api.workflowservice.v1 import PollWorkflowExecutionUpdateRequest
+from temporalio.client import Client, WorkflowHandle, WorkflowUpdateStage
 from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Replayer
 
 from tests.support.sessions import running_worker, start_session, until_status
@@ -19,6 +24,7 @@ from workflows.session import SessionWorkflow
 from workflows.statechart import SessionStatus
 
 W = SessionStatus.WAITING_USER
+ADMITTED = UpdateWorkflowExecutionLifecycleStage.UPDATE_WORKFLOW_EXECUTION_LIFECYCLE_STAGE_ADMITTED
 
 
 def two_confirms() -> SessionConfig:
@@ -27,6 +33,28 @@ def two_confirms() -> SessionConfig:
             {"ecs_request": {"kind": "confirm", "prompt": "first?"}},
             {"ecs_request": {"kind": "confirm", "prompt": "second?"}},
             {"text": "done", "end": True}]}}})
+
+
+async def until_admitted(client: Client, handle: WorkflowHandle, update_id: str,
+                         limit_s: float = 30) -> None:
+    """Wait until the server holds the update (admitted: it goes to the next workflow
+    task), polling its stage: a worker started before that could take the recovery
+    signal in a task of its own, and the update in the next."""
+    request = PollWorkflowExecutionUpdateRequest(
+        namespace=client.namespace, identity="test",
+        update_ref=UpdateRef(workflow_execution=WorkflowExecution(workflow_id=handle.id),
+                             update_id=update_id),
+        wait_policy=WaitPolicy(lifecycle_stage=ADMITTED))
+    deadline = asyncio.get_running_loop().time() + limit_s
+    while True:
+        try:
+            await client.workflow_service.poll_workflow_execution_update(request)
+            return
+        except RPCError as err:  # not found: the update's call has not reached it yet
+            if err.status != RPCStatusCode.NOT_FOUND:
+                raise
+        assert asyncio.get_running_loop().time() < deadline, "the update was never admitted"
+        await asyncio.sleep(0.02)
 
 
 async def test_a_reply_in_the_same_task_as_recovery_is_taken_once_and_replays(
@@ -39,7 +67,8 @@ async def test_a_reply_in_the_same_task_as_recovery_is_taken_once_and_replays(
     await h.signal("recover", RecoverInput(worker_identity="restarted"))
     update = asyncio.create_task(h.start_update(
         "reply", ReplyInput(request_id=snap.pending.request_id, approve=True),
-        wait_for_stage=WorkflowUpdateStage.ACCEPTED, result_type=Ack))
+        id="reply-1", wait_for_stage=WorkflowUpdateStage.ACCEPTED, result_type=Ack))
+    await until_admitted(client, h, "reply-1")
 
     async def watch() -> None:  # someone querying the session all along
         while True:
