@@ -122,3 +122,18 @@ def test_steer_bench_arguments() -> None:
     for bad in (["--rounds", "0"], ["--hold-s", "0"], ["--hold-s", "soon"]):
         with pytest.raises(SystemExit):
             steer_bench.parse(bad)
+
+
+def test_cold_map_bench_feeds_every_event_once_and_refuses_bad_arguments() -> None:
+    import cold_map_bench
+
+    hists = [cold_map_bench.load_history(f.read_text())
+             for f in sorted(cold_map_bench.HISTORIES.glob("*.json"))[:3]] * 2
+    events = sum(len(e) for _, e in hists)
+    assert cold_map_bench.serial(hists)[1] == events
+    for page in (1, 3, 1000):  # round-robin pages, a touch between or not: all, once
+        assert cold_map_bench.paged(hists, page, bytearray(4096))[1] == events
+    assert cold_map_bench.parse(["--page", "5", "--touch-mb", "0"]).page == 5
+    for bad in (["--page", "0"], ["--rounds", "0"], ["--touch-mb", "-1"], ["--copies", "x"]):
+        with pytest.raises(SystemExit):
+            cold_map_bench.parse(bad)
