@@ -69,8 +69,15 @@ async function refresh(s, params) {
   // Behind what we saw (the read model did not catch up within the API's wait): read
   // again, or a page whose last event has come shows the state before it for good.
   const waited = params.min_seq !== undefined || params.min_journal_seq !== undefined;
-  if (session.stale && waited && !s.signal.aborted) {
+  if (s.signal.aborted) return;
+  if (session.stale && waited) {
     setTimeout(() => { if (!s.signal.aborted) scheduleRefresh(s, params); }, 500);
+  } else if (s.lastSeq !== null && (session.seq || 0) < s.lastSeq) {
+    // The log, read after the head, has lines the head does not reflect (it was read
+    // before the exporter or the read model reached them; Temporal's record is seq 0):
+    // read it again, waiting for them. The stream goes on after those lines, and a
+    // session waiting for its person may send nothing more to trigger a re-read.
+    scheduleRefresh(s, { min_seq: String(s.lastSeq) });
   }
 }
 
