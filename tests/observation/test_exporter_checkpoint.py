@@ -199,7 +199,7 @@ def test_the_key_file_is_created_once_with_mode_0600(tmp_path):
     assert sorted(p.name for p in path.parent.iterdir()) == [KEY_NAME]  # no temp left
 
 
-@pytest.mark.parametrize("text, why", [
+BROKEN_KEYS = [
     ("garbage", "not a verifier key"),
     ("", "not a verifier key"),
     ("x" * 5000, "not a verifier key"),  # cannot name a file: taken as the key's text
@@ -211,7 +211,13 @@ def test_the_key_file_is_created_once_with_mode_0600(tmp_path):
     ("x.example+00000000+" + base64.b64encode(b"\x02" + bytes(32)).decode(),
      "not an Ed25519 key"),
     (SIGNER.text(), "this is a signer (private) key"),
-])
+]
+
+
+# ids that do not hold the key generated at import: every process collecting the
+# tests (pytest-xdist's workers) must name them alike
+@pytest.mark.parametrize("text, why", BROKEN_KEYS,
+                         ids=[f"{i}-{why}" for i, (_, why) in enumerate(BROKEN_KEYS)])
 def test_a_broken_verifier_key_is_a_clear_error(text, why):
     with pytest.raises(NoteKeyError) as info:
         read_verifier(text)
