@@ -61,7 +61,13 @@ _KEY_ID = re.compile(r"^[0-9a-f]{16}$")
 
 Name = Annotated[str, StringConstraints(pattern=NAME_PATTERN)]
 Group = Annotated[str, StringConstraints(pattern=r"^[^,\s](?:[^,]{0,198}[^,\s])?$")]
-Email = Annotated[str, StringConstraints(pattern=r"^[^@\s]{1,200}@[^@\s]{1,119}$")]
+#: A character of an e-mail address's two sides: no "@", no whitespace, no control
+#: character. Spelled out, so that the pattern means the same to JSON Schema's regex
+#: (ECMA-262, what the API's schema promises) as to pydantic's: their ``\s`` differ
+#: at U+0085 and U+FEFF.
+EMAIL_CHAR = r"[^@\s\u0000-\u001f\u007f-\u009f\ufeff]"
+Email = Annotated[str, StringConstraints(
+    pattern=rf"^{EMAIL_CHAR}{{1,200}}@{EMAIL_CHAR}{{1,119}}$")]
 
 
 class PeopleFileError(Exception):

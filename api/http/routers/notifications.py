@@ -25,6 +25,7 @@ from api.http.authority import forbidden
 from api.http.deps import NotifyState, OutboxDep, PrincipalDep, get_notify_state
 from api.http.errors import ApiError
 from api.http.reads import store_call, store_of
+from api.identity.people_store import EMAIL_CHAR
 from api.notify.model import DeliveryFailed, Links, Message, Notice
 from api.notify.settings import NotifyConfigError
 from workflows.people import Principal, Refusal
@@ -106,7 +107,7 @@ class ChannelTest(_Body):
     channel: str = Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9_.-]+$",
                          description="A channel of the notify config, by name.")
     to: str | None = Field(default=None, min_length=3, max_length=320,
-                           pattern=r"^[^@\s]+@[^@\s]+$",
+                           pattern=rf"^{EMAIL_CHAR}+@{EMAIL_CHAR}+$",
                            description="E-mail channels: the address to send to "
                            "(default: the caller's e-mail address).")
 
