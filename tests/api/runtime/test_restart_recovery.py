@@ -15,7 +15,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.taskqueue.v1 import PollerInfo
 from temporalio.client import Client
-from temporalio.service import WorkflowService
+from temporalio.service import RPCError, RPCStatusCode, WorkflowService
 
 from api.runtime.recovery import live_pollers, other_workers
 from api.runtime.worker import run_worker
@@ -26,6 +26,7 @@ from workflows.config import SessionConfig
 from workflows.statechart import SessionStatus
 
 SESSIONS = 20
+BUSY = ": refused, another batch runs"
 
 
 class _Counted:
@@ -38,8 +39,15 @@ class _Counted:
         rpc = getattr(self._inner, name)
 
         async def call(*args: Any, **kwargs: Any) -> Any:
+            try:
+                result = await rpc(*args, **kwargs)
+            except RPCError as err:
+                # another test's batch runs in the shared namespace: tried again later
+                busy = err.status == RPCStatusCode.RESOURCE_EXHAUSTED
+                self._calls.append(f"{name}{BUSY if busy else ': failed'}")
+                raise
             self._calls.append(name)
-            return await rpc(*args, **kwargs)
+            return result
 
         return call
 
@@ -123,7 +131,10 @@ async def test_cold_start_recovers_all_in_two_rpcs_and_warm_start_sends_nothing(
         for h in handles:
             await eventually(lambda h=h: preserved(client, h.id),
                              f"{h.id} never checked itself")
-        assert cold.calls == ["describe_task_queue", "start_batch_operation"]
+        # (a batch another test started may still run: the namespace's limit refuses
+        # ours then, and it is tried again; those refusals are not this start's cost)
+        assert [c for c in cold.calls if not c.endswith(BUSY)] == [
+            "describe_task_queue", "start_batch_operation"]
         assert [await recover_signals(client, h.id) for h in handles] == [1] * SESSIONS
 
         # Warm: a second worker starts while the first polls: nothing is sent.
