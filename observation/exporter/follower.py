@@ -390,6 +390,7 @@ async def export_session(
     committer = committer or default_committer()
     committing: asyncio.Future[None] | None = None  # the commit of the pages handed over
     nxt: asyncio.Future[Any] | None = None  # the next page of history, being fetched
+    first: asyncio.Future[Any] | None = None  # the first page, fetched beside the open
 
     async def durable() -> None:
         """Wait for the pages handed over to be committed (their error raised here)."""
@@ -406,16 +407,9 @@ async def export_session(
         w = LogWriter(runs_dir / session_id, observer, signer)
     try:
         if resume is None:  # the history's first page is fetched while the log opens
-            nxt = asyncio.ensure_future(pages.__anext__())
+            nxt = first = asyncio.ensure_future(pages.__anext__())
             await _in_thread(w.open)
         if w.finished and not w.checkpoint_due:
-            # The first page asked for beside the open answers at once (the run is
-            # closed): taken, not cancelled, so no call of the client's core outlives
-            # the export (a CLI's exit then waited on it forever, 1 run in 50).
-            if nxt is not None:
-                with contextlib.suppress(Exception, StopAsyncIteration):
-                    await nxt
-                nxt = None
             return ExportResult(session_id, 0, w.last_seq, True)
         if export is None:
             export = SessionExport(w, session_id)
@@ -477,13 +471,32 @@ async def export_session(
         await _in_thread(export.commit)
         return await _in_thread(export.finish)
     finally:
-        if nxt is not None and not await _stop_polling(nxt) and not nxt.cancelled():
+        if nxt is not None and nxt is first:
+            await _take_first_page(nxt)
+        elif nxt is not None and not await _stop_polling(nxt) and not nxt.cancelled():
             nxt.exception()  # read: the error that ended the follower came first
         if committing is not None and not committing.done():
             # A cancel waits for the commit in flight: the writer is not closed under it.
             with contextlib.suppress(BaseException):
                 await asyncio.shield(committing)
         w.close()
+
+
+#: How long an export that ends before taking its first page waits for that page.
+FIRST_PAGE_WAIT_S = 10.0
+
+
+async def _take_first_page(nxt: asyncio.Future[Any]) -> None:
+    """The first page, asked for beside the log's open, is taken, not cancelled, when
+    the export ends before it (a finished log, a log another exporter holds, an open
+    that failed): it answers at once (no token, no long-poll), and a cancelled call
+    of the client's core outlives the export: a CLI's exit then waited on it forever
+    (about 1 run in 50). Cancelled after FIRST_PAGE_WAIT_S (a server gone)."""
+    done, _ = await asyncio.wait({nxt}, timeout=FIRST_PAGE_WAIT_S)
+    if not done:
+        await _stop_polling(nxt)
+    elif not nxt.cancelled():
+        nxt.exception()  # read: not the export's error
 
 
 async def _stop_polling(nxt: asyncio.Future[Any]) -> bool:

@@ -27,6 +27,18 @@ runner = CliRunner()
 # The real command line, in its own process (exit codes as a shell sees them).
 CLI = ("import typer; from api.cli import log as cli_log; app = typer.Typer(); "
        "app.callback()(lambda: None); cli_log.register(app); app()")
+#: A command line that has not exited by then hangs (e.g. at its exit, waiting on a
+#: call of the Temporal client's core): the test fails instead of the suite hanging.
+CLI_LIMIT_S = 120
+
+
+async def communicate(proc: asyncio.subprocess.Process) -> tuple[bytes, bytes]:
+    try:
+        return await asyncio.wait_for(proc.communicate(), CLI_LIMIT_S)
+    except TimeoutError:
+        proc.kill()
+        await proc.wait()
+        raise AssertionError(f"the command did not exit within {CLI_LIMIT_S} s") from None
 
 
 @pytest.fixture
@@ -113,7 +125,7 @@ async def test_export_writes_the_same_bytes_again(app, dev_env, tmp_path):
             sys.executable, "-c", CLI, *args, stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
             env={**os.environ, "HITLFLOW_CHECKPOINT_KEY": str(key)})
-        out, _ = await proc.communicate()
+        out, _ = await communicate(proc)
         assert proc.returncode == 0, out.decode()
         assert b"complete" in out
         d = tmp_path / name / "runs" / h.id
@@ -153,7 +165,7 @@ async def test_export_all_skips_a_log_that_a_live_exporter_holds(app, tmp_path, 
                     sys.executable, "-c", CLI, "log", "export", *target, "--data-dir",
                     str(data), "--temporal-address", server.address,
                     stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-                out, err = await proc.communicate()
+                out, err = await communicate(proc)
                 results.append((proc.returncode, out.decode(), err.decode()))
         finally:
             live.close()
