@@ -33,7 +33,9 @@ starts it, SQLite file):
    else running (what any follower must pay); and against a bare live follower: the
    same workload again, followed by tasks that only long-poll each history page after
    page and decode it, as the exporter's follower fetches it (``--skip-live-floor``
-   skips that run), the exporter's process CPU against that follower's.
+   skips that run), the exporter's process CPU against that follower's; and that
+   follower's lag, from a history event's time to its page in hand (what any
+   follower waits for before the exporter's own work), split as the exporter's is.
 2. **Export throughput**: the same N sessions exported again from Temporal into a
    fresh directory (history fetched over gRPC, mapped, chained, one write per line,
    one fsync, snapshot and head per page), 8 sessions at a time; then offline
@@ -79,6 +81,7 @@ from unittest import mock
 
 import orjson
 from stack import WorkerProcess, free_port
+from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client, WorkflowUpdateRPCTimeoutOrCancelledError
 from temporalio.contrib.pydantic import pydantic_data_converter
@@ -403,20 +406,30 @@ async def live(client: Client, data: Path, n: int, turns: int, poll_s: float,
             "rounds": rounds, "cpu_s": cpu_s}
 
 
-async def bare_live(client: Client, n: int, turns: int, poll_s: float) -> tuple[int, float]:
+async def bare_live(client: Client, n: int, turns: int, poll_s: float
+                    ) -> tuple[int, float, dict[str, list[float]]]:
     """The live fetch-and-decode floor: the same workload (the worker and the people
     apart) followed by bare followers in this process, one per session from its first
     reply on, each long-polling its history page after page as the exporter's follower
     does (``follower.history_pages``, the same cursor and requests) and decoding it,
-    nothing else: no log, no observers, no parking. Its events and this process's CPU
-    for the run."""
+    nothing else: no log, no observers, no parking. Its events, this process's CPU
+    for the run, and its lag: from each history event's time to its page in hand, as
+    the exporter's lag is split (a session's first page, the pages after it; the
+    events' times are kept as the pages come, about 1 us an event, and the lags
+    computed after the run)."""
     tq = f"bench-{uuid.uuid4().hex[:6]}"
     counts: dict[str, int] = {}
     tasks: list[asyncio.Task[None]] = []
+    pages: list[tuple[bool, float, list[tuple[float, int]]]] = []  # first?, in hand, events
 
     async def follow(sid: str) -> None:
+        first = True
         async for page in follower.history_pages(client, sid, follow=True):
             counts[sid] += len(page)
+            pages.append((first, time.time(), [
+                (e.event_time.seconds + e.event_time.nanos / 1e9, e.event_type)
+                for e in page]))
+            first = False
 
     def seen(sid: str) -> None:  # the people's reply: the session exists
         if sid not in counts:
@@ -430,8 +443,19 @@ async def bare_live(client: Client, n: int, turns: int, poll_s: float) -> tuple[
         sids = await people_apart(client.service_client.config.target_host, tq, n, turns,
                                   poll_s, wakeups)
         await asyncio.gather(*tasks)
+    cpu_s = time.process_time() - t0
     assert set(sids) == set(counts)
-    return sum(counts.values()), time.process_time() - t0
+    lag: dict[str, list[float]] = {k: [] for k in (
+        "first page", "following", "first page (no activity start)",
+        "following (no activity start)")}
+    for first, now, events in pages:
+        kind = "first page" if first else "following"
+        for ts, event_type in events:
+            ms = (now - ts) * 1e3
+            lag[kind].append(ms)
+            if event_type != EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
+                lag[kind + " (no activity start)"].append(ms)
+    return sum(counts.values()), cpu_s, lag
 
 
 # -- 2. export throughput ----------------------------------------------------------
@@ -574,23 +598,23 @@ def verify_bench(path: Path, session: str, jobs: int) -> dict[str, float]:
 # -- main ------------------------------------------------------------------------------
 
 
-def report_lag(lag: dict[str, list[float]]) -> None:
-    print(f"  {'lines':34} {'n':>7} {'p50 ms':>9} {'p99 ms':>9} {'max ms':>9}")
+def report_lag(lag: dict[str, list[float]], what: str = "lines") -> None:
+    print(f"  {what:34} {'n':>7} {'p50 ms':>9} {'p99 ms':>9} {'max ms':>9}")
     for kind, xs in lag.items():
         if xs:
             print(f"  {kind:34} {len(xs):7d} {q(xs, 50):9.1f} {q(xs, 99):9.1f} "
                   f"{max(xs):9.1f}")
     every = [x for k, v in lag.items() if "(" not in k for x in v]
-    print(f"  {'all lines':34} {len(every):7d} {q(every, 50):9.1f} {q(every, 99):9.1f} "
+    print(f"  {'all ' + what:34} {len(every):7d} {q(every, 50):9.1f} {q(every, 99):9.1f} "
           f"{max(every):9.1f}")
 
 
 def report_cpu(stages: dict[str, float], events: int, fetch_s: float,
-               live_floor: tuple[int, float] | None = None,
+               live_floor: tuple[int, float, dict[str, list[float]]] | None = None,
                whole: tuple[int, float] | None = None) -> None:
     """The exporter's CPU per history event by stage, against the floor: fetching and
     decoding the same histories (what any follower pays); and, with ``live_floor``
-    (:func:`bare_live`'s events and CPU), against what a bare live follower pays.
+    (:func:`bare_live`'s events, CPU and lag), against what a bare live follower pays.
     ``whole``: the events and process CPU of the run without stage timers (the
     exporter whole, as ``up`` runs it; the bench's lag timing included)."""
     live = None if live_floor is None else live_floor[1] / live_floor[0] * 1e6
@@ -600,6 +624,10 @@ def report_cpu(stages: dict[str, float], events: int, fetch_s: float,
               f"timers; {whole[0]} events): {per:.0f} us" + (
                   "" if live is None else f"; a bare live follower's: {live:.0f} us; "
                   f"{per / live:.2f}x it (target <= 2x)"))
+    if live_floor is not None:
+        print("  the bare live follower's lag (a history event's time -> its page in hand: "
+              "what any follower waits for, before the exporter's own work):")
+        report_lag(live_floor[2], "history events")
     if not stages:
         return
     print(f"  where it goes: the same workload again, each stage timed ({events} events; "

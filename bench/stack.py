@@ -103,6 +103,29 @@ def cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
+#: The threads of the Temporal client's core (its Rust runtime) are named so.
+CORE_THREAD = "tokio-"
+
+
+def thread_cpu_s(pid: int) -> dict[str, float]:
+    """User + system CPU seconds of ``pid``'s main thread (``main``) and of its live
+    threads named :data:`CORE_THREAD` (``core``: the Temporal client's Rust runtime);
+    the rest of :func:`cpu_s` is its other threads, those that ended included."""
+    out = {"main": 0.0, "core": 0.0}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            comm = (task / "comm").read_text().strip()
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        except (FileNotFoundError, ProcessLookupError):  # it ended meanwhile
+            continue
+        used = (int(fields[11]) + int(fields[12])) / CLK_TCK
+        if task.name == str(pid):
+            out["main"] += used
+        elif comm.startswith(CORE_THREAD):
+            out["core"] += used
+    return out
+
+
 def reaped_children_cpu_s(pid: int) -> float:
     """User + system CPU seconds of ``pid``'s children that ended and that it waited for
     (``cutime`` + ``cstime``: a child's CPU is there once it is reaped, not before)."""

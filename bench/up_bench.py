@@ -80,6 +80,7 @@ from stack import (
     ratio,
     reaped_children_cpu_s,
     start_up,
+    thread_cpu_s,
 )
 from temporalio.client import Client
 
@@ -96,6 +97,8 @@ IDLE_SHARE = 0.03  # up is idle when it uses less than this share of a core ...
 IDLE_WINDOW_S = 6.0
 IDLE_MAX_S = 60.0  # at most this long to wait for it
 PROCS = ("up", "worker", "tools", "server", "other")
+#: up's CPU by thread (``stack.thread_cpu_s``); its other threads are the rest.
+THREADS = ("up main", "up core")
 
 
 # ---------------------------------------------------------------------------
@@ -291,7 +294,9 @@ def cpu_now(up: Up, worker: int) -> dict[str, float]:
     server = up.server_pid
     tools = descendants(worker)
     counted = {worker, server, *tools, *descendants(server)}
-    return {"up": cpu_s(up.pid), "worker": cpu_s(worker),
+    threads = thread_cpu_s(up.pid)
+    return {"up": cpu_s(up.pid), "up main": threads["main"], "up core": threads["core"],
+            "worker": cpu_s(worker),
             "tools": sum(_cpu_or_zero(p) for p in tools) + reaped_children_cpu_s(worker),
             "server": cpu_s(server),
             "other": sum(_cpu_or_zero(p) for p in descendants(up.pid) if p not in counted)
@@ -378,7 +383,7 @@ async def run_round(side: str, index: int, tree: Path, model: ModelServer, tmp: 
         out.wall_s = time.perf_counter() - t0
         await until_idle(up)
         after = cpu_now(up, worker)
-        out.cpu = {k: after[k] - before[k] for k in PROCS}
+        out.cpu = {k: after[k] - before[k] for k in (*PROCS, *THREADS)}
         ok = [o for o in outcomes if not o.error and o.turns == args.turns]
         out.sessions, out.failed = len(outcomes), len(outcomes) - len(ok)
         out.turns = sum(o.turns for o in outcomes)
@@ -401,7 +406,8 @@ def per_turn(rounds: list[Round]) -> dict[str, float]:
     """Pooled over ``rounds``: ms of CPU per turn of each process and all together;
     history events and log lines per turn."""
     turns = sum(r.turns for r in rounds) or 1
-    out = {k: 1000 * sum(r.cpu[k] for r in rounds) / turns for k in PROCS}
+    out = {k: 1000 * sum(r.cpu[k] for r in rounds) / turns for k in (*PROCS, *THREADS)}
+    out["up other"] = out["up"] - out["up main"] - out["up core"]
     out["all"] = sum(out[k] for k in PROCS)
     out["events"] = sum(r.events for r in rounds) / turns
     out["lines"] = sum(r.lines for r in rounds) / turns
@@ -441,6 +447,14 @@ def report(rounds: list[Round], args: argparse.Namespace, baseline: str | None) 
         print(f"up's ratio round by round (current against the baseline of the same round): "
               f"{', '.join(per)}")
         print(f"baseline: {baseline}; target (issue 28): up's CPU per turn <= 0.5x")
+    print("\nup's CPU by thread, ms per turn: main (the event loop: the API, the "
+          "exporter's mapping and appends), core (the Temporal client's Rust threads: "
+          "its gRPC), other (the exporter's file and commit threads, the read model's and "
+          "telemetry's writers)")
+    for side, f in sides.items():
+        print(f"{side + ' (pooled)':22}" + "".join(
+            f"{k.removeprefix('up ')} {f[k]:.1f} ({f[k] / f['up']:.0%})  " if f["up"] else ""
+            for k in ("up main", "up core", "up other")))
     failed = sum(r.failed for r in rounds)
     if failed:
         print(f"{failed} session(s) did not complete every turn: the figures count the turns "

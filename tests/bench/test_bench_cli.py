@@ -137,3 +137,49 @@ def test_cold_map_bench_feeds_every_event_once_and_refuses_bad_arguments() -> No
     for bad in (["--page", "0"], ["--rounds", "0"], ["--touch-mb", "-1"], ["--copies", "x"]):
         with pytest.raises(SystemExit):
             cold_map_bench.parse(bad)
+
+
+def test_thread_cpu_s_tells_the_main_thread_and_the_core_threads_apart() -> None:
+    """up_bench's split of up's CPU: the main thread, the threads named as the Temporal
+    core's (here one this test names so and keeps busy), and the rest (not counted
+    in either)."""
+    import ctypes
+    import os
+    import threading
+    import time
+
+    libc = ctypes.CDLL(None)
+    stop, named = threading.Event(), threading.Event()
+
+    def spin(name: bytes) -> None:
+        libc.prctl(15, name)  # PR_SET_NAME: this thread's comm
+        named.set()
+        while not stop.is_set():
+            sum(range(1000))
+
+    pid, before = os.getpid(), stack.thread_cpu_s(os.getpid())
+    core = threading.Thread(target=spin, args=(f"{stack.CORE_THREAD}test".encode(),))
+    other = threading.Thread(target=spin, args=(b"not-the-core",))
+    try:
+        core.start()
+        other.start()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:  # until both threads used some CPU
+            after = stack.thread_cpu_s(pid)
+            own = {t.name: _thread_cpu_s(pid, t.native_id) for t in (core, other)}
+            if after["core"] > before["core"] and own[other.name] > 0:
+                break
+            stop.wait(0.01)
+    finally:
+        stop.set()
+        core.join()
+        other.join()
+    assert after["core"] > before["core"]  # the named thread counted as the core's
+    assert after["core"] <= own[core.name]  # ... and it alone: not the other one
+    assert own[other.name] > 0 and after["main"] >= before["main"]
+    assert after["main"] + after["core"] <= stack.cpu_s(pid)
+
+
+def _thread_cpu_s(pid: int, tid: int | None) -> float:
+    fields = Path(f"/proc/{pid}/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / stack.CLK_TCK
