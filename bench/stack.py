@@ -107,10 +107,11 @@ def cpu_s(pid: int) -> float:
 CORE_THREAD = "tokio-"
 
 
-def thread_cpu_s(pid: int) -> dict[str, float]:
+def thread_cpu_s(pid: int, core: str = CORE_THREAD) -> dict[str, float]:
     """User + system CPU seconds of ``pid``'s main thread (``main``) and of its live
-    threads named :data:`CORE_THREAD` (``core``: the Temporal client's Rust runtime);
-    the rest of :func:`cpu_s` is its other threads, those that ended included."""
+    threads whose name starts with ``core`` (``core``: by default the Temporal client's
+    Rust runtime); the rest of :func:`cpu_s` is its other threads, those that ended
+    included."""
     out = {"main": 0.0, "core": 0.0}
     for task in Path(f"/proc/{pid}/task").iterdir():
         try:
@@ -121,7 +122,7 @@ def thread_cpu_s(pid: int) -> dict[str, float]:
         used = (int(fields[11]) + int(fields[12])) / CLK_TCK
         if task.name == str(pid):
             out["main"] += used
-        elif comm.startswith(CORE_THREAD):
+        elif comm.startswith(core):
             out["core"] += used
     return out
 

@@ -14,7 +14,7 @@ from temporalio.testing import WorkflowEnvironment
 from typer.testing import CliRunner
 
 from api.cli.main import app as cli
-from observation.exporter.verify import verify_dir
+from observation.exporter.verify import read_head, verify_dir
 from tests.api.http_support import (
     chat_body,
     error_of,
@@ -110,6 +110,11 @@ async def test_who_may_fork_and_what_is_refused(dev_env: WorkflowEnvironment,
         assert flog[0]["type"] == "SESSION_FORKED"
         assert flog[0]["payload"]["parent_session_id"] == sid
         assert flog[1]["payload"]["config"]["people"]["owner"] == "ann"
+        # The last line is durable before the files at rest name it (snapshot.json,
+        # then head): verified once they do.
+        await eventually(lambda: _head(data_dir, fork),
+                         lambda head: head is not None and head[0] == len(flog),
+                         what="the fork's head at its last line")
         verify_dir(data_dir / "runs" / fork)
         assert done["forked_from"] == {"session_id": sid, "seq": at,
                                        "line_hash": made["line_hash"]}
@@ -194,3 +199,7 @@ async def _first_wait(data_dir: Path, sid: str) -> int | None:
 
 async def _lines(data_dir: Path, sid: str) -> list[dict]:
     return log_of(data_dir, sid)
+
+
+async def _head(data_dir: Path, sid: str) -> tuple[int, str] | None:
+    return read_head(data_dir / "runs" / sid)
