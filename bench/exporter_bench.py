@@ -295,6 +295,11 @@ def _people_main(address: str, tq: str, n: int, turns: int, poll_s: float,
         return await asyncio.gather(*(drive(client, tq, turns, poll_s, conn.send)
                                       for _ in range(n)))
     conn.send(("done", asyncio.run(run())))
+    conn.close()
+    # Ended at once, its answer sent: the Temporal client's core threads outlive
+    # asyncio.run, and an interpreter's finalization that meets one of them can abort
+    # ("PyGILState_Release ... finalizing", printed at 200 sessions).
+    os._exit(0)
 
 
 async def people_apart(address: str, tq: str, n: int, turns: int, poll_s: float,
