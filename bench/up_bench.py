@@ -47,8 +47,10 @@ worker's cwd and ``PYTHONPATH`` from ``/proc``). Each of ``--rounds`` rounds run
 sides: baseline then current in odd rounds, current then baseline in even ones (A B B A;
 ``--order abab`` keeps the baseline first), so the machine's noise and its drift over
 the run hit both; the figures are pooled per side and reported as current/baseline, with
-up's ratio round by round. The worktree is removed at the end (it is registered in the
-repository's worktree list meanwhile). Nothing is downloaded.
+up's ratio round by round. Both trees' packages are compiled to bytecode first
+(``compileall``), so the freshly checked-out baseline does not compile what it imports
+lazily inside its first round. The worktree is removed at the end (it is registered in
+the repository's worktree list meanwhile). Nothing is downloaded.
 
 Targets (issue 28): up's CPU per turn at most 0.5x the baseline's. With the same code
 on both sides the ratios measure the bench's own noise (docs/performance.md).
@@ -475,6 +477,19 @@ def add_worktree(rev: str, where: Path) -> str:
     return sha.stdout.strip()
 
 
+#: The packages ``up`` and its worker import.
+PACKAGES = ("workflows", "activities", "observation", "api")
+
+
+def compile_tree(tree: Path) -> None:
+    """Every module of ``tree``'s packages compiled to bytecode before the rounds, as
+    both sides' trees are: a freshly checked-out baseline otherwise compiles what it
+    imports lazily (a route's first request, the exporter's first session) inside its
+    first measured round."""
+    subprocess.run([sys.executable, "-m", "compileall", "-q",
+                    *(str(tree / p) for p in PACKAGES if (tree / p).is_dir())], check=True)
+
+
 def remove_worktree(where: Path) -> None:
     subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(where)],
                    check=False)
@@ -514,6 +529,8 @@ async def main(argv: list[str]) -> None:
             trees = {"baseline": tmp / "baseline-tree", "current": REPO}
         rounds: list[Round] = []
         try:
+            for tree in trees.values():
+                compile_tree(tree)
             with ModelServer() as model:
                 for i in range(args.rounds):
                     order = list(trees.items())
