@@ -325,6 +325,13 @@ async def people_apart(address: str, tq: str, n: int, turns: int, poll_s: float,
         proc.join(10)
 
 
+#: How lags are split, the exporter's and a bare follower's alike: a session's first
+#: page, the pages after it, and each without the lines (or events) of an activity's
+#: start (its time is the start, written when the attempt ends).
+LAG_SPLIT = ("first page", "following", "first page (no activity start)",
+             "following (no activity start)")
+
+
 async def live(client: Client, data: Path, n: int, turns: int, poll_s: float,
                together: bool = False, timed: bool = True) -> dict[str, Any]:
     """N sessions while ``run_exporter`` runs as ``hitlflow up`` runs it (telemetry,
@@ -334,9 +341,7 @@ async def live(client: Client, data: Path, n: int, turns: int, poll_s: float,
     stage's CPU (:class:`Stages`; its timers cost CPU of their own); ``cpu_s``: this
     process's CPU from the exporter's start to its end."""
     lag: dict[str, list[float]] = {k: [] for k in (
-        "first page", "following", "first page (no activity start)",
-        "following (no activity start)", "(ts -> line written)",
-        "(line written -> durable)")}
+        *LAG_SPLIT, "(ts -> line written)", "(line written -> durable)")}
     appended: dict[str, int] = {}
     exporters: list[Exporter] = []
 
@@ -450,9 +455,7 @@ async def bare_live(client: Client, n: int, turns: int, poll_s: float
         await asyncio.gather(*tasks)
     cpu_s = time.process_time() - t0
     assert set(sids) == set(counts)
-    lag: dict[str, list[float]] = {k: [] for k in (
-        "first page", "following", "first page (no activity start)",
-        "following (no activity start)")}
+    lag: dict[str, list[float]] = {k: [] for k in LAG_SPLIT}
     for first, now, events in pages:
         kind = "first page" if first else "following"
         for ts, event_type in events:

@@ -93,13 +93,15 @@ def rss_mib(pid: int) -> float:
     return float("nan")
 
 
-def _stat(pid: int) -> list[str]:
-    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+def _stat(pid: int, tid: int | None = None) -> list[str]:
+    """The fields of ``pid``'s ``stat`` after its name (of its thread ``tid`` if given)."""
+    path = f"/proc/{pid}/stat" if tid is None else f"/proc/{pid}/task/{tid}/stat"
+    return Path(path).read_text().rsplit(")", 1)[1].split()
 
 
-def cpu_s(pid: int) -> float:
-    """User + system CPU seconds of ``pid`` (threads included)."""
-    fields = _stat(pid)
+def cpu_s(pid: int, tid: int | None = None) -> float:
+    """User + system CPU seconds of ``pid`` (threads included), or of its thread ``tid``."""
+    fields = _stat(pid, tid)
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
@@ -116,10 +118,9 @@ def thread_cpu_s(pid: int, core: str = CORE_THREAD) -> dict[str, float]:
     for task in Path(f"/proc/{pid}/task").iterdir():
         try:
             comm = (task / "comm").read_text().strip()
-            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+            used = cpu_s(pid, int(task.name))
         except (FileNotFoundError, ProcessLookupError):  # it ended meanwhile
             continue
-        used = (int(fields[11]) + int(fields[12])) / CLK_TCK
         if task.name == str(pid):
             out["main"] += used
         elif comm.startswith(core):

@@ -166,7 +166,7 @@ def test_thread_cpu_s_tells_the_main_thread_and_the_core_threads_apart() -> None
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:  # until both threads used some CPU
             after = stack.thread_cpu_s(pid, prefix)
-            own = {t.name: _thread_cpu_s(pid, t.native_id) for t in (core, other)}
+            own = {t.name: stack.cpu_s(pid, t.native_id) for t in (core, other)}
             if after["core"] > before["core"] and own[other.name] > 0:
                 break
             stop.wait(0.01)
@@ -178,11 +178,6 @@ def test_thread_cpu_s_tells_the_main_thread_and_the_core_threads_apart() -> None
     assert after["core"] <= own[core.name]  # ... and it alone: not the other one
     assert own[other.name] > 0 and after["main"] >= before["main"]
     assert after["main"] + after["core"] <= stack.cpu_s(pid)
-
-
-def _thread_cpu_s(pid: int, tid: int | None) -> float:
-    fields = Path(f"/proc/{pid}/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / stack.CLK_TCK
 
 
 def test_up_bench_compiles_each_trees_packages(tmp_path: Path) -> None:
