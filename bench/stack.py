@@ -21,7 +21,7 @@ import statistics
 import sys
 import time
 from collections import Counter
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -109,22 +109,46 @@ def cpu_s(pid: int, tid: int | None = None) -> float:
 CORE_THREAD = "tokio-"
 
 
+def _threads(pid: int, core: str) -> Iterator[tuple[str, int]]:
+    """``(group, tid)`` of each live thread of ``pid``: ``main``, ``core`` (its name
+    starts with ``core``) or ``other``."""
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        if task.name == str(pid):
+            yield "main", pid
+            continue
+        try:
+            comm = (task / "comm").read_text().strip()
+        except (FileNotFoundError, ProcessLookupError):  # it ended meanwhile
+            continue
+        yield "core" if comm.startswith(core) else "other", int(task.name)
+
+
 def thread_cpu_s(pid: int, core: str = CORE_THREAD) -> dict[str, float]:
     """User + system CPU seconds of ``pid``'s main thread (``main``) and of its live
     threads whose name starts with ``core`` (``core``: by default the Temporal client's
     Rust runtime); the rest of :func:`cpu_s` is its other threads, those that ended
     included."""
     out = {"main": 0.0, "core": 0.0}
-    for task in Path(f"/proc/{pid}/task").iterdir():
+    for group, tid in _threads(pid, core):
+        if group in out:
+            with contextlib.suppress(FileNotFoundError, ProcessLookupError):
+                out[group] += cpu_s(pid, tid)
+    return out
+
+
+def thread_switches(pid: int, core: str = CORE_THREAD) -> dict[str, int]:
+    """Context switches (voluntary + involuntary: a thread going to sleep or being
+    preempted) of ``pid``'s live threads, by :func:`thread_cpu_s`'s groups and
+    ``other`` (threads that ended are not counted)."""
+    out = {"main": 0, "core": 0, "other": 0}
+    for group, tid in _threads(pid, core):
         try:
-            comm = (task / "comm").read_text().strip()
-            used = cpu_s(pid, int(task.name))
-        except (FileNotFoundError, ProcessLookupError):  # it ended meanwhile
+            status = Path(f"/proc/{pid}/task/{tid}/status").read_text()
+        except (FileNotFoundError, ProcessLookupError):
             continue
-        if task.name == str(pid):
-            out["main"] += used
-        elif comm.startswith(core):
-            out["core"] += used
+        out[group] += sum(int(line.split()[1]) for line in status.splitlines()
+                          if line.startswith(("voluntary_ctxt_switches",
+                                              "nonvoluntary_ctxt_switches")))
     return out
 
 

@@ -83,6 +83,7 @@ from stack import (
     reaped_children_cpu_s,
     start_up,
     thread_cpu_s,
+    thread_switches,
 )
 from temporalio.client import Client
 
@@ -355,6 +356,7 @@ class Round:
     sessions: int = 0
     failed: int = 0
     cpu: dict[str, float] = field(default_factory=dict)  # seconds over the round
+    switches: dict[str, int] = field(default_factory=dict)  # up's, by thread group
     events: int = 0
     lines: int = 0
     wall_s: float = 0.0
@@ -377,7 +379,7 @@ async def run_round(side: str, index: int, tree: Path, model: ModelServer, tmp: 
         if warm.error:
             raise SystemExit(f"the warm-up session failed: {warm.error}")
         await until_idle(up)
-        before = cpu_now(up, worker)
+        before, switched = cpu_now(up, worker), thread_switches(up.pid)
         t0 = time.perf_counter()
         outcomes = await asyncio.gather(*(
             client(up.url, session_config(model.base_url, notes, "append line 1"),
@@ -386,6 +388,7 @@ async def run_round(side: str, index: int, tree: Path, model: ModelServer, tmp: 
         await until_idle(up)
         after = cpu_now(up, worker)
         out.cpu = {k: after[k] - before[k] for k in (*PROCS, *THREADS)}
+        out.switches = {k: n - switched[k] for k, n in thread_switches(up.pid).items()}
         ok = [o for o in outcomes if not o.error and o.turns == args.turns]
         out.sessions, out.failed = len(outcomes), len(outcomes) - len(ok)
         out.turns = sum(o.turns for o in outcomes)
@@ -413,6 +416,8 @@ def per_turn(rounds: list[Round]) -> dict[str, float]:
     out["all"] = sum(out[k] for k in PROCS)
     out["events"] = sum(r.events for r in rounds) / turns
     out["lines"] = sum(r.lines for r in rounds) / turns
+    for k in ("main", "core", "other"):
+        out[f"switches {k}"] = sum(r.switches.get(k, 0) for r in rounds) / turns
     return out
 
 
@@ -457,6 +462,12 @@ def report(rounds: list[Round], args: argparse.Namespace, baseline: str | None) 
         print(f"{side + ' (pooled)':22}" + "".join(
             f"{k.removeprefix('up ')} {f[k]:.1f} ({f[k] / f['up']:.0%})  " if f["up"] else ""
             for k in ("up main", "up core", "up other")))
+    print("up's context switches per turn, by the same threads (live ones; each a thread "
+          "going to sleep or preempted: hand-overs, waits for the GIL, I/O)")
+    for side, f in sides.items():
+        print(f"{side + ' (pooled)':22}" + "".join(
+            f"{k} {f['switches ' + k]:.0f}  " for k in ("main", "core", "other"))
+              + f"all {sum(f['switches ' + k] for k in ('main', 'core', 'other')):.0f}")
     failed = sum(r.failed for r in rounds)
     if failed:
         print(f"{failed} session(s) did not complete every turn: the figures count the turns "

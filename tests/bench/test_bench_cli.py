@@ -192,3 +192,44 @@ def test_up_bench_compiles_each_trees_packages(tmp_path: Path) -> None:
     up_bench.compile_tree(tmp_path)
     compiled = {p.relative_to(tmp_path).parts[0] for p in tmp_path.rglob("*.pyc")}
     assert compiled == set(up_bench.PACKAGES)
+
+
+def test_thread_switches_counts_each_threads_sleeps_in_its_group() -> None:
+    """up_bench's context switches by thread: a thread named as the core's that goes to
+    sleep again and again is counted in ``core``, another one in ``other``, and the
+    main thread's own waits in ``main``."""
+    import ctypes
+    import os
+    import queue
+    import threading
+
+    libc = ctypes.CDLL(None)
+    prefix, pid, rounds = "hf-test-sleep", os.getpid(), 50
+    asks: list[queue.SimpleQueue[bool]] = [queue.SimpleQueue(), queue.SimpleQueue()]
+    answers: queue.SimpleQueue[bool] = queue.SimpleQueue()
+
+    def sleeper(name: bytes, ask: queue.SimpleQueue[bool]) -> None:
+        libc.prctl(15, name)  # PR_SET_NAME
+        while ask.get():  # asleep until asked: ping-pong with the main thread
+            answers.put(True)
+
+    before = stack.thread_switches(pid, prefix)
+    threads = [threading.Thread(target=sleeper, args=(prefix.encode(), asks[0])),
+               threading.Thread(target=sleeper, args=(b"not-the-core", asks[1]))]
+    for t in threads:
+        t.start()
+    try:
+        for _ in range(rounds):
+            for ask in asks:
+                ask.put(True)
+                answers.get()  # the main thread sleeps until the answer
+        during = stack.thread_switches(pid, prefix)  # both threads alive, asleep
+    finally:
+        for ask in asks:
+            ask.put(False)
+        for t in threads:
+            t.join()
+    assert before["core"] == 0  # no thread of this process is named so yet
+    assert during["core"] >= rounds // 2  # woken and asleep again each round
+    assert during["other"] >= before["other"] + rounds // 2
+    assert during["main"] >= before["main"] + rounds // 2
