@@ -107,6 +107,8 @@ def cpu_s(pid: int, tid: int | None = None) -> float:
 
 #: The threads of the Temporal client's core (its Rust runtime) are named so.
 CORE_THREAD = "tokio-"
+#: How a process's live threads are grouped (``_threads``).
+THREAD_GROUPS = ("main", "core", "other")
 
 
 def _threads(pid: int, core: str) -> Iterator[tuple[str, int]]:
@@ -140,7 +142,7 @@ def thread_switches(pid: int, core: str = CORE_THREAD) -> dict[str, int]:
     """Context switches (voluntary + involuntary: a thread going to sleep or being
     preempted) of ``pid``'s live threads, by :func:`thread_cpu_s`'s groups and
     ``other`` (threads that ended are not counted)."""
-    out = {"main": 0, "core": 0, "other": 0}
+    out = dict.fromkeys(THREAD_GROUPS, 0)
     for group, tid in _threads(pid, core):
         try:
             status = Path(f"/proc/{pid}/task/{tid}/status").read_text()

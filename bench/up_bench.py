@@ -75,6 +75,7 @@ from typing import Any
 
 import httpx
 from stack import (
+    THREAD_GROUPS,
     Up,
     api_headers,
     cpu_s,
@@ -416,7 +417,7 @@ def per_turn(rounds: list[Round]) -> dict[str, float]:
     out["all"] = sum(out[k] for k in PROCS)
     out["events"] = sum(r.events for r in rounds) / turns
     out["lines"] = sum(r.lines for r in rounds) / turns
-    for k in ("main", "core", "other"):
+    for k in THREAD_GROUPS:
         out[f"switches {k}"] = sum(r.switches.get(k, 0) for r in rounds) / turns
     return out
 
@@ -465,9 +466,9 @@ def report(rounds: list[Round], args: argparse.Namespace, baseline: str | None) 
     print("up's context switches per turn, by the same threads (live ones; each a thread "
           "going to sleep or preempted: hand-overs, waits for the GIL, I/O)")
     for side, f in sides.items():
-        print(f"{side + ' (pooled)':22}" + "".join(
-            f"{k} {f['switches ' + k]:.0f}  " for k in ("main", "core", "other"))
-              + f"all {sum(f['switches ' + k] for k in ('main', 'core', 'other')):.0f}")
+        switches = {k: f[f"switches {k}"] for k in THREAD_GROUPS}
+        print(f"{side + ' (pooled)':22}" + "".join(f"{k} {n:.0f}  " for k, n in switches.items())
+              + f"all {sum(switches.values()):.0f}")
     failed = sum(r.failed for r in rounds)
     if failed:
         print(f"{failed} session(s) did not complete every turn: the figures count the turns "
